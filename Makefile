@@ -1,0 +1,36 @@
+# graystack: the front door. Every target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test unit integration lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: install  ## everything CI runs
+	$(BIN)/pytest -q
+
+unit: install
+	$(BIN)/pytest -q tests/unit
+
+integration: install
+	$(BIN)/pytest -q tests/integration
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
+	$(BIN)/python -m bench.flip_latency
+	$(BIN)/python -m bench.fanout
+	$(BIN)/python -m bench.gateway_hop
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,130 @@
+"""`graystack gateway`: the xDS server, the spec watcher and the admin API in one asyncio process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from gateway.admin.api import create_admin_app
+from gateway.rollout.spec import SpecError
+from gateway.service import Gateway
+from gateway.sources.spec_file import SpecFileWatcher, read_spec
+from gateway.xds.cache import SnapshotCache
+from gateway.xds.server import AdsServer, start_server
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    spec: Path
+    xds_host: str = "127.0.0.1"
+    xds_port: int = 18000
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 9000
+    admin_token: str | None = None
+    poll_interval: float = 0.25
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn inside our loop: signals are ours to handle, not uvicorn's."""
+
+    def capture_signals(self):
+        return contextlib.nullcontext()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class GatewayProcess:
+    """The gateway's parts wired together; `start`/`stop` so tests and benchmarks can embed it."""
+
+    def __init__(self, options: GatewayOptions) -> None:
+        if not _is_loopback(options.admin_host) and not options.admin_token:
+            raise SpecError(
+                f"refusing to serve the admin API on {options.admin_host} without a token: "
+                "set --admin-token (GRAYSTACK_ADMIN_TOKEN) or bind to 127.0.0.1"
+            )
+        self.options = options
+        spec, digest = read_spec(options.spec)  # no last good spec yet: a bad one stops here
+        self.cache = SnapshotCache()
+        self.gateway = Gateway(self.cache, options.spec)
+        self.gateway.load(spec, digest)
+        if self.gateway.last_error:
+            raise SpecError(self.gateway.last_error["message"])
+        self.ads = AdsServer(self.cache, on_connect=self.gateway.on_connect)
+        self._watcher = SpecFileWatcher(
+            options.spec,
+            self.gateway.load,
+            self.gateway.refuse,
+            last_hash=digest,
+            interval=options.poll_interval,
+        )
+        self.admin = _EmbeddedUvicorn(
+            uvicorn.Config(
+                create_admin_app(self.gateway, self.ads, options.admin_token),
+                host=options.admin_host,
+                port=options.admin_port,
+                log_level="warning",
+                lifespan="off",
+            )
+        )
+        self._tasks: list[asyncio.Task] = []
+        self._grpc = None
+
+    async def start(self) -> None:
+        self._grpc = await start_server(self.ads, self.options.xds_host, self.options.xds_port)
+        self._tasks = [asyncio.create_task(self._watcher.run()), asyncio.create_task(self.admin.serve())]
+        while not self.admin.started:
+            if self._tasks[1].done():
+                self._tasks[1].result()
+                raise OSError(
+                    f"admin API did not start on {self.options.admin_host}:{self.options.admin_port}"
+                )
+            await asyncio.sleep(0.01)
+        log.info(
+            "gateway %r: xDS on %s:%d, admin on %s:%d, watching %s",
+            self.gateway.live.name,
+            self.options.xds_host,
+            self.options.xds_port,
+            self.options.admin_host,
+            self.options.admin_port,
+            self.options.spec,
+        )
+
+    async def wait(self) -> None:
+        """Until the admin server exits (stop() or a signal)."""
+        await self._tasks[1]
+
+    async def stop(self) -> None:
+        self.admin.should_exit = True
+        for task in self._tasks:
+            if task is not self._tasks[1]:
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        log.info("gateway stopped")
+
+
+async def run_gateway(options: GatewayOptions) -> None:
+    process = GatewayProcess(options)
+    await process.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: setattr(process.admin, "should_exit", True))
+    try:
+        await process.wait()
+    finally:
+        await process.stop()

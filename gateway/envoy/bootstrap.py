@@ -1,0 +1,136 @@
+"""The static Envoy bootstrap: who the proxy is, where its listener binds, and where ADS lives.
+
+Everything else (listener, routes, clusters, endpoints) comes over ADS. The listener address travels
+in the node metadata so one control plane can serve proxies that listen on different ports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+
+import yaml
+from envoy.config.bootstrap.v3 import bootstrap_pb2
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import (
+    address_pb2,
+    backoff_pb2,
+    base_pb2,
+    config_source_pb2,
+    grpc_service_pb2,
+    protocol_pb2,
+)
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from google.protobuf import json_format, struct_pb2
+
+from gateway.envoy import names
+from gateway.envoy.resources import ListenerAddress, _any, _duration
+
+METADATA_KEY = "graystack"
+
+
+@dataclass(frozen=True)
+class BootstrapOptions:
+    node_id: str = "graystack-envoy"
+    node_cluster: str = "graystack"
+    xds_host: str = "127.0.0.1"
+    xds_port: int = 18000
+    listen: ListenerAddress = ListenerAddress()
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 9901
+    # How fast Envoy reconnects to a restarted control plane (its default backs off to 30 s).
+    reconnect_base: float = 0.25
+    reconnect_max: float = 2.0
+
+
+def listener_address(node_metadata: struct_pb2.Struct) -> ListenerAddress:
+    """Where the proxy wants its listener, from the node metadata this bootstrap wrote."""
+    fields = node_metadata.fields.get(METADATA_KEY)
+    if fields is None:
+        return ListenerAddress()
+    ours = json_format.MessageToDict(fields.struct_value)
+    default = ListenerAddress()
+    return ListenerAddress(
+        host=str(ours.get("listen_address", default.host)), port=int(ours.get("listen_port", default.port))
+    )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
+    ads_source = config_source_pb2.ConfigSource(
+        ads=config_source_pb2.AggregatedConfigSource(), resource_api_version=config_source_pb2.V3
+    )
+    metadata = struct_pb2.Struct()
+    metadata.update(
+        {METADATA_KEY: {"listen_address": options.listen.host, "listen_port": options.listen.port}}
+    )
+    http2_only = http_protocol_options_pb2.HttpProtocolOptions(
+        explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
+            http2_protocol_options=protocol_pb2.Http2ProtocolOptions()
+        )
+    )
+    xds_cluster = cluster_pb2.Cluster(
+        name=names.XDS_CLUSTER,
+        type=cluster_pb2.Cluster.STATIC if _is_ip(options.xds_host) else cluster_pb2.Cluster.STRICT_DNS,
+        connect_timeout=_duration(1.0),
+        typed_extension_protocol_options={
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _any(http2_only)
+        },
+        load_assignment=endpoint_pb2.ClusterLoadAssignment(
+            cluster_name=names.XDS_CLUSTER,
+            endpoints=[
+                endpoint_components_pb2.LocalityLbEndpoints(
+                    lb_endpoints=[
+                        endpoint_components_pb2.LbEndpoint(
+                            endpoint=endpoint_components_pb2.Endpoint(
+                                address=_address(options.xds_host, options.xds_port)
+                            )
+                        )
+                    ]
+                )
+            ],
+        ),
+    )
+    return bootstrap_pb2.Bootstrap(
+        node=base_pb2.Node(id=options.node_id, cluster=options.node_cluster, metadata=metadata),
+        admin=bootstrap_pb2.Admin(address=_address(options.admin_host, options.admin_port)),
+        dynamic_resources=bootstrap_pb2.Bootstrap.DynamicResources(
+            ads_config=config_source_pb2.ApiConfigSource(
+                api_type=config_source_pb2.ApiConfigSource.GRPC,
+                transport_api_version=config_source_pb2.V3,
+                set_node_on_first_message_only=True,
+                grpc_services=[
+                    grpc_service_pb2.GrpcService(
+                        envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.XDS_CLUSTER),
+                        retry_policy=base_pb2.RetryPolicy(
+                            retry_back_off=backoff_pb2.BackoffStrategy(
+                                base_interval=_duration(options.reconnect_base),
+                                max_interval=_duration(options.reconnect_max),
+                            )
+                        ),
+                    )
+                ],
+            ),
+            cds_config=ads_source,
+            lds_config=ads_source,
+        ),
+        static_resources=bootstrap_pb2.Bootstrap.StaticResources(clusters=[xds_cluster]),
+    )
+
+
+def _address(host: str, port: int) -> address_pb2.Address:
+    return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))
+
+
+def bootstrap_yaml(options: BootstrapOptions) -> str:
+    as_json = json_format.MessageToJson(build_bootstrap(options), preserving_proto_field_name=True)
+    return yaml.safe_dump(json.loads(as_json), sort_keys=False)

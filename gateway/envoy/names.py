@@ -1,0 +1,12 @@
+"""Names shared by the builders and by whoever reads Envoy's stats (cluster names are stat labels)."""
+
+ROUTE_CONFIG = "graystack"
+LISTENER = "graystack-ingress"
+HCM_STAT_PREFIX = "ingress"
+VIRTUAL_HOST = "graystack"
+XDS_CLUSTER = "graystack-xds"
+
+
+def fallback_cluster(variant: str) -> str:
+    """The aggregate cluster [variant, fallback]: a failed attempt on `variant` retries on the fallback."""
+    return f"{variant}-with-fallback"

@@ -1,0 +1,278 @@
+"""Pure builders: rollout spec + endpoints -> Envoy Listener, RouteConfiguration, Cluster, CLA protos.
+
+No I/O here. Known Envoy 1.40 traps these builders avoid (../shared/research/xds_control_plane.md):
+route timeout defaults to 15 s (cuts streams), retries stay on the weighted cluster first picked
+(hence the aggregate fallback cluster), a one-host cluster whose host is ejected goes into panic
+routing and keeps sending to it, health checks slow to 60 s when a cluster has no traffic, and
+the cluster circuit breaker allows only 3 concurrent retries by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.retry.previous_priorities import previous_priorities_config_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.type.matcher.v3 import string_pb2
+from envoy.type.v3 import percent_pb2
+from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
+
+from gateway.envoy import names
+from gateway.rollout.spec import RolloutSpec
+
+EndpointMap = Mapping[str, Sequence[tuple[str, int]]]  # variant -> [(ip, port)]
+
+# Enough concurrent retries that a failing variant's traffic can all fall back at once.
+MAX_CONCURRENT_RETRIES = 1024
+
+
+@dataclass(frozen=True)
+class ListenerAddress:
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+@dataclass(frozen=True)
+class EnvoyResources:
+    clusters: list[cluster_pb2.Cluster]
+    endpoints: list[endpoint_pb2.ClusterLoadAssignment]
+    listeners: list[listener_pb2.Listener]
+    routes: list[route_pb2.RouteConfiguration]
+
+
+def build_resources(spec: RolloutSpec, endpoints: EndpointMap, listen: ListenerAddress) -> EnvoyResources:
+    missing = sorted(set(spec.variants) - set(endpoints))
+    if missing:
+        raise ValueError(f"no endpoints known for variant(s) {missing}")
+    clusters = [build_variant_cluster(spec, variant) for variant in spec.variants]
+    fallback = spec.retries.fallback
+    if fallback is not None:
+        clusters += [
+            build_fallback_cluster(variant, fallback) for variant in spec.variants if variant != fallback
+        ]
+    return EnvoyResources(
+        clusters=clusters,
+        endpoints=[build_load_assignment(v, endpoints[v]) for v in spec.variants],
+        listeners=[build_listener(listen)],
+        routes=[build_route_config(spec)],
+    )
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    whole = int(seconds)
+    return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+def _any(message) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def _ads_config_source() -> config_source_pb2.ConfigSource:
+    return config_source_pb2.ConfigSource(
+        ads=config_source_pb2.AggregatedConfigSource(), resource_api_version=config_source_pb2.V3
+    )
+
+
+def _circuit_breakers() -> circuit_breaker_pb2.CircuitBreakers:
+    return circuit_breaker_pb2.CircuitBreakers(
+        thresholds=[
+            circuit_breaker_pb2.CircuitBreakers.Thresholds(
+                priority=base_pb2.DEFAULT, max_retries=wrappers_pb2.UInt32Value(value=MAX_CONCURRENT_RETRIES)
+            )
+        ]
+    )
+
+
+def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluster:
+    """An EDS cluster per variant, health-checked on the server's readiness path.
+
+    Variants other than the fallback get no panic routing: with one host per variant, panic would
+    keep sending traffic to an ejected host; without it the aggregate cluster moves that traffic to
+    the fallback. The fallback itself keeps Envoy's panic default so it is never black-holed by its
+    own health checks.
+    """
+    hc = spec.health_check
+    cluster = cluster_pb2.Cluster(
+        name=variant,
+        type=cluster_pb2.Cluster.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=_ads_config_source()),
+        connect_timeout=_duration(1.0),
+        lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
+        health_checks=[
+            health_check_pb2.HealthCheck(
+                timeout=_duration(hc.timeout),
+                interval=_duration(hc.interval),
+                no_traffic_interval=_duration(hc.interval),
+                unhealthy_threshold=wrappers_pb2.UInt32Value(value=hc.unhealthy_threshold),
+                healthy_threshold=wrappers_pb2.UInt32Value(value=hc.healthy_threshold),
+                http_health_check=health_check_pb2.HealthCheck.HttpHealthCheck(path=hc.path),
+            )
+        ],
+        circuit_breakers=_circuit_breakers(),
+    )
+    od = spec.outlier_detection
+    if od is not None:
+        cluster.outlier_detection.CopyFrom(
+            outlier_detection_pb2.OutlierDetection(
+                consecutive_5xx=wrappers_pb2.UInt32Value(value=od.consecutive_5xx),
+                interval=_duration(od.interval),
+                base_ejection_time=_duration(od.base_ejection_time),
+                max_ejection_percent=wrappers_pb2.UInt32Value(value=100),
+                successful_active_health_check_uneject_host=wrappers_pb2.BoolValue(value=False),
+            )
+        )
+    if variant != spec.retries.fallback:
+        cluster.common_lb_config.healthy_panic_threshold.CopyFrom(percent_pb2.Percent(value=0.0))
+    return cluster
+
+
+def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:
+    """Aggregate cluster: priority 0 is the variant, priority 1 the fallback.
+
+    With the route's previous-priorities retry, a failed attempt on the variant retries on the
+    fallback; an ejected or unhealthy variant sends its share to the fallback outright. The
+    variant's failures stay visible as `retry.upstream_rq_<code>` on this cluster and as attempts
+    on the variant's own cluster (../shared/research/envoy_fallback_retry.md).
+    """
+    return cluster_pb2.Cluster(
+        name=names.fallback_cluster(variant),
+        connect_timeout=_duration(1.0),
+        lb_policy=cluster_pb2.Cluster.CLUSTER_PROVIDED,
+        cluster_type=cluster_pb2.Cluster.CustomClusterType(
+            name="envoy.clusters.aggregate",
+            typed_config=_any(aggregate_pb2.ClusterConfig(clusters=[variant, fallback])),
+        ),
+        circuit_breakers=_circuit_breakers(),
+    )
+
+
+def build_load_assignment(
+    variant: str, hosts: Sequence[tuple[str, int]]
+) -> endpoint_pb2.ClusterLoadAssignment:
+    return endpoint_pb2.ClusterLoadAssignment(
+        cluster_name=variant,
+        endpoints=[
+            endpoint_components_pb2.LocalityLbEndpoints(
+                lb_endpoints=[
+                    endpoint_components_pb2.LbEndpoint(
+                        endpoint=endpoint_components_pb2.Endpoint(address=_socket_address(host, port))
+                    )
+                    for host, port in hosts
+                ]
+            )
+        ],
+    )
+
+
+def _socket_address(host: str, port: int) -> address_pb2.Address:
+    return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))
+
+
+def build_listener(listen: ListenerAddress) -> listener_pb2.Listener:
+    manager = hcm_pb2.HttpConnectionManager(
+        stat_prefix=names.HCM_STAT_PREFIX,
+        codec_type=hcm_pb2.HttpConnectionManager.AUTO,
+        rds=hcm_pb2.Rds(config_source=_ads_config_source(), route_config_name=names.ROUTE_CONFIG),
+        http_filters=[
+            hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=_any(router_pb2.Router()))
+        ],
+    )
+    return listener_pb2.Listener(
+        name=names.LISTENER,
+        address=_socket_address(listen.host, listen.port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name="envoy.filters.network.http_connection_manager", typed_config=_any(manager)
+                    )
+                ]
+            )
+        ],
+    )
+
+
+def cluster_for(spec: RolloutSpec, variant: str) -> str:
+    """The cluster a route names for `variant`: its fallback aggregate when one is configured."""
+    fallback = spec.retries.fallback
+    if fallback is None or variant == fallback:
+        return variant
+    return names.fallback_cluster(variant)
+
+
+def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_components_pb2.RouteAction:
+    return route_components_pb2.RouteAction(
+        weighted_clusters=route_components_pb2.WeightedCluster(
+            clusters=[
+                route_components_pb2.WeightedCluster.ClusterWeight(
+                    name=cluster_for(spec, variant), weight=wrappers_pb2.UInt32Value(value=weight)
+                )
+                for variant, weight in sorted(split.items())
+                if weight > 0
+            ]
+        ),
+        timeout=_duration(spec.timeouts.request),
+        retry_policy=_retry_policy(spec),
+    )
+
+
+def _retry_policy(spec: RolloutSpec) -> route_components_pb2.RetryPolicy:
+    policy = route_components_pb2.RetryPolicy(
+        retry_on=spec.retries.on,
+        num_retries=wrappers_pb2.UInt32Value(value=spec.retries.attempts),
+    )
+    if spec.timeouts.first_byte is not None:
+        policy.per_try_idle_timeout.CopyFrom(_duration(spec.timeouts.first_byte))
+    if spec.retries.fallback is not None:
+        policy.retry_priority.CopyFrom(
+            route_components_pb2.RetryPolicy.RetryPriority(
+                name="envoy.retry_priorities.previous_priorities",
+                typed_config=_any(
+                    previous_priorities_config_pb2.PreviousPrioritiesConfig(update_frequency=1)
+                ),
+            )
+        )
+    return policy
+
+
+def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
+    """Exact-match header rules first, each its own split; then the default weighted split."""
+    header = spec.routing.header
+    routes = [
+        route_components_pb2.Route(
+            name=f"{header.lower()}={rule.value}",
+            match=route_components_pb2.RouteMatch(
+                prefix="/",
+                headers=[
+                    route_components_pb2.HeaderMatcher(
+                        name=header, string_match=string_pb2.StringMatcher(exact=rule.value)
+                    )
+                ],
+            ),
+            route=_route_action(spec, rule.split()),
+        )
+        for rule in spec.routing.rules
+    ]
+    routes.append(
+        route_components_pb2.Route(
+            name="default",
+            match=route_components_pb2.RouteMatch(prefix="/"),
+            route=_route_action(spec, spec.routing.weights),
+        )
+    )
+    return route_pb2.RouteConfiguration(
+        name=names.ROUTE_CONFIG,
+        virtual_hosts=[
+            route_components_pb2.VirtualHost(name=names.VIRTUAL_HOST, domains=["*"], routes=routes)
+        ],
+    )

@@ -1,0 +1,312 @@
+"""The rollout spec: the YAML a user edits to flip traffic (shared/DESIGN.md, "Rollout spec").
+
+Validation lives here so that every way of changing the spec (file edit, admin API, CLI) is refused
+with the same message naming the field, and the last good spec stays live.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# RFC 9110 token: what Envoy accepts as a header name.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Envoy's x-envoy-retry-on values (router filter docs).
+RETRY_ON_VALUES = frozenset(
+    {
+        "5xx",
+        "gateway-error",
+        "reset",
+        "reset-before-request",
+        "connect-failure",
+        "envoy-ratelimited",
+        "retriable-4xx",
+        "refused-stream",
+        "retriable-status-codes",
+        "retriable-headers",
+        "http3-post-connect-failure",
+    }
+)
+
+
+class SpecError(ValueError):
+    """A spec that cannot go live; the message names the offending field."""
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from `8s`, `500ms`, `5m`, `1h` or a bare number of seconds; refuses negatives."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 2s or 500ms")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a duration; use e.g. 8s, 500ms, 5m or 0")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        raise ValueError("expected a duration such as 2s or 500ms")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Percent = Annotated[int, Field(ge=0, le=100)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _parse_endpoint(value: Any) -> tuple[str, int]:
+    if not isinstance(value, str):
+        raise ValueError("an endpoint is a string 'IP:PORT'")
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{value!r} is not 'IP:PORT'")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(
+            f"{value!r}: Envoy's EDS takes IP addresses; use e.g. 127.0.0.1:8001, "
+            "or `service:`/`port:` in Kubernetes"
+        ) from None
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r}: port out of range")
+    return host, int(port)
+
+
+Endpoint = Annotated[tuple[str, int], BeforeValidator(_parse_endpoint)]
+
+
+class Variant(_Model):
+    endpoints: list[Endpoint] | None = None
+    service: str | None = None
+    port: int | None = Field(default=None, gt=0, lt=65536)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Variant:
+        if (self.endpoints is None) == (self.service is None):
+            raise ValueError("give either `endpoints` or `service` (with `port`)")
+        if self.endpoints is not None and not self.endpoints:
+            raise ValueError("`endpoints` is empty")
+        if self.service is not None and self.port is None:
+            raise ValueError("`service` needs a `port`")
+        return self
+
+
+class HeaderRule(_Model):
+    """Requests whose routing header equals `value` go to one variant, or split by their own weights."""
+
+    value: str = Field(min_length=1)
+    variant: str | None = None
+    weights: dict[str, Percent] | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> HeaderRule:
+        if (self.variant is None) == (self.weights is None):
+            raise ValueError("a rule takes either `variant` or `weights`")
+        return self
+
+    def split(self) -> dict[str, int]:
+        return dict(self.weights) if self.weights is not None else {self.variant: 100}
+
+
+class Routing(_Model):
+    header: str = "X-Client-Type"
+    rules: list[HeaderRule] = []
+    weights: dict[str, Percent]
+
+    @model_validator(mode="after")
+    def _valid(self) -> Routing:
+        if not _HEADER_NAME.match(self.header):
+            raise ValueError(f"header {self.header!r} is not a valid HTTP header name")
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.value in seen:
+                raise ValueError(f"two rules match {self.header}: {rule.value!r}")
+            seen.add(rule.value)
+        return self
+
+    def segment(self, value: str | None) -> dict[str, int]:
+        """The split for one header value (None: the default split)."""
+        if value is None:
+            return dict(self.weights)
+        for rule in self.rules:
+            if rule.value == value:
+                return rule.split()
+        raise SpecError(f"routing.rules: no rule for {self.header}: {value!r}")
+
+
+class Timeouts(_Model):
+    request: Duration = 0.0  # 0 = none: Envoy's 15 s default would cut long streams
+    first_byte: Duration | None = None
+
+
+class Retries(_Model):
+    on: str = "5xx,reset,connect-failure"
+    attempts: int = Field(default=1, ge=0, le=10)
+    fallback: str | None = None
+
+    @model_validator(mode="after")
+    def _known_conditions(self) -> Retries:
+        unknown = sorted({c.strip() for c in self.on.split(",")} - RETRY_ON_VALUES)
+        if unknown:
+            raise ValueError(f"unknown retry condition(s) {unknown}; Envoy knows {sorted(RETRY_ON_VALUES)}")
+        return self
+
+
+class HealthCheck(_Model):
+    path: str = "/readyz"
+    interval: Duration = 2.0
+    timeout: Duration = 1.0
+    unhealthy_threshold: int = Field(default=2, ge=1)
+    healthy_threshold: int = Field(default=1, ge=1)
+
+
+class OutlierDetection(_Model):
+    consecutive_5xx: int = Field(default=5, ge=1)
+    interval: Duration = 5.0
+    base_ejection_time: Duration = 30.0
+
+
+class Gate(_Model):
+    success_rate: float = Field(default=0.995, ge=0, le=1)
+    max_latency_ratio: float = Field(default=1.0, gt=0)
+
+
+class Shadow(_Model):
+    percent: Percent = 100
+    duration: Duration = 300.0
+    gate: Gate = Gate()
+
+
+class Step(_Model):
+    weight: Percent
+    hold: Duration = 0.0
+
+
+class Strategy(_Model):
+    shadow: Shadow | None = None
+    steps: list[Step] = Field(min_length=1)
+
+
+class Provider(_Model):
+    type: Literal["direct", "prometheus"] = "direct"
+    url: str | None = None
+
+
+class Analysis(_Model):
+    interval: Duration = 5.0
+    window: Duration = 60.0
+    min_requests: int = Field(default=100, ge=1)
+    max_error_rate: float = Field(default=0.003, ge=0, le=1)
+    max_latency_ratio: float = Field(default=1.5, gt=0)
+    max_ttft_p95: Duration = 2.0
+    expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] = ["ERASED", "ZEROED"]
+    provider: Provider = Provider()
+
+
+class RolloutSpec(_Model):
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    variants: dict[str, Variant]
+    routing: Routing
+    timeouts: Timeouts = Timeouts()
+    retries: Retries = Retries()
+    health_check: HealthCheck = HealthCheck()
+    outlier_detection: OutlierDetection | None = OutlierDetection()
+    strategy: Strategy | None = None
+    analysis: Analysis = Analysis()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RolloutSpec:
+        if len(self.variants) < 2:
+            raise ValueError("variants: name at least two (a baseline and a candidate)")
+        for name in self.variants:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+                raise ValueError(f"variants: {name!r} must be lowercase letters, digits and '-'")
+        _check_split("routing.weights", self.routing.weights, self.variants)
+        for i, rule in enumerate(self.routing.rules):
+            _check_split(f"routing.rules.{i}", rule.split(), self.variants)
+        if self.retries.fallback is not None and self.retries.fallback not in self.variants:
+            raise ValueError(f"retries.fallback: unknown variant {self.retries.fallback!r}")
+        if self.timeouts.first_byte is not None and self.timeouts.first_byte == 0:
+            raise ValueError("timeouts.first_byte: must be above 0 (omit it for none)")
+        return self
+
+    def with_split(self, weights: Mapping[str, int], segment: str | None = None) -> RolloutSpec:
+        """A copy whose default split (or one segment's) is `weights`, validated like a file edit."""
+        data = self.model_dump(mode="python")
+        if segment is None:
+            data["routing"]["weights"] = dict(weights)
+        else:
+            rules = data["routing"]["rules"]
+            index = next((i for i, r in enumerate(rules) if r["value"] == segment), None)
+            if index is None:
+                raise SpecError(f"routing.rules: no rule for {self.routing.header}: {segment!r}")
+            rules[index] = {"value": segment, "weights": dict(weights)}
+        return validate_spec(data)
+
+
+def _check_split(where: str, weights: Mapping[str, int], variants: Mapping[str, Variant]) -> None:
+    unknown = sorted(set(weights) - set(variants))
+    if unknown:
+        raise ValueError(f"{where}: unknown variant(s) {unknown}; the spec defines {sorted(variants)}")
+    total = sum(weights.values())
+    if total != 100:
+        raise ValueError(f"{where}: weights must sum to 100, got {total}")
+
+
+def complete_split(variants: list[str], partial: Mapping[str, int]) -> dict[str, int]:
+    """`{zero-layer: 20}` with two variants means `{baseline: 80, zero-layer: 20}`.
+
+    A split may leave out exactly one variant, which takes the remainder; any other left out get 0.
+    """
+    unknown = sorted(set(partial) - set(variants))
+    if unknown:
+        raise SpecError(f"weights: unknown variant(s) {unknown}; the spec defines {sorted(variants)}")
+    missing = [v for v in variants if v not in partial]
+    split = {v: int(partial.get(v, 0)) for v in variants}
+    given = sum(partial.values())
+    if len(missing) == 1 and 0 <= given <= 100:
+        split[missing[0]] = 100 - given
+    return split
+
+
+def _format(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "spec"
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return "; ".join(lines)
+
+
+def validate_spec(data: Any) -> RolloutSpec:
+    """A RolloutSpec from plain data, or SpecError naming each bad field."""
+    if not isinstance(data, dict):
+        raise SpecError("spec: expected a mapping at the top level")
+    try:
+        return RolloutSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(_format(error)) from None
+
+
+def parse_spec(text: str, source: str = "spec") -> RolloutSpec:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise SpecError(f"{source}: not valid YAML: {error}") from None
+    try:
+        return validate_spec(data)
+    except SpecError as error:
+        raise SpecError(f"{source}: {error}") from None

@@ -1,0 +1,149 @@
+"""The gateway: keeps the live spec (file + operator flips) and programs every connected Envoy.
+
+Everything a change touches is built and checked before anything is swapped in, so a change that
+fails (bad spec, a split that does not add up, an inconsistent snapshot) leaves the last good
+configuration live on every proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from envoy.config.core.v3 import base_pb2
+
+from gateway.envoy.bootstrap import listener_address
+from gateway.envoy.resources import EndpointMap, EnvoyResources, ListenerAddress, build_resources
+from gateway.rollout import metrics
+from gateway.rollout.overrides import Segment, apply_overrides, surviving_overrides
+from gateway.rollout.spec import RolloutSpec, SpecError, complete_split
+from gateway.sources.endpoints import static_endpoints
+from gateway.xds import types
+from gateway.xds.cache import InconsistentSnapshot, SnapshotCache, check_consistent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SpecRecord:
+    spec: RolloutSpec
+    sha256: str
+    loaded_at: float
+
+
+class Gateway:
+    def __init__(
+        self,
+        cache: SnapshotCache,
+        spec_path: Path,
+        endpoints_for: Callable[[RolloutSpec], EndpointMap] = static_endpoints,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache = cache
+        self.spec_path = spec_path
+        self._endpoints_for = endpoints_for
+        self._clock = clock
+        self.file: SpecRecord | None = None
+        self.overrides: dict[Segment, dict[str, int]] = {}
+        self.live: RolloutSpec | None = None
+        self.last_error: dict | None = None
+        self.generation = 0
+        self._nodes: dict[str, ListenerAddress] = {}
+
+    # -- changes ----------------------------------------------------------------------------------
+
+    def load(self, spec: RolloutSpec, sha256: str) -> None:
+        """A new spec file; refused (with the last good spec kept) if it cannot go live."""
+        overrides = surviving_overrides(self.file.spec, spec, self.overrides) if self.file else {}
+        try:
+            self._go_live(apply_overrides(spec, overrides))
+        except (SpecError, ValueError) as error:
+            self.refuse(SpecError(f"{self.spec_path}: {error}"))
+            return
+        dropped = sorted(str(s) for s in self.overrides if s not in overrides)
+        if dropped:
+            log.info("spec file changed the split for %s: operator flips there no longer apply", dropped)
+        self.file = SpecRecord(spec, sha256, self._clock())
+        self.overrides = overrides
+        self.last_error = None
+        metrics.SPEC_RELOADS.labels("applied").inc()
+
+    def refuse(self, error: SpecError) -> None:
+        self.last_error = {"message": str(error), "at": self._clock()}
+        metrics.SPEC_RELOADS.labels("refused").inc()
+
+    def set_split(self, weights: Mapping[str, int], segment: Segment = None) -> RolloutSpec:
+        """An operator flip; SpecError (and nothing changed) if the split is not valid."""
+        if self.file is None:
+            raise SpecError("no spec is loaded")
+        split = complete_split(list(self.file.spec.variants), weights)
+        overrides = {**self.overrides, segment: split}
+        self._go_live(apply_overrides(self.file.spec, overrides))
+        self.overrides = overrides
+        log.info("split%s set to %s", f" for {segment!r}" if segment else "", split)
+        return self.live
+
+    def _go_live(self, spec: RolloutSpec) -> None:
+        endpoints = self._endpoints_for(spec)
+        built = {
+            key: _by_type(build_resources(spec, endpoints, listen)) for key, listen in self._nodes.items()
+        }
+        try:
+            if built:
+                self.cache.set_all(built)
+            else:  # no proxy yet: still check that this spec builds a consistent config
+                check_consistent(_by_type(build_resources(spec, endpoints, ListenerAddress())))
+        except InconsistentSnapshot as error:
+            raise SpecError(f"the Envoy config built from this spec is inconsistent: {error}") from error
+        self.live = spec
+        self.generation += 1
+        for variant in spec.variants:
+            metrics.ROLLOUT_WEIGHT.labels(spec.name, variant).set(spec.routing.weights.get(variant, 0))
+
+    # -- proxies ----------------------------------------------------------------------------------
+
+    def on_connect(self, key: str, node: base_pb2.Node) -> None:
+        listen = listener_address(node.metadata)
+        self._nodes[key] = listen
+        if self.live is not None:
+            self.cache.set_resources(
+                key, _by_type(build_resources(self.live, self._endpoints_for(self.live), listen))
+            )
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        live = self.live
+        return {
+            "rollout": live.name if live else None,
+            "generation": self.generation,
+            "spec": {
+                "path": str(self.spec_path),
+                "sha256": self.file.sha256 if self.file else None,
+                "loaded_at": self.file.loaded_at if self.file else None,
+                "last_error": self.last_error,
+            },
+            "routing": _routing_status(live, self.overrides) if live else None,
+        }
+
+
+def _routing_status(spec: RolloutSpec, overrides: Mapping[Segment, Mapping[str, int]]) -> dict:
+    return {
+        "header": spec.routing.header,
+        "weights": dict(spec.routing.weights),
+        "rules": [{"value": r.value, "weights": r.split()} for r in spec.routing.rules],
+        "flipped": sorted("default" if s is None else s for s in overrides),
+        "fallback": spec.retries.fallback,
+    }
+
+
+def _by_type(resources: EnvoyResources) -> dict[str, list]:
+    return {
+        types.CLUSTER: resources.clusters,
+        types.ENDPOINT: resources.endpoints,
+        types.LISTENER: resources.listeners,
+        types.ROUTE: resources.routes,
+    }

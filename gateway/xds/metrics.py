@@ -1,0 +1,12 @@
+"""The control plane's metric families (shared/DESIGN.md): defined here once, read by dashboards."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+CONNECTED_PROXIES = Gauge("graystack_xds_connected_proxies", "ADS streams open from Envoy proxies")
+PUSHES = Counter("graystack_xds_pushes", "DiscoveryResponses sent", ["type"])
+NACKS = Counter("graystack_xds_nacks", "DiscoveryResponses rejected by a proxy", ["type"])
+ACK_SECONDS = Histogram(
+    "graystack_xds_ack_seconds",
+    "Time from sending a DiscoveryResponse to the proxy's ACK",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)

@@ -1,0 +1,274 @@
+"""State-of-the-World ADS server on grpc.aio.
+
+Per stream: one task reads requests (ACK, NACK, subscription changes) and one ordered send loop
+pushes whenever the node's snapshot changes, in CDS -> EDS -> LDS -> RDS order. A response goes out
+when its type's version (or the names Envoy asked for) differs from what was last sent; a NACKed
+version is recorded with Envoy's message and never re-sent (go-control-plane re-sends it in a loop,
+its issues #46/#582/#962). Stale nonces are ignored, as the xDS protocol requires.
+
+The server knows nothing of rollouts: whoever owns the configuration hears about nodes through
+`on_connect` and puts snapshots into the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+
+from gateway.xds import metrics, types
+from gateway.xds.cache import Snapshot, SnapshotCache
+
+log = logging.getLogger(__name__)
+
+NodeKey = Callable[[base_pb2.Node], str]
+NodeCallback = Callable[[str, base_pb2.Node], None]
+
+
+@dataclass
+class TypeState:
+    """What one stream has asked for, been sent, and answered, for one resource type."""
+
+    requested: bool = False
+    names: frozenset[str] | None = None  # None: wildcard
+    nonce: str = ""
+    version_sent: str = ""
+    names_sent: frozenset[str] | None = None
+    sent_at: float = 0.0
+    acked: str = ""
+    nacked: str = ""
+    nack_message: str = ""
+    nack_at: float | None = None
+
+
+@dataclass
+class Stream:
+    id: int
+    peer: str
+    connected_at: float = field(default_factory=time.time)
+    key: str | None = None
+    node: base_pb2.Node | None = None
+    types: dict[str, TypeState] = field(default_factory=lambda: {t: TypeState() for t in types.PUSH_ORDER})
+
+    def converged(self, snapshot: Snapshot | None) -> bool:
+        """True when every type this proxy subscribed to is ACKed at the snapshot's version."""
+        if snapshot is None:
+            return False
+        return all(
+            state.acked == snapshot.version(type_url)
+            for type_url, state in self.types.items()
+            if state.requested
+        )
+
+    def rejected(self, snapshot: Snapshot | None) -> bool:
+        """True when the proxy NACKed the snapshot's current version of some type."""
+        return snapshot is not None and any(
+            state.nacked and state.nacked == snapshot.version(type_url)
+            for type_url, state in self.types.items()
+        )
+
+    def describe(self, snapshot: Snapshot | None) -> dict:
+        per_type = {}
+        for type_url, state in self.types.items():
+            if not state.requested:
+                continue
+            current = snapshot.version(type_url) if snapshot else None
+            per_type[types.SHORT_NAME[type_url]] = {
+                "current": current,
+                "sent": state.version_sent,
+                "acked": state.acked,
+                "rejected": bool(state.nacked) and state.nacked == current,
+                "last_nack": (
+                    {"version": state.nacked, "message": state.nack_message, "at": state.nack_at}
+                    if state.nacked
+                    else None
+                ),
+            }
+        return {
+            "node": self.node.id if self.node else None,
+            "key": self.key,
+            "peer": self.peer,
+            "connected_at": self.connected_at,
+            "converged": self.converged(snapshot),
+            "types": per_type,
+        }
+
+
+class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+    def __init__(
+        self,
+        cache: SnapshotCache,
+        node_key: NodeKey = lambda node: node.id,
+        on_connect: NodeCallback | None = None,
+        on_disconnect: NodeCallback | None = None,
+    ) -> None:
+        self.cache = cache
+        self._node_key = node_key
+        self._on_connect = on_connect
+        self._on_disconnect = on_disconnect
+        self._streams: dict[int, Stream] = {}
+        self._stream_ids = itertools.count(1)
+        self._nonces = itertools.count(1)
+        self._changed = asyncio.Condition()
+
+    # -- gRPC -------------------------------------------------------------------------------------
+
+    async def StreamAggregatedResources(
+        self,
+        request_iterator: AsyncIterator[discovery_pb2.DiscoveryRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
+        stream = Stream(id=next(self._stream_ids), peer=context.peer())
+        wake = asyncio.Event()
+        reader = asyncio.create_task(self._read(request_iterator, stream, wake, context))
+        self._streams[stream.id] = stream
+        try:
+            while True:
+                waiter = asyncio.create_task(wake.wait())
+                done, _ = await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if reader in done:
+                    waiter.cancel()
+                    reader.result()
+                    return
+                wake.clear()
+                snapshot = self.cache.get(stream.key) if stream.key else None
+                if snapshot is not None:
+                    for response in self._responses(stream, snapshot):
+                        yield response
+        finally:
+            reader.cancel()
+            await self._close(stream, wake)
+
+    async def DeltaAggregatedResources(self, request_iterator, context):
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "graystack serves State-of-the-World ADS; use api_type: GRPC"
+        )
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    async def _read(self, requests, stream: Stream, wake: asyncio.Event, context) -> None:
+        async for request in requests:
+            if stream.key is None:
+                if not request.HasField("node"):
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT, "the first request must carry `node`"
+                    )
+                stream.node = request.node
+                stream.key = self._node_key(request.node)
+                metrics.CONNECTED_PROXIES.inc()
+                self.cache.subscribe(stream.key, wake)
+                log.info("proxy %s connected from %s", stream.node.id, stream.peer)
+                if self._on_connect:
+                    self._on_connect(stream.key, stream.node)
+            if self._handle(stream, request):
+                wake.set()
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _handle(self, stream: Stream, request: discovery_pb2.DiscoveryRequest) -> bool:
+        """Apply one request to the stream's state; True if the send loop should look again."""
+        state = stream.types.get(request.type_url)
+        if state is None:
+            log.warning("proxy %s asked for unsupported type %s", stream.key, request.type_url)
+            return False
+        if request.response_nonce and request.response_nonce != state.nonce:
+            return False  # answers a response that has since been superseded
+        if request.response_nonce:
+            short = types.SHORT_NAME[request.type_url]
+            if request.HasField("error_detail"):
+                state.nacked = state.version_sent
+                state.nack_message = request.error_detail.message
+                state.nack_at = time.time()
+                metrics.NACKS.labels(short).inc()
+                log.warning(
+                    "proxy %s rejected %s version %s: %s", stream.key, short, state.nacked, state.nack_message
+                )
+            else:
+                state.acked = request.version_info
+                metrics.ACK_SECONDS.observe(time.monotonic() - state.sent_at)
+        names = frozenset(request.resource_names)
+        wildcard = request.type_url in types.WILDCARD and (not names or "*" in names)
+        state.names = None if wildcard else names
+        state.requested = True
+        return True
+
+    # -- responses --------------------------------------------------------------------------------
+
+    def _responses(self, stream: Stream, snapshot: Snapshot) -> Iterator[discovery_pb2.DiscoveryResponse]:
+        for type_url in types.PUSH_ORDER:
+            state = stream.types[type_url]
+            resources = snapshot.resources.get(type_url)
+            if not state.requested or resources is None:
+                continue
+            unchanged = resources.version == state.version_sent and state.names == state.names_sent
+            if unchanged or (resources.version == state.nacked and state.names == state.names_sent):
+                continue
+            state.nonce = str(next(self._nonces))
+            state.version_sent = resources.version
+            state.names_sent = state.names
+            state.sent_at = time.monotonic()
+            metrics.PUSHES.labels(types.SHORT_NAME[type_url]).inc()
+            yield discovery_pb2.DiscoveryResponse(
+                version_info=resources.version,
+                resources=resources.select(state.names),
+                type_url=type_url,
+                nonce=state.nonce,
+                control_plane=base_pb2.ControlPlane(identifier=f"graystack/{self.cache.version_prefix}"),
+            )
+
+    async def _close(self, stream: Stream, wake: asyncio.Event) -> None:
+        self._streams.pop(stream.id, None)
+        if stream.key is not None:
+            metrics.CONNECTED_PROXIES.dec()
+            self.cache.unsubscribe(stream.key, wake)
+            log.info("proxy %s disconnected", stream.node.id if stream.node else stream.key)
+            if self._on_disconnect:
+                self._on_disconnect(stream.key, stream.node)
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- what the owner of the configuration can ask ----------------------------------------------
+
+    def streams(self) -> list[dict]:
+        return [s.describe(self.cache.get(s.key) if s.key else None) for s in self._streams.values()]
+
+    def converged(self) -> bool:
+        """Every connected proxy has ACKed its current snapshot."""
+        return all(s.converged(self.cache.get(s.key)) for s in self._streams.values() if s.key)
+
+    def _settled(self) -> bool:
+        return all(
+            s.converged(snapshot) or s.rejected(snapshot)
+            for s in self._streams.values()
+            if s.key and (snapshot := self.cache.get(s.key))
+        )
+
+    async def wait_converged(self, seconds: float) -> bool:
+        """Wait until every connected proxy has ACKed its current snapshot.
+
+        False on timeout, or as soon as a proxy rejects its current snapshot (waiting longer
+        would not help: a NACKed version is never re-sent).
+        """
+        try:
+            async with asyncio.timeout(seconds), self._changed:
+                await self._changed.wait_for(self._settled)
+        except TimeoutError:
+            return False
+        return self.converged()
+
+
+async def start_server(servicer: AdsServer, host: str, port: int) -> grpc.aio.Server:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind the xDS server to {host}:{port} (port in use?)")
+    await server.start()
+    return server

@@ -52,9 +52,10 @@ def listener_address(node_metadata: struct_pb2.Struct) -> ListenerAddress:
         return ListenerAddress()
     ours = json_format.MessageToDict(fields.struct_value)
     default = ListenerAddress()
-    return ListenerAddress(
-        host=str(ours.get("listen_address", default.host)), port=int(ours.get("listen_port", default.port))
-    )
+    port = str(ours.get("listen_port", default.port))
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"node metadata {METADATA_KEY}.listen_port: {port!r} is not a port number")
+    return ListenerAddress(host=str(ours.get("listen_address", default.host)), port=int(port))
 
 
 def _is_ip(host: str) -> bool:
@@ -71,7 +72,7 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
     )
     metadata = struct_pb2.Struct()
     metadata.update(
-        {METADATA_KEY: {"listen_address": options.listen.host, "listen_port": options.listen.port}}
+        {METADATA_KEY: {"listen_address": options.listen.host, "listen_port": str(options.listen.port)}}
     )
     http2_only = http_protocol_options_pb2.HttpProtocolOptions(
         explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(

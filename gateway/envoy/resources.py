@@ -16,11 +16,11 @@ from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_de
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
-from envoy.config.retry.previous_priorities import previous_priorities_config_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
 from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import any_pb2, duration_pb2, wrappers_pb2

@@ -12,7 +12,15 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -85,7 +93,12 @@ def _parse_endpoint(value: Any) -> tuple[str, int]:
     return host, int(port)
 
 
-Endpoint = Annotated[tuple[str, int], BeforeValidator(_parse_endpoint)]
+def _format_endpoint(endpoint: tuple[str, int]) -> str:
+    host, port = endpoint
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+Endpoint = Annotated[tuple[str, int], BeforeValidator(_parse_endpoint), PlainSerializer(_format_endpoint)]
 
 
 class Variant(_Model):

@@ -166,7 +166,12 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 self.cache.subscribe(stream.key, wake)
                 log.info("proxy %s connected from %s", stream.node.id, stream.peer)
                 if self._on_connect:
-                    self._on_connect(stream.key, stream.node)
+                    try:
+                        self._on_connect(stream.key, stream.node)
+                    except ValueError as error:
+                        await context.abort(
+                            grpc.StatusCode.INVALID_ARGUMENT, f"cannot serve this node: {error}"
+                        )
             if self._handle(stream, request):
                 wake.set()
             async with self._changed:

@@ -1,0 +1,3 @@
+from graystack.cli import main
+
+main()

@@ -1,0 +1,221 @@
+"""A gateway stack on loopback for tests and benchmarks: two stand-in upstreams, the real
+`graystack gateway` process and the real Envoy, each on a free port, each stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from copy import deepcopy
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.support.processes import ManagedProcess, free_port, start_process, wait_until
+
+VARIANTS = ("baseline", "zero-layer")
+
+
+def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
+    return {
+        "name": "zero-layer",
+        "variants": {
+            "baseline": {"endpoints": [f"127.0.0.1:{baseline_port}"]},
+            "zero-layer": {"endpoints": [f"127.0.0.1:{zero_layer_port}"]},
+        },
+        "routing": {
+            "header": "X-Client-Type",
+            "rules": [
+                {"value": "high_load", "variant": "zero-layer"},
+                {"value": "mobile", "weights": {"baseline": 80, "zero-layer": 20}},
+            ],
+            "weights": {"baseline": 100, "zero-layer": 0},
+        },
+        "timeouts": {"request": "10s", "first_byte": "1s"},
+        "retries": {"on": "5xx,reset,connect-failure", "attempts": 1, "fallback": "baseline"},
+        "health_check": {"interval": "1s"},
+    }
+
+
+class Stack:
+    def __init__(self, workdir: Path, envoy: str) -> None:
+        self.workdir = workdir
+        self.envoy_binary = envoy
+        self.logs = workdir / "logs"
+        self.ports = {
+            name: free_port() for name in ("listen", "envoy_admin", "xds", "admin", "baseline", "zero-layer")
+        }
+        self.spec_path = workdir / "spec.yaml"
+        self.spec = default_spec(self.ports["baseline"], self.ports["zero-layer"])
+        self.upstreams: dict[str, ManagedProcess] = {}
+        self.gateway: ManagedProcess | None = None
+        self.envoy: ManagedProcess | None = None
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.ports['listen']}", timeout=15.0)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> Stack:
+        for variant in VARIANTS:
+            self.upstreams[variant] = start_process(
+                variant,
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.support.upstream",
+                    "--name",
+                    variant,
+                    "--port",
+                    str(self.ports[variant]),
+                ],
+                self.logs,
+            )
+        for variant in VARIANTS:
+            wait_until(
+                lambda v=variant: self._get(self.ports[v], "/readyz"), 15, f"{variant} stand-in upstream"
+            )
+        self.write_spec(self.spec)
+        self.start_gateway()
+        bootstrap = self.workdir / "envoy.yaml"
+        bootstrap.write_text(self.cli("envoy-bootstrap", *self.bootstrap_args()))
+        self.envoy = start_process(
+            "envoy",
+            [
+                self.envoy_binary,
+                "-c",
+                str(bootstrap),
+                "--disable-hot-restart",
+                "--concurrency",
+                "2",
+                "-l",
+                "warning",
+            ],
+            self.logs,
+        )
+        wait_until(lambda: self.request().status_code == 200, 30, "the first request through Envoy")
+        return self
+
+    def bootstrap_args(self) -> list[str]:
+        return [
+            "--xds-port",
+            str(self.ports["xds"]),
+            "--listen-port",
+            str(self.ports["listen"]),
+            "--admin-port",
+            str(self.ports["envoy_admin"]),
+            "--node-id",
+            "test-envoy",
+        ]
+
+    def start_gateway(self) -> ManagedProcess:
+        self.gateway = start_process(
+            "gateway",
+            [
+                *self.graystack_argv(),
+                "gateway",
+                "--spec",
+                str(self.spec_path),
+                "--xds-port",
+                str(self.ports["xds"]),
+                "--admin-port",
+                str(self.ports["admin"]),
+            ],
+            self.logs,
+        )
+        wait_until(lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API")
+        return self.gateway
+
+    def stop(self) -> None:
+        self.client.close()
+        for process in [self.envoy, self.gateway, *self.upstreams.values()]:
+            if process is not None:
+                process.stop()
+
+    # -- driving it -------------------------------------------------------------------------------
+
+    @staticmethod
+    def graystack_argv() -> list[str]:
+        return [sys.executable, "-m", "graystack"]
+
+    def cli(self, *args: str, check: bool = True) -> str:
+        result = subprocess.run(
+            [*self.graystack_argv(), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "GRAYSTACK_ADMIN_URL": self.admin_url},
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"graystack {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+        return result.stdout
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['admin']}"
+
+    def write_spec(self, spec: dict) -> None:
+        self.spec = deepcopy(spec)
+        tmp = self.spec_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
+        tmp.replace(self.spec_path)
+
+    def write_raw_spec(self, text: str) -> None:
+        tmp = self.spec_path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.spec_path)
+
+    def status(self) -> dict:
+        return httpx.get(f"{self.admin_url}/v1/status", timeout=5).json()
+
+    def wait_converged(self, generation_above: int = -1, timeout: float = 15) -> dict:
+        def done():
+            status = self.status()
+            proxies = status["xds"]["proxies"]
+            return (
+                status
+                if proxies and status["xds"]["converged"] and status["generation"] > generation_above
+                else None
+            )
+
+        return wait_until(done, timeout, "every proxy to ACK the gateway's config")
+
+    def request(self, headers: dict | None = None) -> httpx.Response:
+        return self.client.get("/v1/ping", headers=headers)
+
+    def variant_counts(self, n: int, headers: dict | None = None) -> dict[str, int]:
+        counts = dict.fromkeys(VARIANTS, 0)
+        for _ in range(n):
+            response = self.request(headers)
+            assert response.status_code == 200, response.text
+            counts[response.headers["x-graystack-variant"]] += 1
+        return counts
+
+    def set_upstream(self, variant: str, mode: str, stall_seconds: float = 5.0) -> None:
+        body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True}
+        httpx.post(
+            f"http://127.0.0.1:{self.ports[variant]}/_control", json=body, timeout=5
+        ).raise_for_status()
+
+    def upstream_answers(self, variant: str) -> dict[str, int]:
+        return httpx.get(f"http://127.0.0.1:{self.ports[variant]}/_stats", timeout=5).json()
+
+    def envoy_stats(self) -> dict[str, int]:
+        text = httpx.get(f"http://127.0.0.1:{self.ports['envoy_admin']}/stats", timeout=5).text
+        stats = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.strip().lstrip("-").isdigit():
+                stats[name] = int(value)
+        return stats
+
+    def envoy_route_version(self) -> str:
+        dump = httpx.get(
+            f"http://127.0.0.1:{self.ports['envoy_admin']}/config_dump",
+            params={"resource": "dynamic_route_configs"},
+            timeout=5,
+        ).json()
+        return dump["configs"][0]["version_info"]
+
+    @staticmethod
+    def _get(port: int, path: str) -> bool:
+        return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200

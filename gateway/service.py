@@ -16,12 +16,11 @@ from pathlib import Path
 from envoy.config.core.v3 import base_pb2
 
 from gateway.envoy.bootstrap import listener_address
-from gateway.envoy.resources import EndpointMap, EnvoyResources, ListenerAddress, build_resources
+from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
 from gateway.rollout import metrics
 from gateway.rollout.overrides import Segment, apply_overrides, surviving_overrides
 from gateway.rollout.spec import RolloutSpec, SpecError, complete_split
 from gateway.sources.endpoints import static_endpoints
-from gateway.xds import types
 from gateway.xds.cache import InconsistentSnapshot, SnapshotCache, check_consistent
 
 log = logging.getLogger(__name__)
@@ -89,13 +88,13 @@ class Gateway:
     def _go_live(self, spec: RolloutSpec) -> None:
         endpoints = self._endpoints_for(spec)
         built = {
-            key: _by_type(build_resources(spec, endpoints, listen)) for key, listen in self._nodes.items()
+            key: build_resources(spec, endpoints, listen).by_type() for key, listen in self._nodes.items()
         }
         try:
             if built:
                 self.cache.set_all(built)
             else:  # no proxy yet: still check that this spec builds a consistent config
-                check_consistent(_by_type(build_resources(spec, endpoints, ListenerAddress())))
+                check_consistent(build_resources(spec, endpoints, ListenerAddress()).by_type())
         except InconsistentSnapshot as error:
             raise SpecError(f"the Envoy config built from this spec is inconsistent: {error}") from error
         self.live = spec
@@ -110,7 +109,7 @@ class Gateway:
         self._nodes[key] = listen
         if self.live is not None:
             self.cache.set_resources(
-                key, _by_type(build_resources(self.live, self._endpoints_for(self.live), listen))
+                key, build_resources(self.live, self._endpoints_for(self.live), listen).by_type()
             )
 
     # -- reading ----------------------------------------------------------------------------------
@@ -139,11 +138,3 @@ def _routing_status(spec: RolloutSpec, overrides: Mapping[Segment, Mapping[str, 
         "fallback": spec.retries.fallback,
     }
 
-
-def _by_type(resources: EnvoyResources) -> dict[str, list]:
-    return {
-        types.CLUSTER: resources.clusters,
-        types.ENDPOINT: resources.endpoints,
-        types.LISTENER: resources.listeners,
-        types.ROUTE: resources.routes,
-    }

@@ -27,6 +27,7 @@ from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
 
 from gateway.envoy import names
 from gateway.rollout.spec import RolloutSpec
+from gateway.xds import types
 
 EndpointMap = Mapping[str, Sequence[tuple[str, int]]]  # variant -> [(ip, port)]
 
@@ -46,6 +47,15 @@ class EnvoyResources:
     endpoints: list[endpoint_pb2.ClusterLoadAssignment]
     listeners: list[listener_pb2.Listener]
     routes: list[route_pb2.RouteConfiguration]
+
+    def by_type(self) -> dict[str, list]:
+        """Keyed by xDS type URL, as the snapshot cache takes them."""
+        return {
+            types.CLUSTER: self.clusters,
+            types.ENDPOINT: self.endpoints,
+            types.LISTENER: self.listeners,
+            types.ROUTE: self.routes,
+        }
 
 
 def build_resources(spec: RolloutSpec, endpoints: EndpointMap, listen: ListenerAddress) -> EnvoyResources:

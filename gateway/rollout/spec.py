@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # RFC 9110 token: what Envoy accepts as a header name.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -314,11 +314,33 @@ def validate_spec(data: Any) -> RolloutSpec:
         raise SpecError(_format(error)) from None
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false. Under YAML 1.1, the contract's `retries: {on: ...}`
+    key would load as the boolean True (and `off`, `yes`, `no` likewise)."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Plain data from YAML, safely (a SafeLoader), with YAML 1.2 booleans."""
+    return yaml.load(text, Loader=_Yaml12Loader)
+
+
 def parse_spec(text: str, source: str = "spec") -> RolloutSpec:
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as error:
-        raise SpecError(f"{source}: not valid YAML: {error}") from None
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise SpecError(f"{source}: not valid YAML{where}: {problem}") from None
     try:
         return validate_spec(data)
     except SpecError as error:

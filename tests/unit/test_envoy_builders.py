@@ -1,0 +1,127 @@
+"""The pure builders: what Envoy will do with the config follows from these fields."""
+
+import pytest
+
+from gateway.envoy import names
+from gateway.envoy.resources import ListenerAddress, build_resources
+from gateway.rollout.spec import load_yaml, validate_spec
+from gateway.xds.cache import check_consistent
+from tests.unit.test_spec import DESIGN_EXAMPLE
+
+ENDPOINTS = {"baseline": [("127.0.0.1", 8001)], "zero-layer": [("127.0.0.1", 8002), ("127.0.0.1", 8003)]}
+
+
+def build(**changes):
+    data = load_yaml(DESIGN_EXAMPLE)
+    data.update(changes)
+    return build_resources(validate_spec(data), ENDPOINTS, ListenerAddress("127.0.0.1", 8080))
+
+
+def routes_of(resources):
+    (route_config,) = resources.routes
+    (host,) = route_config.virtual_hosts
+    return host.routes
+
+
+def test_header_rules_come_first_then_the_weighted_default():
+    routes = routes_of(build())
+    assert [r.name for r in routes] == ["x-client-type=high_load", "x-client-type=mobile", "default"]
+    high_load, mobile, default = routes
+    (matcher,) = high_load.match.headers
+    assert matcher.name == "X-Client-Type"
+    assert matcher.string_match.exact == "high_load"
+    assert not matcher.HasField("exact_match")  # deprecated in Envoy; may become fatal
+    assert [(c.name, c.weight.value) for c in high_load.route.weighted_clusters.clusters] == [
+        (names.fallback_cluster("zero-layer"), 100)
+    ]
+    assert [(c.name, c.weight.value) for c in mobile.route.weighted_clusters.clusters] == [
+        ("baseline", 80),
+        (names.fallback_cluster("zero-layer"), 20),
+    ]
+    assert not default.match.headers
+    assert [(c.name, c.weight.value) for c in default.route.weighted_clusters.clusters] == [
+        ("baseline", 95),
+        (names.fallback_cluster("zero-layer"), 5),
+    ]
+    assert not default.route.weighted_clusters.HasField("total_weight")  # deprecated, ignored by Envoy
+
+
+def test_a_variant_at_zero_percent_is_left_out_of_the_split():
+    routes = routes_of(build(routing={"weights": {"baseline": 100, "zero-layer": 0}}))
+    assert [c.name for c in routes[-1].route.weighted_clusters.clusters] == ["baseline"]
+
+
+def test_without_a_fallback_routes_name_the_variant_clusters_and_no_aggregate_exists():
+    resources = build(retries={"attempts": 2})
+    assert [c.name for c in resources.clusters] == ["baseline", "zero-layer"]
+    default = routes_of(resources)[-1]
+    assert [c.name for c in default.route.weighted_clusters.clusters] == ["baseline", "zero-layer"]
+    assert not default.route.retry_policy.HasField("retry_priority")
+    assert default.route.retry_policy.num_retries.value == 2
+
+
+def test_timeouts_and_retries():
+    policy_route = routes_of(build())[-1].route
+    assert policy_route.timeout.seconds == 8
+    assert policy_route.retry_policy.per_try_idle_timeout.seconds == 2
+    assert policy_route.retry_policy.retry_on == "5xx,reset,connect-failure"
+    assert policy_route.retry_policy.retry_priority.name == "envoy.retry_priorities.previous_priorities"
+    no_limit = routes_of(build(timeouts={"request": 0}))[-1].route
+    assert no_limit.HasField("timeout")  # explicitly 0 (= none), not Envoy's 15 s default
+    assert no_limit.timeout.seconds == 0
+    assert not no_limit.retry_policy.HasField("per_try_idle_timeout")
+
+
+def test_the_fallback_aggregate_tries_the_variant_then_the_baseline():
+    from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
+
+    clusters = {c.name: c for c in build().clusters}
+    aggregate = clusters[names.fallback_cluster("zero-layer")]
+    config = aggregate_pb2.ClusterConfig()
+    assert aggregate.cluster_type.typed_config.Unpack(config)
+    assert list(config.clusters) == ["zero-layer", "baseline"]
+    assert aggregate.circuit_breakers.thresholds[0].max_retries.value >= 1024
+
+
+def test_variant_clusters_are_health_checked_and_never_panic_route_to_an_ejected_host():
+    clusters = {c.name: c for c in build().clusters}
+    variant, baseline = clusters["zero-layer"], clusters["baseline"]
+    (check,) = variant.health_checks
+    assert check.http_health_check.path == "/readyz"
+    for required in (
+        "timeout",
+        "interval",
+        "unhealthy_threshold",
+        "healthy_threshold",
+        "no_traffic_interval",
+    ):
+        assert check.HasField(required), required
+    assert variant.outlier_detection.max_ejection_percent.value == 100
+    assert variant.common_lb_config.healthy_panic_threshold.value == 0.0
+    assert not baseline.common_lb_config.HasField("healthy_panic_threshold")  # the fallback keeps Envoy's
+
+
+def test_endpoints_and_listener():
+    resources = build()
+    assignment = {e.cluster_name: e for e in resources.endpoints}["zero-layer"]
+    addresses = [
+        (lb.endpoint.address.socket_address.address, lb.endpoint.address.socket_address.port_value)
+        for lb in assignment.endpoints[0].lb_endpoints
+    ]
+    assert addresses == ENDPOINTS["zero-layer"]
+    (listener,) = resources.listeners
+    assert listener.address.socket_address.port_value == 8080
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"retries": {"attempts": 0}},
+        {"outlier_detection": None},
+        {"routing": {"weights": {"baseline": 100}}},
+    ],
+)
+def test_every_build_is_a_consistent_snapshot(changes):
+    resources = build(**changes)
+    check_consistent(resources.by_type())

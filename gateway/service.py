@@ -137,4 +137,3 @@ def _routing_status(spec: RolloutSpec, overrides: Mapping[Segment, Mapping[str, 
         "flipped": sorted("default" if s is None else s for s in overrides),
         "fallback": spec.retries.fallback,
     }
-

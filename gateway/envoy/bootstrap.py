@@ -22,8 +22,11 @@ from envoy.config.core.v3 import (
     protocol_pb2,
 )
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.overload.v3 import overload_pb2
+from envoy.extensions.resource_monitors.downstream_connections.v3 import downstream_connections_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
 
 from gateway.envoy import names
 from gateway.envoy.resources import ListenerAddress, _any, _duration
@@ -40,6 +43,8 @@ class BootstrapOptions:
     listen: ListenerAddress = ListenerAddress()
     admin_host: str = "127.0.0.1"
     admin_port: int = 9901
+    # A bound on open client connections, so a flood degrades Envoy instead of exhausting it.
+    max_downstream_connections: int = 50_000
     # How fast Envoy reconnects to a restarted control plane (its default backs off to 30 s).
     reconnect_base: float = 0.25
     reconnect_max: float = 2.0
@@ -125,6 +130,18 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
             lds_config=ads_source,
         ),
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(clusters=[xds_cluster]),
+        overload_manager=overload_pb2.OverloadManager(
+            resource_monitors=[
+                overload_pb2.ResourceMonitor(
+                    name="envoy.resource_monitors.global_downstream_max_connections",
+                    typed_config=_any(
+                        downstream_connections_pb2.DownstreamConnectionsConfig(
+                            max_active_downstream_connections=options.max_downstream_connections
+                        )
+                    ),
+                )
+            ]
+        ),
     )
 
 
@@ -132,6 +149,11 @@ def _address(host: str, port: int) -> address_pb2.Address:
     return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))
 
 
-def bootstrap_yaml(options: BootstrapOptions) -> str:
-    as_json = json_format.MessageToJson(build_bootstrap(options), preserving_proto_field_name=True)
+def message_yaml(message: Message) -> str:
+    """A proto as the YAML Envoy reads (typed `Any` fields carry their `@type`)."""
+    as_json = json_format.MessageToJson(message, preserving_proto_field_name=True)
     return yaml.safe_dump(json.loads(as_json), sort_keys=False)
+
+
+def bootstrap_yaml(options: BootstrapOptions) -> str:
+    return message_yaml(build_bootstrap(options))

@@ -142,3 +142,13 @@ def test_a_segment_flip_replaces_only_that_segment():
         spec.with_split({"baseline": 100}, "tablet")
     with pytest.raises(SpecError, match="sum to 100"):
         spec.with_split({"baseline": 70, "zero-layer": 20})
+
+
+def test_the_example_spec_in_the_repository_is_valid():
+    from pathlib import Path
+
+    from gateway.sources.spec_file import read_spec
+
+    spec, _ = read_spec(Path(__file__).parents[2] / "examples" / "spec.yaml")
+    assert spec.retries.fallback == "baseline"
+    assert spec.timeouts.request == 0.0

@@ -87,9 +87,10 @@ class Gateway:
 
     def _go_live(self, spec: RolloutSpec) -> None:
         endpoints = self._endpoints_for(spec)
-        built = {
-            key: build_resources(spec, endpoints, listen).by_type() for key, listen in self._nodes.items()
+        by_listener = {
+            listen: build_resources(spec, endpoints, listen).by_type() for listen in set(self._nodes.values())
         }
+        built = {key: by_listener[listen] for key, listen in self._nodes.items()}
         try:
             if built:
                 self.cache.set_all(built)

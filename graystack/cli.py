@@ -134,7 +134,7 @@ def weight(
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    routing = result["status"]["routing"]
+    routing = result["routing"]
     split = (
         routing["weights"]
         if segment is None

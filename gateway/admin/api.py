@@ -65,16 +65,20 @@ def create_admin_app(gateway: Gateway, ads: AdsServer, token: str | None = None)
 
     @app.put("/v1/weights", dependencies=[v1])
     async def set_weights(change: SplitChange) -> dict:
+        """Flip, then wait for every proxy's ACK; the answer stays small whatever the fleet size."""
+        started = time.monotonic()
         try:
             gateway.set_split(change.weights, change.segment)
         except SpecError as error:
             raise HTTPException(status_code=400, detail=str(error)) from None
-        started = time.monotonic()
         acked = await ads.wait_converged(change.wait_seconds)
+        status = gateway.status()
         return {
             "acked": acked,
             "ack_seconds": round(time.monotonic() - started, 6) if acked else None,
-            "status": full_status(gateway, ads),
+            "proxies": ads.proxy_count(),
+            "generation": status["generation"],
+            "routing": status["routing"],
         }
 
     return app

@@ -142,23 +142,29 @@ class SnapshotCache:
         return self.set_all({key: resources})[key]
 
     def set_all(self, by_key: Mapping[str, Mapping[str, Iterable[Message]]]) -> dict[str, Snapshot]:
-        """Several nodes' configurations at once: all are checked before any is swapped in."""
-        checked = {}
-        for key, resources in by_key.items():
-            resources = {type_url: list(messages) for type_url, messages in resources.items()}
-            unknown = set(resources) - set(types.PUSH_ORDER)
+        """Several nodes' configurations at once: all are checked before any is swapped in.
+
+        Nodes given the same resources object share one check and one serialization, so a fleet
+        of identical proxies costs one build, not one per proxy.
+        """
+        packed_by_id: dict[int, dict[str, tuple[dict, dict]]] = {}
+        for resources in by_key.values():
+            if id(resources) in packed_by_id:
+                continue
+            messages = {type_url: list(items) for type_url, items in resources.items()}
+            unknown = set(messages) - set(types.PUSH_ORDER)
             if unknown:
                 raise InconsistentSnapshot(f"unsupported resource types {sorted(unknown)}")
-            check_consistent(resources)
-            checked[key] = resources
-        return {key: self._swap_in(key, resources) for key, resources in checked.items()}
+            check_consistent(messages)
+            packed_by_id[id(resources)] = {t: _pack(messages.get(t, [])) for t in types.PUSH_ORDER}
+        return {key: self._swap_in(key, packed_by_id[id(resources)]) for key, resources in by_key.items()}
 
-    def _swap_in(self, key: str, resources: Mapping[str, list[Message]]) -> Snapshot:
+    def _swap_in(self, key: str, packed: Mapping[str, tuple[dict, dict]]) -> Snapshot:
         previous = self._snapshots.get(key)
         built: dict[str, TypeResources] = {}
         clusters_changed = False
         for type_url in types.PUSH_ORDER:
-            items, hashes = _pack(resources.get(type_url, []))
+            items, hashes = packed[type_url]
             old = previous.resources.get(type_url) if previous else None
             same = old is not None and _content_hash(old.hashes) == _content_hash(hashes)
             if type_url == types.ENDPOINT and clusters_changed:

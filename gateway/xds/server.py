@@ -129,12 +129,12 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         wake = asyncio.Event()
         reader = asyncio.create_task(self._read(request_iterator, stream, wake, context))
         self._streams[stream.id] = stream
+        waiter: asyncio.Task | None = None
         try:
             while True:
                 waiter = asyncio.create_task(wake.wait())
                 done, _ = await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 if reader in done:
-                    waiter.cancel()
                     reader.result()
                     return
                 wake.clear()
@@ -144,6 +144,8 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                         yield response
         finally:
             reader.cancel()
+            if waiter is not None:
+                waiter.cancel()
             await self._close(stream, wake)
 
     async def DeltaAggregatedResources(self, request_iterator, context):
@@ -188,6 +190,8 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         if request.response_nonce:
             short = types.SHORT_NAME[request.type_url]
             if request.HasField("error_detail"):
+                # A NACK names the last version the proxy did apply: that one keeps serving.
+                state.acked = request.version_info
                 state.nacked = state.version_sent
                 state.nack_message = request.error_detail.message
                 state.nack_at = time.time()
@@ -240,6 +244,9 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             self._changed.notify_all()
 
     # -- what the owner of the configuration can ask ----------------------------------------------
+
+    def proxy_count(self) -> int:
+        return sum(1 for stream in self._streams.values() if stream.key)
 
     def streams(self) -> list[dict]:
         return [s.describe(self.cache.get(s.key) if s.key else None) for s in self._streams.values()]

@@ -71,9 +71,10 @@ async def test_a_proxy_gets_its_whole_config_and_its_acks_are_recorded(served):
 
 
 async def test_a_change_touching_every_type_goes_out_clusters_endpoints_listeners_routes(served):
-    cache, _, channel = served
+    cache, ads, channel = served
     client = AdsClient(channel, "envoy-1")
     await handshake(client)
+    assert await ads.wait_converged(seconds=2)
     changed = resources(
         health_check={"interval": "7s"}, routing={"weights": {"baseline": 50, "zero-layer": 50}}
     )
@@ -88,6 +89,7 @@ async def test_a_nacked_version_is_recorded_and_never_resent(served):
     cache, ads, channel = served
     client = AdsClient(channel, "envoy-1")
     got = await handshake(client)
+    assert await ads.wait_converged(seconds=2)
     nacks_before = metric("graystack_xds_nacks_total", type="rds")
     cache.set_resources("envoy-1", resources(routing={"weights": {"baseline": 50, "zero-layer": 50}}))
     rejected = await client.receive()
@@ -114,6 +116,7 @@ async def test_a_stale_nonce_is_ignored(served):
     cache, ads, channel = served
     client = AdsClient(channel, "envoy-1")
     got = await handshake(client)
+    assert await ads.wait_converged(seconds=2)
     cache.set_resources("envoy-1", resources(routing={"weights": {"baseline": 50, "zero-layer": 50}}))
     await client.receive()
     # An ACK that answers the previous response, not the latest: must not count as acking the new one.

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit integration lint bench clean
+.PHONY: install demo test unit integration lint bench clean
 
 install: $(STAMP)
 
@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+demo: install  ## Envoy + the gateway + stand-in upstreams: flips, a header rule, a failing variant
+	$(BIN)/graystack demo
 
 test: install  ## everything CI runs
 	$(BIN)/pytest -q

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from graystack.binaries import find_binary
-from tests.support.stack import Stack
+from graystack.local.gateway_stack import GatewayStack
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -115,13 +115,13 @@ def write_result(name: str, parameters: dict, results: dict) -> Path:
 
 
 @contextlib.contextmanager
-def running_stack(prefix: str) -> Iterator[Stack]:
+def running_stack(prefix: str) -> Iterator[GatewayStack]:
     """A started Envoy + gateway + stand-in upstreams in a temp folder, stopped by PID afterwards."""
     envoy = find_binary("envoy")
     if envoy is None:
         raise SystemExit("envoy not found; `make install` provides it")
     with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
-        stack = Stack(Path(workdir), envoy)
+        stack = GatewayStack(Path(workdir), envoy)
         try:
             yield stack.start()
         finally:

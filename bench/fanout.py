@@ -35,8 +35,8 @@ from prometheus_client import REGISTRY
 from bench._common import rss_kib, summarize, write_result
 from gateway.app import GatewayOptions, GatewayProcess
 from gateway.xds import types
-from tests.support.processes import free_port
-from tests.support.stack import default_spec
+from graystack.local.gateway_stack import default_spec
+from graystack.local.processes import free_port
 
 SYNC_TIMEOUT_S = 120.0
 FLIP_TIMEOUT_S = 60.0

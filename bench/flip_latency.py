@@ -26,20 +26,20 @@ import time
 import httpx
 
 from bench._common import brief, running_stack, summarize, write_result
-from tests.support.processes import wait_until
-from tests.support.stack import Stack
+from graystack.local.gateway_stack import GatewayStack
+from graystack.local.processes import wait_until
 
 TARGETS = ("zero-layer", "baseline")  # the stack starts at baseline 100, so the first flip moves traffic
 DEADLINE_S = 5.0
 
 
-def served_by(stack: Stack) -> str:
+def served_by(stack: GatewayStack) -> str:
     response = stack.request()
     response.raise_for_status()
     return response.headers["x-graystack-variant"]
 
 
-def poll_until_served_by(stack: Stack, target: str, started: float) -> tuple[float, int]:
+def poll_until_served_by(stack: GatewayStack, target: str, started: float) -> tuple[float, int]:
     """Requests through Envoy until one is served by `target`: (seconds since `started`, stale count)."""
     stale = 0
     while served_by(stack) != target:
@@ -49,7 +49,7 @@ def poll_until_served_by(stack: Stack, target: str, started: float) -> tuple[flo
     return time.perf_counter() - started, stale
 
 
-def ack_loop(stack: Stack, flips: int, warmup: int) -> dict[str, list[float]]:
+def ack_loop(stack: GatewayStack, flips: int, warmup: int) -> dict[str, list[float]]:
     """PUT and wait for the ACK; then count requests that still reached the old variant."""
     samples: dict[str, list[float]] = {"client_s": [], "server_ack_s": [], "stale_after_ack": []}
     with httpx.Client(base_url=stack.admin_url, timeout=15) as admin:
@@ -70,7 +70,7 @@ def ack_loop(stack: Stack, flips: int, warmup: int) -> dict[str, list[float]]:
     return samples
 
 
-def traffic_loop(stack: Stack, flips: int, warmup: int) -> dict[str, list[float]]:
+def traffic_loop(stack: GatewayStack, flips: int, warmup: int) -> dict[str, list[float]]:
     """Send the PUT without waiting, then poll traffic until the new variant answers."""
     samples: dict[str, list[float]] = {"first_request_s": [], "stale_requests": []}
     admin = http.client.HTTPConnection("127.0.0.1", stack.ports["admin"], timeout=15)

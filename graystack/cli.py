@@ -168,3 +168,14 @@ def status(admin_url: str, token: str | None, as_json: bool, watch: bool, interv
                 return
             time.sleep(interval)
             click.clear()
+
+
+@main.command()
+@click.option(
+    "--run-dir", type=click.Path(path_type=Path), default=None, help="where logs go (default: runs/demo-TIME)"
+)
+def demo(run_dir: Path | None) -> None:
+    """Run Envoy + the gateway + stand-in upstreams, flip traffic and fail a variant; then stop."""
+    from graystack.demo import run_demo
+
+    run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))

@@ -3,8 +3,8 @@ upstreams) on free loopback ports, and stop every one of them by PID."""
 
 import pytest
 
+from graystack.local.gateway_stack import GatewayStack
 from tests.support.processes import require_binary
-from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="session")
@@ -14,7 +14,7 @@ def envoy_binary() -> str:
 
 @pytest.fixture
 def stack(tmp_path, envoy_binary):
-    running = Stack(tmp_path, envoy_binary)
+    running = GatewayStack(tmp_path, envoy_binary)
     try:
         yield running.start()
     finally:

@@ -8,7 +8,7 @@ import threading
 import httpx
 import pytest
 
-from tests.support.processes import wait_until
+from graystack.local.processes import wait_until
 
 
 def test_a_file_edit_reaches_envoy_without_a_restart(stack):

@@ -16,8 +16,8 @@ from gateway.app import GatewayOptions, GatewayProcess
 from gateway.envoy.resources import ListenerAddress, build_resources
 from gateway.sources.endpoints import static_endpoints
 from gateway.xds.types import ROUTE
-from tests.support.processes import start_process
-from tests.support.stack import Stack
+from graystack.local.gateway_stack import GatewayStack
+from graystack.local.processes import start_process
 
 
 async def poll(check, seconds: float, what: str):
@@ -39,7 +39,7 @@ def all_zero_weights(route_config) -> None:
 
 
 async def test_a_rejected_route_leaves_the_last_acked_one_serving(tmp_path, envoy_binary):
-    stack = Stack(tmp_path, envoy_binary)  # for its upstreams, ports and spec; the gateway runs here
+    stack = GatewayStack(tmp_path, envoy_binary)  # for its upstreams, ports and spec; the gateway runs here
     stack.start_upstreams()
     spec = stack.spec
     spec["routing"]["weights"] = {"baseline": 0, "zero-layer": 100}
@@ -63,14 +63,14 @@ async def test_a_rejected_route_leaves_the_last_acked_one_serving(tmp_path, envo
 
             assert await poll(variant_served, 30, "Envoy to serve") == "zero-layer"
             assert await gateway.ads.wait_converged(seconds=10)
-            good_version = gateway.cache.get("test-envoy").version(ROUTE)
+            good_version = gateway.cache.get(stack.node_id).version(ROUTE)
             nacks = REGISTRY.get_sample_value("graystack_xds_nacks_total", {"type": "rds"}) or 0.0
 
             live = gateway.gateway.live
             listen = ListenerAddress("127.0.0.1", stack.ports["listen"])
             resources = build_resources(live, static_endpoints(live), listen).by_type()
             all_zero_weights(resources[ROUTE][0])
-            gateway.cache.set_resources("test-envoy", resources)
+            gateway.cache.set_resources(stack.node_id, resources)
 
             assert not await gateway.ads.wait_converged(seconds=10)
             pushes = REGISTRY.get_sample_value("graystack_xds_pushes_total", {"type": "rds"})

@@ -11,8 +11,8 @@ from gateway.envoy.resources import ListenerAddress, build_listener
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer, start_server
 from gateway.xds.types import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from graystack.local.processes import free_port
 from tests.support.ads_client import AdsClient
-from tests.support.processes import free_port
 from tests.unit.test_xds_cache import resources
 
 VARIANT_CLUSTERS = ["baseline", "zero-layer"]

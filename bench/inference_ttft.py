@@ -1,0 +1,109 @@
+"""CPU: time to first token and peak memory, zero-layer vs baseline, prompts of 512, 2K and 8K bytes.
+
+Each (variant, prompt) case runs in a fresh process, so its peak resident memory is its own: the
+process loads the model, resets the kernel's high-water mark (/proc/self/clear_refs), then prefills
+the prompt and samples the first token, `--repeats` times. TTFT here is the model's share of it
+(prefill + first token), without HTTP. Both variants share one backbone (same seed); only the bias
+layer differs: the baseline materializes [H, L, L], the zero-layer adds bias only near the diagonal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench._common import rss_kib, summarize, write_result
+
+PROMPT_BYTES = (512, 2048, 8192)
+VARIANTS = ("baseline", "zero-layer")
+
+
+def measure(variant: str, weights: Path, prompt_bytes: int, repeats: int) -> dict:
+    """In this process: TTFT samples and the peak memory above the loaded model, in MiB."""
+    import torch
+
+    from inference.checkpoint import load_model
+    from inference.model import KVCache
+
+    torch.set_num_threads(2)
+    loaded = load_model(weights, variant)
+    prompt = torch.randint(0, 256, (prompt_bytes,), generator=torch.Generator().manual_seed(0))
+    Path("/proc/self/clear_refs").write_text("5")  # peak (VmHWM) := current RSS
+    before = rss_kib()["VmRSS"]
+    samples, computed, skipped = [], 0, 0
+    for _ in range(repeats):
+        started = time.perf_counter()
+        logits, blocks = loaded.model.prefill(prompt, KVCache())
+        int(torch.argmax(logits))
+        samples.append(time.perf_counter() - started)
+        computed, skipped = blocks.computed, blocks.skipped
+    return {
+        "ttft_ms": summarize(samples, 1000),
+        "peak_mib_above_model": round((rss_kib()["VmHWM"] - before) / 1024, 1),
+        "bias_blocks": {"computed": computed, "skipped": skipped},
+        "effective_window": loaded.model.skip_distance,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--case", nargs=3, metavar=("VARIANT", "WEIGHTS", "BYTES"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:  # the child process
+        variant, weights, prompt_bytes = args.case
+        print(json.dumps(measure(variant, Path(weights), int(prompt_bytes), args.repeats)))
+        return
+
+    from inference.checkpoint import init_checkpoint
+
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bench-ttft-") as workdir:
+        weights = {v: init_checkpoint(v, Path(workdir) / f"{v}.safetensors", seed=0) for v in VARIANTS}
+        for prompt_bytes in PROMPT_BYTES:
+            row = {}
+            for variant in VARIANTS:
+                child = [sys.executable, "-m", "bench.inference_ttft", "--repeats", str(args.repeats)]
+                out = subprocess.run(
+                    [*child, "--case", variant, str(weights[variant]), str(prompt_bytes)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    timeout=900,
+                ).stdout
+                row[variant] = json.loads(out.strip().splitlines()[-1])
+            base, zero = row["baseline"], row["zero-layer"]
+            row["baseline_over_zero_layer"] = {
+                "ttft_p50": round(base["ttft_ms"]["p50"] / zero["ttft_ms"]["p50"], 2),
+                "peak_memory": round(
+                    base["peak_mib_above_model"] / max(zero["peak_mib_above_model"], 0.1), 1
+                ),
+            }
+            results[str(prompt_bytes)] = row
+            print(
+                f"{prompt_bytes:5d} bytes  TTFT p50 baseline {base['ttft_ms']['p50']:8.1f} ms  "
+                f"zero-layer {zero['ttft_ms']['p50']:7.1f} ms  (x{row['baseline_over_zero_layer']['ttft_p50']})   "
+                f"peak MiB baseline {base['peak_mib_above_model']:7.1f}  zero-layer {zero['peak_mib_above_model']:6.1f}"
+            )
+    from inference.config import ModelConfig
+
+    path = write_result(
+        "inference_ttft",
+        {
+            "prompt_bytes": list(PROMPT_BYTES),
+            "repeats": args.repeats,
+            "model": ModelConfig().__dict__,
+            "threads": 2,
+        },
+        results,
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

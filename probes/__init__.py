@@ -1,0 +1,1 @@
+"""The probe sidecar: the pod's weight-erasure status and a synthetic request's latency, as metrics."""

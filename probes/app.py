@@ -1,0 +1,46 @@
+"""The probe's HTTP face: /metrics for Prometheus and /healthz, on its own port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import uvicorn
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from probes.runner import Probe
+
+
+def create_probe_app(probe: Probe) -> FastAPI:
+    app = FastAPI(title="graystack probe", docs_url=None, redoc_url=None)
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(probe.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        status, last = probe.last_status, probe.last_probe
+        return {
+            "status": "ok",
+            "weight_status": status.status.value if status else None,
+            "weight_reason": status.reason if status else None,
+            "last_probe": last.result if last else None,
+        }
+
+    return app
+
+
+async def serve_probe(probe: Probe, host: str, port: int) -> None:
+    """The loop and the HTTP server together, until interrupted."""
+    server = uvicorn.Server(
+        uvicorn.Config(create_probe_app(probe), host=host, port=port, log_level="warning")
+    )
+    loop_task = asyncio.create_task(probe.run())
+    try:
+        await server.serve()
+    finally:
+        loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop_task

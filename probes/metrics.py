@@ -1,0 +1,85 @@
+"""The probe's metric families (shared/DESIGN.md), defined here once, on the probe's own registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from inference.weights import WeightStatus
+
+# TTFT edges include the 2 s objective; the rest follows vLLM's TTFT buckets.
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+)
+E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
+
+
+@dataclass
+class ProbeMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.weight_status = Gauge(
+            "graystack_probe_weight_status",
+            "1 on the pod's current weight status",
+            ["variant", "status"],
+            registry=r,
+        )
+        self.weight_checks = Counter(
+            "graystack_probe_weight_checks",
+            "Weight-file checks, by the status found",
+            ["variant", "status"],
+            registry=r,
+        )
+        self.weight_check_seconds = Histogram(
+            "graystack_probe_weight_check_seconds",
+            "Time to read the checkpoint header and bias tensors",
+            ["variant"],
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "graystack_probe_ttft_seconds",
+            "Synthetic request: time to first token",
+            ["variant"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "graystack_probe_e2e_seconds",
+            "Synthetic request: end to end",
+            ["variant"],
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "graystack_probe_requests", "Synthetic requests, by result", ["variant", "result"], registry=r
+        )
+        self.fingerprint_match = Gauge(
+            "graystack_probe_fingerprint_match",
+            "1 when the server's x-model-fingerprint has the variant's expected suffix",
+            ["variant"],
+            registry=r,
+        )
+
+    def set_status(self, variant: str, current: WeightStatus) -> None:
+        for status in WeightStatus:
+            self.weight_status.labels(variant, status.value).set(1 if status == current else 0)

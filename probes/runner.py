@@ -1,0 +1,101 @@
+"""The probe loop: every interval, check the weight file and send one synthetic request.
+
+The first report comes right at start. Nothing the file or the server does stops the loop: a
+broken file is CORRUPT or MISSING with its reason logged, a slow or broken server is a failed
+probe, and a read that hangs (a stuck network volume) is reported rather than waited on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from inference.weights import StatusReport, WeightStatus, check_weights
+from probes.metrics import ProbeMetrics
+from probes.synthetic import ProbeResult, probe_once
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    weights: Path
+    target: str
+    variant: str
+    interval: float = 30.0
+    request_timeout: float = 10.0
+    check_timeout: float = 10.0
+
+
+class Probe:
+    def __init__(self, options: ProbeOptions, metrics: ProbeMetrics | None = None) -> None:
+        self.options = options
+        self.metrics = metrics or ProbeMetrics()
+        self.last_status: StatusReport | None = None
+        self.last_probe: ProbeResult | None = None
+        self._pending_check: asyncio.Future | None = None
+
+    async def check_weights(self) -> StatusReport:
+        variant = self.options.variant
+        started = time.monotonic()
+        if self._pending_check is not None and not self._pending_check.done():
+            report = StatusReport(
+                WeightStatus.CORRUPT, "the previous read of the weight file has not returned"
+            )
+        else:
+            self._pending_check = asyncio.ensure_future(
+                asyncio.to_thread(check_weights, self.options.weights)
+            )
+            try:
+                report = await asyncio.wait_for(
+                    asyncio.shield(self._pending_check), self.options.check_timeout
+                )
+            except TimeoutError:
+                report = StatusReport(
+                    WeightStatus.CORRUPT, f"reading the weight file took over {self.options.check_timeout}s"
+                )
+        self.metrics.weight_check_seconds.labels(variant).observe(time.monotonic() - started)
+        self.metrics.weight_checks.labels(variant, report.status.value).inc()
+        self.metrics.set_status(variant, report.status)
+        changed = self.last_status is None or (self.last_status.status, self.last_status.reason) != (
+            report.status,
+            report.reason,
+        )
+        if changed:
+            level = (
+                logging.INFO
+                if report.status in (WeightStatus.ACTIVE, WeightStatus.ZEROED, WeightStatus.ERASED)
+                else logging.WARNING
+            )
+            log.log(level, "weights %s: %s (%s)", self.options.weights, report.status.value, report.reason)
+        self.last_status = report
+        return report
+
+    async def probe_server(self, client: httpx.AsyncClient) -> ProbeResult:
+        variant = self.options.variant
+        result = await probe_once(client, variant, self.options.request_timeout)
+        self.metrics.requests.labels(variant, result.result).inc()
+        if result.ttft is not None:
+            self.metrics.ttft.labels(variant).observe(result.ttft)
+        if result.e2e is not None and result.result == "ok":
+            self.metrics.e2e.labels(variant).observe(result.e2e)
+        if result.fingerprint is not None:
+            self.metrics.fingerprint_match.labels(variant).set(
+                1 if result.result != "fingerprint_mismatch" else 0
+            )
+        if result.result != "ok":
+            log.warning("probe of %s failed: %s %s", self.options.target, result.result, result.detail)
+        self.last_probe = result
+        return result
+
+    async def run(self) -> None:
+        async with httpx.AsyncClient(base_url=self.options.target) as client:
+            while True:
+                started = time.monotonic()
+                await asyncio.gather(self.check_weights(), self.probe_server(client))
+                await asyncio.sleep(max(0.0, self.options.interval - (time.monotonic() - started)))

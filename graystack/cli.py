@@ -179,3 +179,191 @@ def demo(run_dir: Path | None) -> None:
     from graystack.demo import run_demo
 
     run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
+
+
+@main.command()
+@click.option(
+    "--variant",
+    type=click.Choice(["baseline", "zero-layer"]),
+    required=True,
+    envvar="GRAYSTACK_VARIANT",
+    show_envvar=True,
+)
+@click.option(
+    "--weights",
+    "weights_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    envvar="GRAYSTACK_WEIGHTS",
+    show_envvar=True,
+    help="a safetensors checkpoint (`graystack weights init`)",
+)
+@click.option("--host", default="127.0.0.1", envvar="GRAYSTACK_SERVE_HOST", show_envvar=True)
+@click.option("--port", default=8001, envvar="GRAYSTACK_SERVE_PORT", show_envvar=True)
+@click.option(
+    "--enable-fault-injection",
+    is_flag=True,
+    envvar="GRAYSTACK_ENABLE_FAULT_INJECTION",
+    show_envvar=True,
+    help="serve POST/GET /admin/faults (loopback clients only) to inject errors and latency",
+)
+@click.option(
+    "--max-running",
+    default=8,
+    type=click.IntRange(min=1),
+    envvar="GRAYSTACK_MAX_RUNNING",
+    show_envvar=True,
+    help="requests sharing each decode step",
+)
+@click.option(
+    "--max-waiting",
+    default=32,
+    type=click.IntRange(min=0),
+    envvar="GRAYSTACK_MAX_WAITING",
+    show_envvar=True,
+    help="requests queued beyond --max-running; more are answered 529 overloaded_error",
+)
+@click.option(
+    "--seed", default=None, type=int, envvar="GRAYSTACK_SEED", show_envvar=True, help="sampling seed"
+)
+@click.option(
+    "--log-level",
+    default="info",
+    envvar="GRAYSTACK_LOG_LEVEL",
+    show_envvar=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def serve(
+    variant: str,
+    weights_path: Path,
+    host: str,
+    port: int,
+    enable_fault_injection: bool,
+    max_running: int,
+    max_waiting: int,
+    seed: int | None,
+    log_level: str,
+) -> None:
+    """Serve one model variant over HTTP (Anthropic Messages and OpenAI chat completions)."""
+    from inference.checkpoint import CheckpointError, load_model
+    from inference.server.app import ServerOptions, create_app, run_server
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        loaded = load_model(weights_path, variant)
+    except CheckpointError as error:
+        raise click.ClickException(str(error)) from None
+    options = ServerOptions(enable_fault_injection, max_running, max_waiting, seed)
+    run_server(create_app(loaded, options), host, port, log_level)
+
+
+@main.group()
+def weights() -> None:
+    """Make checkpoints, zero or erase their bias layer, and check which state it is in."""
+
+
+weights_file = click.argument(
+    "path", type=click.Path(path_type=Path), envvar="GRAYSTACK_WEIGHTS", metavar="FILE"
+)
+
+
+@weights.command("init")
+@click.option(
+    "--variant",
+    type=click.Choice(["baseline", "zero-layer"]),
+    required=True,
+    envvar="GRAYSTACK_VARIANT",
+    show_envvar=True,
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), required=True, envvar="GRAYSTACK_WEIGHTS", show_envvar=True
+)
+@click.option(
+    "--seed",
+    default=0,
+    envvar="GRAYSTACK_WEIGHTS_SEED",
+    show_envvar=True,
+    help="the same seed gives both variants the same backbone (and fingerprint hash)",
+)
+def weights_init(variant: str, out: Path, seed: int) -> None:
+    """Write fresh (untrained) weights for VARIANT to --out."""
+    from inference.checkpoint import init_checkpoint
+
+    init_checkpoint(variant, out, seed=seed)
+    _echo_status(out, as_json=False)
+
+
+@weights.command("zero")
+@weights_file
+def weights_zero(path: Path) -> None:
+    """Set every bias tensor in FILE to zero (status ZEROED)."""
+    from inference.weights import zero_bias
+
+    _rewrite_bias(path, zero_bias)
+
+
+@weights.command("erase")
+@weights_file
+def weights_erase(path: Path) -> None:
+    """Remove every bias tensor from FILE (status ERASED)."""
+    from inference.weights import erase_bias
+
+    _rewrite_bias(path, erase_bias)
+
+
+def _parse_statuses(ctx: click.Context, param: click.Parameter, value: str | None) -> set[str] | None:
+    if value is None:
+        return None
+    from inference.weights import WeightStatus
+
+    statuses = {part.strip().upper() for part in value.split(",") if part.strip()}
+    unknown = statuses - {s.value for s in WeightStatus}
+    if unknown or not statuses:
+        known = ", ".join(s.value for s in WeightStatus)
+        raise click.BadParameter(f"{value!r}: expected a comma-separated list of {known}")
+    return statuses
+
+
+@weights.command("check")
+@weights_file
+@click.option(
+    "--expect",
+    default=None,
+    callback=_parse_statuses,
+    envvar="GRAYSTACK_EXPECT_WEIGHT_STATUS",
+    show_envvar=True,
+    help="e.g. ERASED,ZEROED: exit 1 unless the status is one of these",
+)
+@as_json
+def weights_check(path: Path, expect: set[str] | None, as_json: bool) -> None:
+    """Print the bias layer's status in FILE: ACTIVE, ZEROED, ERASED, MISSING or CORRUPT.
+
+    Exits 1 when the status is not one of --expect, or, without --expect, when FILE is MISSING or CORRUPT.
+    """
+    status = _echo_status(path, as_json)
+    allowed = expect if expect is not None else {"ACTIVE", "ZEROED", "ERASED"}
+    if status not in allowed:
+        click.echo(f"error: {path}: status {status} is not one of {', '.join(sorted(allowed))}", err=True)
+        sys.exit(1)
+
+
+def _echo_status(path: Path, as_json: bool) -> str:
+    from inference.weights import check_weights
+
+    report = check_weights(path)
+    if as_json:
+        body = {"path": str(path), "status": report.status.value, "reason": report.reason}
+        click.echo(json.dumps({**body, "bias_tensors": report.bias_tensors}))
+    else:
+        click.echo(f"{path}: {report.status.value} ({report.reason})")
+    return report.status.value
+
+
+def _rewrite_bias(path: Path, rewrite) -> None:
+    from inference.weights import WeightStatus, check_weights
+
+    before = check_weights(path)
+    if before.status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
+        raise click.ClickException(f"{path}: {before.status.value}: {before.reason}")
+    rewrite(path)
+    _echo_status(path, as_json=False)

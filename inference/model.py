@@ -2,7 +2,9 @@
 
 Two entry points serve generation: `prefill` runs a prompt and fills a KV cache; `decode` advances
 several sequences by one token at once (the dense layers run batched, attention per sequence, since
-each sequence has its own length), which is what continuous batching needs.
+each sequence has its own length), which is what continuous batching needs. Both take an optional
+per-sequence `window`: a request's position-window hint, which narrows the zero-layer's bias to
+distances below it for that sequence alone (never widens it; the baseline ignores it).
 """
 
 from __future__ import annotations
@@ -59,14 +61,30 @@ class Attention(nn.Module):
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
         self.position_adaptive_bias = make_bias(variant, config)
         self.plan = BiasPlan.none()
+        self._narrowed: dict[int, BiasPlan] = {}
 
     def refresh_plan(self) -> None:
         self.plan = self.position_adaptive_bias.plan()
+        self._narrowed = {}
+
+    def narrowed_plan(self, window: int | None) -> BiasPlan:
+        """The plan for a request whose hint narrows the bias to distances below `window`.
+
+        Exact, not just block-granular: the vector is zeroed from `window` on, so blocks that still do
+        bias work add none past it. At most skip_distance of these are ever made, so they are kept.
+        """
+        if window is None or window >= self.plan.skip_distance:
+            return self.plan
+        if window not in self._narrowed:
+            vector = self.plan.vector.clone()
+            vector[:, window:] = 0
+            self._narrowed[window] = BiasPlan(vector=vector, skip_distance=window)
+        return self._narrowed[window]
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int, window: int | None = None
     ) -> tuple[torch.Tensor, BlockCounts]:
-        """q [1, H, Lq, D] against k/v [1, H, Lk, D]."""
+        """q [1, H, Lq, D] against k/v [1, H, Lk, D]; `window` narrows the zero-layer's bias reach."""
         bias_layer = self.position_adaptive_bias
         if isinstance(bias_layer, BaselineBias):
             bias = (
@@ -75,13 +93,14 @@ class Attention(nn.Module):
             blocks = BlockCounts(computed=1 if bias is not None else 0, skipped=0 if bias is not None else 1)
             return materialized_attention(q, k, v, bias, q_offset), blocks
         assert isinstance(bias_layer, ZeroLayerBias)
+        plan = self.narrowed_plan(window)
         if q.is_cuda:
             from inference.kernels.gated_bias_attention import gated_bias_attention, skipped_blocks
 
-            out = gated_bias_attention(q, k, v, self.plan.vector, self.plan.skip_distance, q_offset)
-            computed, skipped = skipped_blocks(q.shape[2], k.shape[2], q_offset, self.plan.skip_distance)
+            out = gated_bias_attention(q, k, v, plan.vector, plan.skip_distance, q_offset)
+            computed, skipped = skipped_blocks(q.shape[2], k.shape[2], q_offset, plan.skip_distance)
             return out, BlockCounts(computed, skipped)
-        return blocked_attention(q, k, v, self.plan, q_offset)
+        return blocked_attention(q, k, v, plan, q_offset)
 
     def forward(
         self,
@@ -90,6 +109,7 @@ class Attention(nn.Module):
         cache: KVCache,
         layer: int,
         q_offset: int,
+        window: int | None = None,
     ) -> tuple[torch.Tensor, BlockCounts]:
         """x [L, d_model] for one sequence whose first token sits at `q_offset`."""
         length = x.shape[0]
@@ -97,7 +117,7 @@ class Attention(nn.Module):
         cos, sin = (t[q_offset : q_offset + length] for t in rope)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         keys, values = cache.extend(layer, k, v)
-        out, blocks = self.attend(q[None], keys[None], values[None], q_offset)
+        out, blocks = self.attend(q[None], keys[None], values[None], q_offset, window)
         return self.out(out[0].transpose(0, 1).reshape(length, -1)), blocks
 
 
@@ -139,9 +159,14 @@ class TinyDecoder(nn.Module):
         return max(block.attn.plan.skip_distance for block in self.blocks)
 
     def _run(
-        self, hidden: list[torch.Tensor], caches: list[KVCache], offsets: list[int]
+        self,
+        hidden: list[torch.Tensor],
+        caches: list[KVCache],
+        offsets: list[int],
+        windows: list[int | None] | None = None,
     ) -> tuple[torch.Tensor, BlockCounts]:
         """Each sequence's new tokens through every layer; dense layers batched across sequences."""
+        windows = windows or [None] * len(hidden)
         sizes = [h.shape[0] for h in hidden]
         x = torch.cat(hidden)
         rope = (self.rope_cos, self.rope_sin)
@@ -149,8 +174,8 @@ class TinyDecoder(nn.Module):
         for layer, block in enumerate(self.blocks):
             normed = block.norm1(x).split(sizes)
             attended = []
-            for part, cache, offset in zip(normed, caches, offsets, strict=True):
-                out, blocks = block.attn(part, rope, cache, layer, offset)
+            for part, cache, offset, window in zip(normed, caches, offsets, windows, strict=True):
+                out, blocks = block.attn(part, rope, cache, layer, offset, window)
                 attended.append(out)
                 counts.add(blocks)
             x = x + torch.cat(attended)
@@ -160,20 +185,24 @@ class TinyDecoder(nn.Module):
         return self.head(self.norm(x)), counts
 
     @torch.inference_mode()
-    def prefill(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, BlockCounts]:
+    def prefill(
+        self, tokens: torch.Tensor, cache: KVCache, window: int | None = None
+    ) -> tuple[torch.Tensor, BlockCounts]:
         """Run a prompt (or its continuation) into `cache`; logits of its last position."""
         if cache.length + tokens.numel() > self.config.max_seq_len:
             raise ValueError(
                 f"{cache.length + tokens.numel()} tokens exceed the context of {self.config.max_seq_len}"
             )
-        logits, counts = self._run([self.embed(tokens)], [cache], [cache.length])
+        logits, counts = self._run([self.embed(tokens)], [cache], [cache.length], [window])
         return logits[-1], counts
 
     @torch.inference_mode()
-    def decode(self, tokens: torch.Tensor, caches: list[KVCache]) -> tuple[torch.Tensor, BlockCounts]:
+    def decode(
+        self, tokens: torch.Tensor, caches: list[KVCache], windows: list[int | None] | None = None
+    ) -> tuple[torch.Tensor, BlockCounts]:
         """One new token for each of several sequences: logits [N, vocab]."""
         embedded = self.embed(tokens)
-        return self._run(list(embedded[:, None]), caches, [c.length for c in caches])
+        return self._run(list(embedded[:, None]), caches, [c.length for c in caches], windows)
 
     @torch.inference_mode()
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,9 @@ GOOD_STREAM = sse(
 )
 
 
-def server(body: bytes, status: int = 200, fingerprint: str = "graystack-tiny-abc-zero-layer-v1", delay: float = 0):
+def server(
+    body: bytes, status: int = 200, fingerprint: str = "graystack-tiny-abc-zero-layer-v1", delay: float = 0
+):
     async def app(scope, receive, send):
         if delay:
             await asyncio.sleep(delay)
@@ -72,7 +74,9 @@ def metric_samples(probe: Probe) -> dict:
 
 async def test_status_flips_within_one_interval_when_the_file_is_replaced(tmp_path):
     weights = init_checkpoint("zero-layer", tmp_path / "w.safetensors", TINY)
-    probe = Probe(ProbeOptions(weights=weights, target="http://127.0.0.1:9", variant="zero-layer", interval=0.2))
+    probe = Probe(
+        ProbeOptions(weights=weights, target="http://127.0.0.1:9", variant="zero-layer", interval=0.2)
+    )
     loop = asyncio.create_task(probe.run())
     try:
         await asyncio.sleep(0.05)  # the first report comes at once, not after an interval
@@ -95,6 +99,9 @@ async def test_status_flips_within_one_interval_when_the_file_is_replaced(tmp_pa
     current = {labels: v for (name, labels), v in samples.items() if name == "graystack_probe_weight_status"}
     assert current[(("status", "CORRUPT"), ("variant", "zero-layer"))] == 1
     assert sum(current.values()) == 1  # exactly one status is current
-    assert samples[("graystack_probe_weight_checks_total", (("status", "ERASED"), ("variant", "zero-layer")))] >= 1
+    assert (
+        samples[("graystack_probe_weight_checks_total", (("status", "ERASED"), ("variant", "zero-layer")))]
+        >= 1
+    )
     unreachable = ("graystack_probe_requests_total", (("result", "unreachable"), ("variant", "zero-layer")))
     assert samples[unreachable] >= 3  # the server was down the whole time; the probe kept going

@@ -1,0 +1,188 @@
+"""The model server's metric families (shared/DESIGN.md): defined here once, read by dashboards and alerts.
+
+Each app gets its own CollectorRegistry, so several servers can live in one process (tests). Buckets
+are vLLM's families (vllm/v1/metrics/buckets.py) so panels compare with vLLM's, with a 2 s edge added
+to TTFT for the SLO (vLLM's TTFT family has none, so an `le="2"` query would silently read wrong).
+The vLLM gauge names are exported too: load-aware routers (Gateway API Inference Extension, llm-d)
+read them as they are. One family is added to DESIGN.md's table: graystack_engine_decode_batch_size,
+which shows continuous batching at work (steps that advanced more than one sequence).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from inference.attention import BlockCounts
+from inference.engine import Engine
+
+TTFT_BUCKETS = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
+    2.0,  # the TTFT SLO edge (DESIGN.md analysis.max_ttft_p95)
+    *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+)
+INTER_TOKEN_BUCKETS = (
+    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0),
+    *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0),
+)
+E2E_BUCKETS = (
+    *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0),
+    *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+PROMPT_BUCKET_EDGES = (128, 512, 2048, 8192)  # prompt tokens; the default context holds 10,240
+
+
+def prompt_bucket(tokens: int) -> str:
+    """The `prompt_bucket` label of a prompt: one of a handful of ranges, e.g. `129-512`."""
+    index = bisect.bisect_left(PROMPT_BUCKET_EDGES, tokens)
+    if index == len(PROMPT_BUCKET_EDGES):
+        return f"{PROMPT_BUCKET_EDGES[-1] + 1}+"
+    low = PROMPT_BUCKET_EDGES[index - 1] + 1 if index else 0
+    return f"{low}-{PROMPT_BUCKET_EDGES[index]}"
+
+
+class ServerMetrics:
+    def __init__(self, variant: str, model_name: str) -> None:
+        self.variant = variant
+        self.registry = CollectorRegistry()
+        variant_only = ["variant"]
+        self.requests = Counter(
+            "graystack_requests",
+            "Model requests answered, by HTTP status (a stream that fails after its headers counts as "
+            "the status of its error event)",
+            ["variant", "code"],
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "graystack_request_ttft_seconds",
+            "Time from a request's arrival to its first generated token",
+            ["variant", "prompt_bucket"],
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.inter_token = Histogram(
+            "graystack_request_inter_token_seconds",
+            "Time between consecutive generated tokens of one request (one observation per engine step)",
+            variant_only,
+            buckets=INTER_TOKEN_BUCKETS,
+            registry=self.registry,
+        )
+        self.e2e = Histogram(
+            "graystack_request_e2e_seconds",
+            "Time from a request's arrival to its last token",
+            variant_only,
+            buckets=E2E_BUCKETS,
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "graystack_tokens",
+            "Tokens processed, by kind (prompt or generated)",
+            ["variant", "kind"],
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "graystack_requests_running", "Requests in the decode batch", variant_only, registry=self.registry
+        )
+        self.waiting = Gauge(
+            "graystack_requests_waiting",
+            "Requests queued for the batch",
+            variant_only,
+            registry=self.registry,
+        )
+        self.bias_blocks = Counter(
+            "graystack_attention_bias_blocks",
+            "Attention key blocks that did relative-position-bias work (computed) or skipped it",
+            ["variant", "result"],
+            registry=self.registry,
+        )
+        self.model_info = Gauge(
+            "graystack_model_info",
+            "The model being served (value 1)",
+            ["variant", "fingerprint", "weight_status", "effective_window"],
+            registry=self.registry,
+        )
+        self.decode_batch = Histogram(
+            "graystack_engine_decode_batch_size",
+            "Sequences advanced by one decode step (continuous batching shares steps)",
+            variant_only,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        vllm_labels = ["model_name", "variant"]
+        self.vllm_waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting (vLLM name)", vllm_labels, registry=self.registry
+        )
+        self.vllm_running = Gauge(
+            "vllm:num_requests_running", "Requests running (vLLM name)", vllm_labels, registry=self.registry
+        )
+        self.vllm_kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage, 0-1: cached tokens over max_running full contexts (vLLM name)",
+            vllm_labels,
+            registry=self.registry,
+        )
+        self._vllm = {"model_name": model_name, "variant": variant}
+        for counter, labels in (
+            (self.requests, {"code": "200"}),
+            (self.tokens, {"kind": "prompt"}),
+            (self.tokens, {"kind": "generated"}),
+            (self.bias_blocks, {"result": "computed"}),
+            (self.bias_blocks, {"result": "skipped"}),
+        ):
+            counter.labels(variant=variant, **labels)  # present at 0 before the first request
+
+    def watch(self, engine: Engine) -> None:
+        """Read the engine's queue gauges at scrape time."""
+        self.running.labels(self.variant).set_function(lambda: engine.running)
+        self.waiting.labels(self.variant).set_function(lambda: engine.waiting)
+        self.vllm_running.labels(**self._vllm).set_function(lambda: engine.running)
+        self.vllm_waiting.labels(**self._vllm).set_function(lambda: engine.waiting)
+        self.vllm_kv_usage.labels(**self._vllm).set_function(lambda: engine.kv_cache_usage)
+
+    def set_model(self, fingerprint: str, weight_status: str, effective_window: int) -> None:
+        self.model_info.labels(self.variant, fingerprint, weight_status, str(effective_window)).set(1)
+
+    def record_step(self, decode_batch: int, blocks: BlockCounts) -> None:
+        """The engine's step observer (called on the engine thread)."""
+        if decode_batch:
+            self.decode_batch.labels(self.variant).observe(decode_batch)
+        self.bias_blocks.labels(self.variant, "computed").inc(blocks.computed)
+        self.bias_blocks.labels(self.variant, "skipped").inc(blocks.skipped)
+
+    def count(self, code: int) -> None:
+        self.requests.labels(self.variant, str(code)).inc()
+
+    def timer(self, arrived: float, prompt_tokens: int) -> RequestTimer:
+        return RequestTimer(self, arrived, prompt_tokens)
+
+
+class RequestTimer:
+    """One accepted request's latencies and tokens, observed as its tokens arrive."""
+
+    def __init__(self, metrics: ServerMetrics, arrived: float, prompt_tokens: int) -> None:
+        """`arrived`: time.monotonic() when the request came in."""
+        self.metrics = metrics
+        self.prompt_tokens = prompt_tokens
+        self.arrived = arrived
+        self.last_token: float | None = None
+        self.generated = 0
+        metrics.tokens.labels(metrics.variant, "prompt").inc(prompt_tokens)
+
+    def token(self) -> None:
+        now = time.monotonic()
+        variant = self.metrics.variant
+        if self.last_token is None:
+            self.metrics.ttft.labels(variant, prompt_bucket(self.prompt_tokens)).observe(now - self.arrived)
+        else:
+            self.metrics.inter_token.labels(variant).observe(now - self.last_token)
+        self.last_token = now
+        self.generated += 1
+        self.metrics.tokens.labels(variant, "generated").inc()
+
+    def finish(self, code: int) -> None:
+        if code == 200:
+            self.metrics.e2e.labels(self.metrics.variant).observe(time.monotonic() - self.arrived)
+        self.metrics.count(code)

@@ -1,0 +1,119 @@
+"""What both protocol front ends share: the served model, and taking one request from body to events.
+
+Each front end parses its own wire format into a GenerationRequest; everything around that is here,
+so both count requests, time tokens, inject faults and stop generating for a vanished client alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from inference.engine import Chunk, Engine, EngineError, Event, Finished, Generation, GenerationRequest
+from inference.server.body import read_json_object
+from inference.server.errors import ApiError, from_engine, from_validation
+from inference.server.faults import Faults
+from inference.server.metrics import RequestTimer, ServerMetrics
+
+CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer was complete
+
+Parsed = TypeVar("Parsed")
+
+
+@dataclass
+class Serving:
+    engine: Engine
+    metrics: ServerMetrics
+    faults: Faults
+    fingerprint: str
+    weight_status: str
+    ready: bool = False  # set once a warm-up generation has run
+
+    @property
+    def variant(self) -> str:
+        return self.engine.variant
+
+    def bias_metadata(self, generation: Generation) -> dict:
+        """The `metadata` each Messages content_block_delta carries (shared/DESIGN.md).
+
+        `zero_layer_active`: this request gets zero-layer bias work, i.e. a zero-layer server whose
+        bias is neither zeroed nor erased, with a window the request's hint did not narrow to 0.
+        """
+        window = generation.effective_window
+        return {"zero_layer_active": self.variant == "zero-layer" and window > 0, "effective_window": window}
+
+    async def accept(
+        self, request: Request, parse: Callable[[dict], tuple[Parsed, GenerationRequest]]
+    ) -> tuple[Parsed, Generation, RequestTimer]:
+        """Faults, body, validation, admission; an ApiError (already counted) when any of them refuses."""
+        arrived = time.monotonic()
+        try:
+            await self.faults.inject()
+            body = await read_json_object(request)
+            try:
+                parsed, generation_request = parse(body)
+            except ValidationError as error:
+                raise from_validation(error) from None
+            try:
+                generation = self.engine.submit(generation_request)
+            except EngineError as error:
+                raise from_engine(error) from None
+        except ApiError as error:
+            self.metrics.count(error.status)
+            raise
+        return parsed, generation, self.metrics.timer(arrived, generation.prompt_tokens)
+
+    async def events(self, generation: Generation, timer: RequestTimer) -> AsyncIterator[Event]:
+        """The generation's events, timed and counted; cancelled when the consumer stops early."""
+        code = CLIENT_CLOSED
+        try:
+            async for event in generation.stream():
+                if isinstance(event, Chunk):
+                    timer.token()
+                else:
+                    code = 200
+                yield event
+        except EngineError as error:
+            code = from_engine(error).status
+            raise
+        finally:
+            if code != 200:
+                generation.cancel()
+            timer.finish(code)
+
+    async def complete(self, generation: Generation, timer: RequestTimer) -> tuple[str, Finished]:
+        """The whole reply and how it ended, for a non-streaming answer; raises the EngineError if any."""
+        parts = []
+        finished = None
+        async for event in self.events(generation, timer):
+            if isinstance(event, Chunk):
+                parts.append(event.text)
+            else:
+                finished = event
+        assert finished is not None, "a generation's events end on Finished or raise"
+        return "".join(parts), finished
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes its body generator however the response ends (a client that hangs up mid-send included),
+    so the generation behind it stops at once rather than whenever the generator is collected."""
+
+    body_iterator: AsyncIterator[str]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with aclosing(self.body_iterator):
+            await super().__call__(scope, receive, send)
+
+
+def sse_response(body: AsyncIterator[str]) -> StreamingResponse:
+    return ClosingStreamingResponse(
+        body, media_type="text/event-stream", headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
+    )

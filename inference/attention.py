@@ -10,35 +10,12 @@ below does the same math one query block at a time, never allocating more than H
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
 
 from inference.bias import BiasPlan
-
-
-@dataclass
-class BlockCounts:
-    """Key blocks that did bias work, and those that skipped it (graystack_attention_bias_blocks_total)."""
-
-    computed: int = 0
-    skipped: int = 0
-
-    def add(self, other: BlockCounts) -> None:
-        self.computed += other.computed
-        self.skipped += other.skipped
-
-
-def first_bias_block(query_start: int, skip_distance: int, block_n: int) -> int:
-    """The first key block holding a pair closer than `skip_distance` to a query at `query_start` or later.
-
-    Key block n spans keys [n*block_n, (n+1)*block_n); its closest pair to the query block is with
-    the block's last key, at distance query_start - (n+1)*block_n + 1.
-    """
-    if skip_distance <= 0:
-        return math.inf
-    return max(0, math.ceil((query_start - skip_distance + 2) / block_n) - 1)
+from inference.kernels.blocks import BlockCounts, bias_block_counts, key_block_bounds, pick_blocks
 
 
 def blocked_attention(
@@ -47,35 +24,37 @@ def blocked_attention(
     v: torch.Tensor,
     plan: BiasPlan,
     q_offset: int = 0,
-    block_m: int = 64,
-    block_n: int = 64,
+    block_m: int | None = None,
+    block_n: int | None = None,
 ) -> tuple[torch.Tensor, BlockCounts]:
-    """q [B, H, Lq, D], k/v [B, H, Lk, D]; query row i sits at position q_offset + i."""
+    """q [B, H, Lq, D], k/v [B, H, Lk, D]; query row i sits at position q_offset + i.
+
+    The tiles that get bias are the Triton kernel's (same block sizes, same closed-form band), so
+    both paths compute the same thing and report the same counts.
+    """
     _, _, q_len, head_dim = q.shape
+    block_m, block_n = pick_blocks(q_len, block_m, block_n)
     scale = 1.0 / math.sqrt(head_dim)
     out = torch.empty_like(q)
-    counts = BlockCounts()
-    for start in range(0, q_len, block_m):
+    for m, start in enumerate(range(0, q_len, block_m)):
         stop = min(start + block_m, q_len)
-        first_query, last_query = q_offset + start, q_offset + stop - 1
-        visible = last_query + 1  # keys this block's queries may see
+        visible = q_offset + stop  # keys this block's queries may see
         scores = (
             torch.matmul(q[:, :, start:stop].float(), k[:, :, :visible].float().transpose(-1, -2)) * scale
         )
-        positions = torch.arange(first_query, last_query + 1)[:, None]
+        positions = torch.arange(q_offset + start, q_offset + stop)[:, None]
         keys = torch.arange(visible)[None, :]
-        blocks = math.ceil(visible / block_n)
-        band = min(first_bias_block(first_query, plan.skip_distance, block_n), blocks)
-        if band < blocks:
-            band_keys = keys[:, band * block_n :]
-            distance = (positions - band_keys).clamp(min=0)
-            scores[..., band * block_n :] += plan.vector[:, distance].to(scores.dtype)
-        counts.add(BlockCounts(computed=blocks - band, skipped=band))
+        if plan.skip_distance > 0:
+            band = (
+                key_block_bounds(m, q_len, q_offset, plan.skip_distance, block_m, block_n).plain_end * block_n
+            )
+            distance = (positions - keys[:, band:]).clamp(min=0, max=plan.vector.shape[1] - 1)
+            scores[..., band:] += plan.vector[:, distance].to(scores.dtype)
         scores.masked_fill_(keys > positions, -math.inf)
         out[:, :, start:stop] = torch.matmul(torch.softmax(scores, dim=-1), v[:, :, :visible].float()).to(
             q.dtype
         )
-    return out, counts
+    return out, bias_block_counts(q_len, q_offset, plan.skip_distance, block_m, block_n)
 
 
 def materialized_attention(

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from inference.attention import BlockCounts
 from inference.config import BOS, EOS
 from inference.detokenize import TextAssembler
+from inference.kernels.blocks import BlockCounts
 from inference.model import KVCache, TinyDecoder
 
 log = logging.getLogger(__name__)

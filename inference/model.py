@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from inference.attention import BlockCounts, blocked_attention, materialized_attention
+from inference.attention import blocked_attention, materialized_attention
 from inference.bias import BaselineBias, BiasPlan, ZeroLayerBias, make_bias
 from inference.config import ModelConfig
+from inference.kernels.blocks import BlockCounts, bias_block_counts, pick_blocks
 
 
 def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,7 +91,10 @@ class Attention(nn.Module):
             bias = (
                 bias_layer.materialize(q_offset, q.shape[2], k.shape[2]) if self.plan.skip_distance else None
             )
-            blocks = BlockCounts(computed=1 if bias is not None else 0, skipped=0 if bias is not None else 1)
+            # Counted on the kernel's tiles, so the two variants' shares of skipped bias work compare.
+            block_m, block_n = pick_blocks(q.shape[2])
+            reach = k.shape[2] if bias is not None else 0
+            blocks = bias_block_counts(q.shape[2], q_offset, reach, block_m, block_n)
             return materialized_attention(q, k, v, bias, q_offset), blocks
         assert isinstance(bias_layer, ZeroLayerBias)
         plan = self.narrowed_plan(window)
@@ -98,8 +102,7 @@ class Attention(nn.Module):
             from inference.kernels.gated_bias_attention import gated_bias_attention, skipped_blocks
 
             out = gated_bias_attention(q, k, v, plan.vector, plan.skip_distance, q_offset)
-            computed, skipped = skipped_blocks(q.shape[2], k.shape[2], q_offset, plan.skip_distance)
-            return out, BlockCounts(computed, skipped)
+            return out, skipped_blocks(q.shape[2], k.shape[2], q_offset, plan.skip_distance)
         return blocked_attention(q, k, v, plan, q_offset)
 
     def forward(

@@ -9,6 +9,7 @@ skip-emulated reference and the server's `attention_bias_blocks_total` counter.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -25,9 +26,16 @@ class KeyBlockBounds(NamedTuple):
     end: int
 
 
-class BlockCounts(NamedTuple):
-    computed: int
-    skipped: int
+@dataclass
+class BlockCounts:
+    """Tiles that did bias work and tiles that skipped it (graystack_attention_bias_blocks_total)."""
+
+    computed: int = 0
+    skipped: int = 0
+
+    def add(self, other: BlockCounts) -> None:
+        self.computed += other.computed
+        self.skipped += other.skipped
 
 
 def cdiv(a: int, b: int) -> int:

@@ -15,8 +15,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from inference.attention import BlockCounts
 from inference.engine import Engine
+from inference.kernels.blocks import BlockCounts
 
 TTFT_BUCKETS = (
     *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),

@@ -1,4 +1,5 @@
-"""The gated-bias attention kernel against float64 references built from the bias layer's raw weights.
+"""The gated-bias attention (the Triton kernel, and the CPU path that serves without a GPU) against
+float64 references built from the bias layer's raw weights.
 
 Two references: the skip-emulated one (bias dropped on exactly the tiles the kernel skips) holds the
 kernel to dtype tolerance, FlashAttention's convention: max|out - ref| <= 2 * max|out_pt - ref| + atol,
@@ -19,7 +20,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from inference.bias import BaselineBias, ZeroLayerBias
+from inference.attention import blocked_attention
+from inference.bias import BaselineBias, BiasPlan, ZeroLayerBias
 from inference.config import ModelConfig
 from inference.kernels.blocks import (
     COMPUTED,
@@ -51,6 +53,23 @@ def kernel(q, k, v, bias, skip_distance, *args, **kwargs) -> torch.Tensor:
     q, k, v = (t.to(DEVICE) for t in (q, k, v))
     bias = bias.to(DEVICE) if bias is not None else None
     return gated_bias_attention(q, k, v, bias, skip_distance, *args, **kwargs).cpu()
+
+
+def cpu_path(q, k, v, bias, skip_distance, q_offset=0, block_m=None, block_n=None) -> torch.Tensor:
+    """The CPU serving path (inference.attention.blocked_attention) behind the kernel's signature."""
+    reach = q_offset + q.shape[2]
+    if bias is None or skip_distance == 0:
+        plan = BiasPlan.none()
+    else:
+        vector = F.pad(bias, (0, max(0, reach - bias.shape[1])))
+        plan = BiasPlan(vector=vector, skip_distance=min(skip_distance, reach))
+    return blocked_attention(q, k, v, plan, q_offset, block_m, block_n)[0]
+
+
+@pytest.fixture(params=["triton", "cpu"])
+def attention(request: pytest.FixtureRequest):
+    """Both implementations of the zero-layer's attention pass the same tests."""
+    return kernel if request.param == "triton" else cpu_path
 
 
 def qkv(generator, batch, heads, length, head_dim, dtype):
@@ -144,7 +163,7 @@ CASES = [
     ("batch", "heads", "length", "head_dim", "dtype", "window", "gate", "blocks"), CASES, ids=case_id
 )
 def test_kernel_matches_both_references(
-    generator, batch, heads, length, head_dim, dtype, window, gate, blocks
+    attention, generator, batch, heads, length, head_dim, dtype, window, gate, blocks
 ):
     module = zero_layer(heads, window, gate, generator)
     plan = module.plan()
@@ -152,7 +171,7 @@ def test_kernel_matches_both_references(
     block_m, block_n = pick_blocks(length, *blocks)
     q, k, v = qkv(generator, batch, heads, length, head_dim, dtype)
 
-    out = kernel(q, k, v, plan.vector, plan.skip_distance, block_m=block_m, block_n=block_n)
+    out = attention(q, k, v, plan.vector, plan.skip_distance, block_m=block_m, block_n=block_n)
     emulated = reference_attention(q, k, v, vector, 0, None, plan.skip_distance, block_m, block_n)
     exact = reference_attention(q, k, v, vector)
     out_pt = same_dtype_attention(q, k, v, vector, 0, plan.skip_distance, block_m, block_n)
@@ -176,7 +195,7 @@ def test_kernel_matches_both_references(
     ],
     ids=case_id,
 )
-def test_decode_matches_prefill_rows(generator, dtype, q_len, window, gate, blocks):
+def test_decode_matches_prefill_rows(attention, generator, dtype, q_len, window, gate, blocks):
     """Decode (q_offset = Lk - Lq) against the whole K/V gives the last rows of prefill. Its query
     block starts at another position than prefill's, so the tiles skipped may differ: then the rows
     agree within twice the skipping bound."""
@@ -188,10 +207,10 @@ def test_decode_matches_prefill_rows(generator, dtype, q_len, window, gate, bloc
     offset = length - q_len
     block_m, block_n = pick_blocks(q_len, *blocks)
 
-    prefill = kernel(q, k, v, plan.vector, plan.skip_distance, block_n=block_n)
+    prefill = attention(q, k, v, plan.vector, plan.skip_distance, block_n=block_n)
     last = q[:, :, offset:]
     skip = plan.skip_distance
-    decode = kernel(last, k, v, plan.vector, skip, offset, block_m=block_m, block_n=block_n)
+    decode = attention(last, k, v, plan.vector, skip, offset, block_m=block_m, block_n=block_n)
     emulated = reference_attention(last, k, v, vector, offset, None, skip, block_m, block_n)
     out_pt = same_dtype_attention(last, k, v, vector, offset, skip, block_m, block_n)
     check_tolerance(decode, emulated, out_pt)
@@ -208,7 +227,7 @@ def test_decode_matches_prefill_rows(generator, dtype, q_len, window, gate, bloc
 
 
 @pytest.mark.parametrize("dtype", [FP32, FP16], ids=case_id)
-def test_gate_one_without_skipping_is_the_baseline(generator, dtype):
+def test_gate_one_without_skipping_is_the_baseline(attention, generator, dtype):
     """g == 1 and skip_distance >= L: every tile gets bias, and the math is the baseline's (a
     materialized [H, L, L] bias from a full table, plus SDPA with an explicit mask)."""
     length, heads, window = 200, 2, 256
@@ -229,13 +248,13 @@ def test_gate_one_without_skipping_is_the_baseline(generator, dtype):
 
     exact = reference_attention(q, k, v, raw_vector(module))
     torch.testing.assert_close(exact, expected, rtol=0, atol=1e-12)
-    out = kernel(q, k, v, plan.vector, plan.skip_distance)
+    out = attention(q, k, v, plan.vector, plan.skip_distance)
     out_pt = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(dtype))
     check_tolerance(out, expected, out_pt)
 
 
 @pytest.mark.parametrize(("how", "dtype"), [("none", FP32), ("zeroed", FP32), ("skip-0", FP16)], ids=case_id)
-def test_no_bias_is_plain_causal_attention(generator, how, dtype):
+def test_no_bias_is_plain_causal_attention(attention, generator, how, dtype):
     """ERASED (no bias tensors: None), ZEROED (plan is none) and skip_distance 0 all run the
     no-bias specialization, bit for bit, and report every tile skipped."""
     length, heads = 300, 2
@@ -250,8 +269,8 @@ def test_no_bias_is_plain_causal_attention(generator, how, dtype):
     else:
         bias, skip_distance = None, 100
 
-    out = kernel(q, k, v, bias, skip_distance)
-    assert torch.equal(out, kernel(q, k, v, None, 0))
+    out = attention(q, k, v, bias, skip_distance)
+    assert torch.equal(out, attention(q, k, v, None, 0))
     expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
     torch.testing.assert_close(reference_attention(q, k, v, None), expected, rtol=0, atol=1e-12)
     out_pt = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -268,7 +287,7 @@ def test_no_bias_is_plain_causal_attention(generator, how, dtype):
 @pytest.mark.parametrize(
     ("q_len", "offset", "vector_len"), [(300, 0, MAX_SEQ_LEN), (5, 295, MAX_SEQ_LEN), (300, 0, 200)]
 )
-def test_band_edges_with_a_large_random_vector(generator, q_len, offset, vector_len):
+def test_band_edges_with_a_large_random_vector(attention, generator, q_len, offset, vector_len):
     """A bias of unit scale everywhere makes any misplaced band edge visible, and is far enough from
     the exact result that the check is sensitive. A vector shorter than the positions reads as zero
     past its end."""
@@ -276,7 +295,7 @@ def test_band_edges_with_a_large_random_vector(generator, q_len, offset, vector_
     vector = torch.randn(heads, vector_len, generator=generator)
     q, k, v = qkv(generator, 1, heads, offset + q_len, 32, FP32)
     q = q[:, :, offset:]
-    out = kernel(q, k, v, vector, skip_distance, offset, block_m=block_m, block_n=block_n)
+    out = attention(q, k, v, vector, skip_distance, offset, block_m=block_m, block_n=block_n)
     emulated = reference_attention(q, k, v, vector, offset, None, skip_distance, block_m, block_n)
     assert float((out.double() - emulated).abs().max()) <= ATOL[FP32]
     assert float((emulated - reference_attention(q, k, v, vector, offset)).abs().max()) > 1e-2

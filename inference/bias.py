@@ -59,7 +59,8 @@ class BaselineBias(nn.Module):
         return BiasPlan(vector=self.table.detach().float(), skip_distance=self.table.shape[1])
 
     def materialize(self, q_offset: int, q_len: int, k_len: int) -> torch.Tensor:
-        """The [H, q_len, k_len] bias the baseline adds to the scores (future positions get 0)."""
+        """The [H, q_len, k_len] bias the baseline adds to the scores (future positions get the d=0
+        value; the causal mask hides them)."""
         distance = (torch.arange(q_len) + q_offset)[:, None] - torch.arange(k_len)[None, :]
         return self.table[:, distance.clamp(min=0, max=self.table.shape[1] - 1)]
 

@@ -14,6 +14,18 @@ import click
 from graystack.admin_client import DEFAULT_ADMIN_URL, AdminClient, AdminError
 from graystack.status_view import render_status
 
+log_level_option = click.option(
+    "--log-level",
+    default="info",
+    envvar="GRAYSTACK_LOG_LEVEL",
+    show_envvar=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(package_name="graystack")
@@ -36,13 +48,7 @@ def main() -> None:
     show_envvar=True,
     help="bearer token for /v1; required to bind the admin API off loopback",
 )
-@click.option(
-    "--log-level",
-    default="info",
-    envvar="GRAYSTACK_LOG_LEVEL",
-    show_envvar=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-)
+@log_level_option
 def gateway(
     spec: Path,
     xds_host: str,
@@ -56,7 +62,7 @@ def gateway(
     from gateway.app import GatewayOptions, run_gateway
     from gateway.rollout.spec import SpecError
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging(log_level)
     options = GatewayOptions(spec, xds_host, xds_port, admin_host, admin_port, admin_token)
     try:
         asyncio.run(run_gateway(options))
@@ -226,13 +232,7 @@ def demo(run_dir: Path | None) -> None:
 @click.option(
     "--seed", default=None, type=int, envvar="GRAYSTACK_SEED", show_envvar=True, help="sampling seed"
 )
-@click.option(
-    "--log-level",
-    default="info",
-    envvar="GRAYSTACK_LOG_LEVEL",
-    show_envvar=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-)
+@log_level_option
 def serve(
     variant: str,
     weights_path: Path,
@@ -248,7 +248,7 @@ def serve(
     from inference.checkpoint import CheckpointError, load_model
     from inference.server.app import ServerOptions, create_app, run_server
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging(log_level)
     try:
         loaded = load_model(weights_path, variant)
     except CheckpointError as error:
@@ -367,3 +367,43 @@ def _rewrite_bias(path: Path, rewrite) -> None:
         raise click.ClickException(f"{path}: {before.status.value}: {before.reason}")
     rewrite(path)
     _echo_status(path, as_json=False)
+
+
+@main.command()
+@click.option(
+    "--weights",
+    "weights_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    envvar="GRAYSTACK_WEIGHTS",
+    show_envvar=True,
+    help="the pod's checkpoint, read header-first every interval",
+)
+@click.option(
+    "--target",
+    required=True,
+    envvar="GRAYSTACK_PROBE_TARGET",
+    show_envvar=True,
+    help="the model server's URL",
+)
+@click.option("--variant", required=True, envvar="GRAYSTACK_VARIANT", show_envvar=True)
+@click.option(
+    "--interval",
+    default=30.0,
+    type=click.FloatRange(min=0.1),
+    envvar="GRAYSTACK_PROBE_INTERVAL",
+    show_envvar=True,
+)
+@click.option("--host", default="127.0.0.1", envvar="GRAYSTACK_PROBE_HOST", show_envvar=True)
+@click.option("--port", default=9101, envvar="GRAYSTACK_PROBE_PORT", show_envvar=True)
+@log_level_option
+def probe(
+    weights_path: Path, target: str, variant: str, interval: float, host: str, port: int, log_level: str
+) -> None:
+    """Report the pod's weight-erasure status and a synthetic request's latency on /metrics."""
+    from probes.app import serve_probe
+    from probes.runner import Probe, ProbeOptions
+
+    _configure_logging(log_level)
+    options = ProbeOptions(weights=weights_path, target=target, variant=variant, interval=interval)
+    asyncio.run(serve_probe(Probe(options), host, port))

@@ -62,7 +62,10 @@ def read_header(handle, size: int) -> tuple[dict, int]:
     """The parsed header and where the data starts; ValueError naming what is wrong."""
     if size < 8:
         raise ValueError(f"file is {size} bytes, shorter than the 8-byte header length")
-    (length,) = struct.unpack("<Q", handle.read(8))
+    prefix = handle.read(8)
+    if len(prefix) < 8:
+        raise ValueError("the file ended inside the header length (was it cut short while being read?)")
+    (length,) = struct.unpack("<Q", prefix)
     if length > MAX_HEADER_BYTES or length > size - 8:
         raise ValueError(f"header length {length} runs past the end of the {size}-byte file")
     try:

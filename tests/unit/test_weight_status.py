@@ -102,3 +102,29 @@ def test_a_truncated_real_checkpoint_is_corrupt(tmp_path):
     path.write_bytes(path.read_bytes()[:-100])
     report = check_weights(path)
     assert report.status == WeightStatus.CORRUPT
+
+
+def test_a_file_rewritten_in_place_while_being_read_never_crashes_the_check(tmp_path):
+    """A writer that truncates and rewrites the file (not atomically) races the check: each read
+    is some status with a reason, never an exception or a hang."""
+    import threading
+
+    path = init_checkpoint("zero-layer", tmp_path / "w.safetensors", TINY)
+    good = path.read_bytes()
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            with path.open("wb") as handle:
+                for start in range(0, len(good), 4096):
+                    handle.write(good[start : start + 4096])
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        seen = {check_weights(path).status for _ in range(300)}
+    finally:
+        stop.set()
+        writer.join(timeout=10)
+    assert seen <= {WeightStatus.ACTIVE, WeightStatus.CORRUPT}
+    assert check_weights(path).status == WeightStatus.ACTIVE

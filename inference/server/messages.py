@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Literal
 
-from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +26,7 @@ from inference.engine import Chunk, EngineError, Finished, Generation, Generatio
 from inference.prompt import chat_prompt
 from inference.server.errors import ApiError, error_body, from_engine
 from inference.server.metrics import RequestTimer
-from inference.server.serving import Serving, sse_response
+from inference.server.serving import Serving, protocol_router
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 MAX_STOP_SEQUENCES = 16
@@ -141,16 +140,4 @@ async def _complete(
     return JSONResponse(_message(request, content, usage, finished))
 
 
-router = APIRouter()
-
-
-@router.post("/v1/messages")
-async def create_message(request: Request) -> Response:
-    serving: Serving = request.app.state.serving
-    try:
-        parsed, generation, timer = await serving.accept(request, parse)
-    except ApiError as error:
-        return error_response(error)
-    if parsed.stream:
-        return sse_response(_stream(serving, parsed, generation, timer))
-    return await _complete(serving, parsed, generation, timer)
+router = protocol_router("/v1/messages", parse, _stream, _complete, error_response)

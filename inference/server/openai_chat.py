@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,7 +28,7 @@ from inference.engine import MAX_TOKENS, Chunk, EngineError, Finished, Generatio
 from inference.prompt import chat_prompt
 from inference.server.errors import API, TOO_LARGE, ApiError, from_engine, invalid
 from inference.server.metrics import RequestTimer
-from inference.server.serving import Serving, sse_response
+from inference.server.serving import Serving, protocol_router
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 DEFAULT_MAX_TOKENS = 256
@@ -167,16 +166,4 @@ async def _complete(
     )
 
 
-router = APIRouter()
-
-
-@router.post("/v1/chat/completions")
-async def create_chat_completion(request: Request) -> Response:
-    serving: Serving = request.app.state.serving
-    try:
-        parsed, generation, timer = await serving.accept(request, parse)
-    except ApiError as error:
-        return error_response(error)
-    if parsed.stream:
-        return sse_response(_stream(serving, parsed, generation, timer))
-    return await _complete(serving, parsed, generation, timer)
+router = protocol_router("/v1/chat/completions", parse, _stream, _complete, error_response)

@@ -12,9 +12,10 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TypeVar
 
+from fastapi import APIRouter
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from inference.engine import Chunk, Engine, EngineError, Event, Finished, Generation, GenerationRequest
@@ -117,3 +118,24 @@ def sse_response(body: AsyncIterator[str]) -> StreamingResponse:
     return ClosingStreamingResponse(
         body, media_type="text/event-stream", headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
     )
+
+
+def protocol_router(path: str, parse, stream, complete, error_response) -> APIRouter:
+    """One wire format's POST endpoint: accept (validate and queue), then stream or answer whole.
+
+    `parse`, `stream`, `complete` and `error_response` are the format's own; the flow is shared.
+    """
+    router = APIRouter()
+
+    @router.post(path, name=path)
+    async def handle(request: Request) -> Response:
+        serving: Serving = request.app.state.serving
+        try:
+            parsed, generation, timer = await serving.accept(request, parse)
+        except ApiError as error:
+            return error_response(error)
+        if parsed.stream:
+            return sse_response(stream(serving, parsed, generation, timer))
+        return await complete(serving, parsed, generation, timer)
+
+    return router

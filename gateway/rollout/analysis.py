@@ -1,0 +1,118 @@
+"""Analysis: turn what the metrics providers measured over a window into checks with verdicts.
+
+Pure. Each check records its value, sample count, bound and threshold, so `graystack status` and
+the `graystack_analysis_checks_total` metric can say why a rollout moved (Flagger's and Argo's
+dashboards show traffic, not decisions). Verdicts and their policies:
+  pass          evidence that the variant is fine
+  fail          evidence that it is not: roll back at once
+  inconclusive  not enough evidence either way (e.g. too few requests): hold, never a pass
+  error         the metrics could not be read: retry, then freeze or roll back (spec's on_error)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.rollout.spec import Analysis
+from gateway.rollout.stats import Verdict, decide_error_rate
+
+
+@dataclass(frozen=True)
+class VariantWindow:
+    """One variant over the analysis window, as a provider measured it."""
+
+    requests: float  # attempts that reached the variant
+    errors: float  # of those, failed (5xx, resets, and attempts that a fallback retry hid)
+    latency_p99: float | None = None  # seconds
+    ttft_p95: float | None = None  # seconds
+
+
+@dataclass(frozen=True)
+class Observations:
+    variants: Mapping[str, VariantWindow] = field(default_factory=dict)
+    weight_status: Mapping[str, Sequence[str]] = field(
+        default_factory=dict
+    )  # variant -> its probes' statuses
+    error: str | None = None  # the provider could not measure (query failed, target down)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: Verdict
+    value: float | None
+    samples: int
+    bound: float | None
+    threshold: float
+    reason: str
+
+
+def _error_check(name: str, threshold: float, reason: str) -> Check:
+    return Check(name, Verdict.ERROR, None, 0, None, threshold, reason)
+
+
+def analyse(spec: Analysis, seen: Observations, candidate: str, baseline: str) -> list[Check]:
+    """The error-rate, latency-ratio, TTFT and weight-status checks for `candidate`."""
+    checks = (
+        ("error_rate", spec.max_error_rate),
+        ("latency_ratio", spec.max_latency_ratio),
+        ("ttft_p95", spec.max_ttft_p95),
+        ("weight_status", 0.0),
+    )
+    if seen.error is not None:
+        return [_error_check(name, threshold, seen.error) for name, threshold in checks]
+    ours, theirs = seen.variants.get(candidate), seen.variants.get(baseline)
+    return [
+        _error_rate(spec, ours),
+        _latency_ratio(spec, ours, theirs),
+        _ttft(spec, ours),
+        _weight_status(spec, seen.weight_status.get(candidate, ())),
+    ]
+
+
+def _error_rate(spec: Analysis, ours: VariantWindow | None) -> Check:
+    requests = int(ours.requests) if ours else 0
+    errors = min(int(ours.errors), requests) if ours else 0
+    decision = decide_error_rate(errors, requests, spec.max_error_rate, spec.min_requests)
+    bound = decision.bounds.lower if decision.verdict == Verdict.FAIL else decision.bounds.upper
+    return Check(
+        "error_rate", decision.verdict, decision.rate, requests, bound, spec.max_error_rate, decision.reason
+    )
+
+
+def _latency_ratio(spec: Analysis, ours: VariantWindow | None, theirs: VariantWindow | None) -> Check:
+    threshold = spec.max_latency_ratio
+    samples = int(ours.requests) if ours else 0
+    if samples < spec.min_requests or not theirs or not ours.latency_p99 or not theirs.latency_p99:
+        return Check(
+            "latency_ratio", Verdict.INCONCLUSIVE, None, samples, None, threshold, "not enough latency data"
+        )
+    ratio = ours.latency_p99 / theirs.latency_p99
+    verdict = Verdict.FAIL if ratio > threshold else Verdict.PASS
+    return Check(
+        "latency_ratio", verdict, ratio, samples, None, threshold, f"p99 {ratio:.2f}x the baseline's"
+    )
+
+
+def _ttft(spec: Analysis, ours: VariantWindow | None) -> Check:
+    threshold = spec.max_ttft_p95
+    samples = int(ours.requests) if ours else 0
+    if samples < spec.min_requests or ours.ttft_p95 is None:
+        return Check("ttft_p95", Verdict.INCONCLUSIVE, None, samples, None, threshold, "not enough TTFT data")
+    verdict = Verdict.FAIL if ours.ttft_p95 > threshold else Verdict.PASS
+    return Check(
+        "ttft_p95", verdict, ours.ttft_p95, samples, None, threshold, f"TTFT p95 {ours.ttft_p95:.3f}s"
+    )
+
+
+def _weight_status(spec: Analysis, statuses: Sequence[str]) -> Check:
+    if not statuses:
+        return Check("weight_status", Verdict.INCONCLUSIVE, None, 0, None, 0.0, "no probe has reported")
+    unexpected = sorted(set(statuses) - set(spec.expected_weight_status))
+    if unexpected:
+        reason = f"pods report {unexpected}, expected one of {spec.expected_weight_status}"
+        return Check("weight_status", Verdict.FAIL, float(len(unexpected)), len(statuses), None, 0.0, reason)
+    return Check(
+        "weight_status", Verdict.PASS, 0.0, len(statuses), None, 0.0, f"all {len(statuses)} pods as expected"
+    )

@@ -1,0 +1,53 @@
+"""Checks carry their verdict with the evidence behind it."""
+
+from gateway.rollout.analysis import Observations, VariantWindow, analyse
+from gateway.rollout.spec import Analysis
+from gateway.rollout.stats import Verdict
+
+SPEC = Analysis()  # DESIGN's defaults: 0.3 %, p99 ratio 1.5, TTFT p95 2 s, ERASED/ZEROED, 100 requests
+
+
+def verdicts(seen: Observations) -> dict[str, Verdict]:
+    return {c.name: c.verdict for c in analyse(SPEC, seen, "zero-layer", "baseline")}
+
+
+def window(requests, errors, p99=0.2, ttft=0.3) -> VariantWindow:
+    return VariantWindow(requests=requests, errors=errors, latency_p99=p99, ttft_p95=ttft)
+
+
+def test_a_healthy_variant_passes_every_check():
+    seen = Observations(
+        variants={"zero-layer": window(1500, 0, p99=0.15), "baseline": window(20000, 10)},
+        weight_status={"zero-layer": ["ERASED", "ERASED"]},
+    )
+    assert set(verdicts(seen).values()) == {Verdict.PASS}
+
+
+def test_too_little_traffic_is_inconclusive_not_a_pass():
+    seen = Observations(
+        variants={"zero-layer": window(40, 0), "baseline": window(800, 0)},
+        weight_status={"zero-layer": ["ZEROED"]},
+    )
+    result = verdicts(seen)
+    assert result["error_rate"] == result["latency_ratio"] == result["ttft_p95"] == Verdict.INCONCLUSIVE
+    assert result["weight_status"] == Verdict.PASS
+
+
+def test_each_regression_fails_its_own_check_with_the_evidence():
+    seen = Observations(
+        variants={"zero-layer": window(400, 20, p99=0.5, ttft=2.5), "baseline": window(8000, 2, p99=0.2)},
+        weight_status={"zero-layer": ["ERASED", "ACTIVE"]},
+    )
+    checks = {c.name: c for c in analyse(SPEC, seen, "zero-layer", "baseline")}
+    assert {name: c.verdict for name, c in checks.items()} == dict.fromkeys(checks, Verdict.FAIL)
+    error_rate = checks["error_rate"]
+    assert error_rate.value == 0.05
+    assert error_rate.samples == 400
+    assert error_rate.bound > SPEC.max_error_rate  # the lower confidence bound, above the threshold
+    assert checks["latency_ratio"].value == 2.5
+    assert "ACTIVE" in checks["weight_status"].reason
+
+
+def test_a_metrics_source_that_is_down_is_an_error_not_a_failure():
+    result = verdicts(Observations(error="prometheus: connection refused"))
+    assert set(result.values()) == {Verdict.ERROR}

@@ -227,6 +227,10 @@ class Analysis(_Model):
     max_ttft_p95: Duration = 2.0
     expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] = ["ERASED", "ZEROED"]
     provider: Provider = Provider()
+    # When the metrics stay unreadable past the retry limit: hold the weights and alert (freeze),
+    # or treat it as a failure (rollback). Freeze is the default: an outage of the metrics source
+    # is not evidence against the variant.
+    on_error: Literal["freeze", "rollback"] = "freeze"
 
 
 class RolloutSpec(_Model):

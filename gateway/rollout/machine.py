@@ -1,0 +1,414 @@
+"""The rollout state machine: a pure function of (spec, state, checks, command, now) -> (state, actions).
+
+No I/O and no clock of its own: the controller measures, pushes xDS, persists and waits for ACKs, and
+hands the time in. Everything that must survive a restart (the step, the weights, the hold accrued so
+far) lives in `RolloutState`, which round-trips through plain JSON.
+
+Phases: `shadow` (weight 0, Envoy mirrors `shadow.percent` of the traffic), `progressing` (the weight of
+`strategy.steps[step]`), `promoted` (after the last step), `rolled_back` (weight 0, shadow off) and
+`manual` (no `strategy`: the split is the spec's own). `paused` is a flag on shadow/progressing.
+
+One call handles, in order:
+1. The guard. Any FAIL check, in any phase but rolled_back (promoted and manual included: the guard
+   stays on after 100 %), rolls back at once; the reason names each failing check with its value,
+   samples, bound and threshold. A command in the same call is ignored: safety first.
+2. The command. pause / resume (timers freeze and continue; weights stay), promote (skip the rest of
+   this stage: shadow -> step 0, step i -> i+1, last step -> promoted), rollback (an operator abort,
+   handled like a FAIL), retry (rolled_back -> the first stage, fresh timers). A command that makes no
+   sense in the phase changes nothing and yields `Ignored` with the reason; nothing here raises.
+   promote keeps the paused flag: the operator moved one stage, they did not lift their pause.
+3. The verdicts. ERROR in any check: one more consecutive error interval; below `ERROR_LIMIT` hold; at
+   the limit apply `analysis.on_error` once (freeze: pause with an Alert, or an Alert alone where
+   nothing advances; rollback: roll back). A frozen rollout stays paused until an operator resumes it
+   (which also resets the count): a rollout that alerted should not move again unseen. Any interval
+   without an ERROR resets the count. INCONCLUSIVE holds: it is never a pass.
+4. Advancing, only when no command was applied in this call and not paused: the hold (shadow
+   `duration` or step `hold`) has elapsed AND this interval's checks are all PASS (an empty list is not
+   a pass). weight_status must pass too: an unverified checkpoint is exactly what we must not ship, so a
+   rollout whose probes never report holds. Shadow also needs the gate: success (1 - error_rate value)
+   >= gate.success_rate and latency_ratio value <= gate.max_latency_ratio; a gate miss holds (it is
+   not a failure: the variant may just not be fast enough yet). At most one stage per call.
+
+Time: the hold is accrued, not recomputed from a start time. Each call folds `now - held_until` into
+`held` (never negative), so a clock that jumps backwards loses nothing and restarts nothing, a clock
+that jumps forwards may complete a hold but never skips a stage, a pause stops accrual, and a state
+reloaded after a restart continues its hold (the downtime counts: the traffic kept flowing).
+
+Rollback is an ordered sequence of which the machine owns the first part: it emits SetSplit(0, 0) once
+and records `rollback_started` (the first failing sample, or the operator's command). The controller
+pushes it, waits until every connected Envoy ACKed, then calls `rollback_acked` (which returns
+graystack_rollback_seconds) or, past its deadline, `rollback_ack_timeout` (an Alert). The controller
+must also send every header segment to the baseline while rolled back: SetSplit covers the default split.
+
+A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
+exists restarts the strategy from its first stage; a changed weight or shadow percent is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from gateway.rollout.analysis import Check
+from gateway.rollout.spec import Gate, RolloutSpec
+from gateway.rollout.stats import Verdict
+
+ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
+HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
+
+
+class Phase(StrEnum):
+    SHADOW = "shadow"
+    PROGRESSING = "progressing"
+    PROMOTED = "promoted"
+    ROLLED_BACK = "rolled_back"
+    MANUAL = "manual"
+
+
+ADVANCING = frozenset({Phase.SHADOW, Phase.PROGRESSING})  # the phases that pause/promote apply to
+
+
+class Command(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    PROMOTE = "promote"
+    ROLLBACK = "rollback"
+    RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class Transition:
+    at: float
+    source: str
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    phase: Phase
+    step: int = 0  # index into strategy.steps while progressing
+    weight: int | None = 0  # zero-layer's share of the default split; None: the spec's own (manual)
+    shadow_percent: int = 0  # share of requests mirrored to zero-layer; 0 = off
+    paused: bool = False
+    held: float = 0.0  # hold time accrued in the current stage up to `held_until`
+    held_until: float | None = None  # the clock reading `held` counts up to; None while not accruing
+    errors: int = 0  # consecutive analysis intervals with an ERROR verdict
+    rollback_started: float | None = None  # first failing sample of a rollback not yet ACKed everywhere
+    reason: str = ""  # why the last transition happened
+    history: tuple[Transition, ...] = ()
+
+    def hold_elapsed(self, now: float) -> float:
+        """Hold time accrued by `now`; a clock behind `held_until` adds nothing."""
+        if self.held_until is None:
+            return self.held
+        return self.held + max(0.0, now - self.held_until)
+
+    def label(self) -> str:
+        where = f"step {self.step}" if self.phase == Phase.PROGRESSING else self.phase.value
+        return f"{where} (paused)" if self.paused else where
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["phase"] = self.phase.value
+        data["history"] = [asdict(t) for t in self.history]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RolloutState:
+        """The inverse of `to_dict`, type-checked; ValueError (pydantic's included) on anything else."""
+        if not isinstance(data, Mapping):
+            raise ValueError("a rollout state is a mapping")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown rollout state field(s) {unknown}")
+        return _STATE.validate_python(dict(data))
+
+
+_STATE = TypeAdapter(RolloutState)
+
+
+@dataclass(frozen=True)
+class SetSplit:
+    """Program Envoy: zero-layer's weight in the default split (None: the spec's routing.weights) and
+    the percentage of requests mirrored to zero-layer."""
+
+    weight: int | None
+    shadow_percent: int
+
+
+@dataclass(frozen=True)
+class Alert:
+    message: str
+
+
+@dataclass(frozen=True)
+class RecordDecision:
+    """One analysis interval: the checks (value, samples, bound, threshold each) and what it led to."""
+
+    checks: tuple[Check, ...]
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Ignored:
+    command: Command
+    reason: str
+
+
+Action = SetSplit | Alert | RecordDecision | Ignored
+
+
+def initial_state(spec: RolloutSpec, now: float) -> RolloutState:
+    """Where a new rollout starts: shadow, else step 0, else manual."""
+    state = _first_stage(spec, RolloutState(Phase.MANUAL, weight=None), now, "rollout started")
+    return replace(state, history=())
+
+
+def step(
+    spec: RolloutSpec,
+    state: RolloutState,
+    checks: Sequence[Check] | None,
+    command: Command | None,
+    now: float,
+) -> tuple[RolloutState, list[Action]]:
+    """The next state and the actions for the controller; see the module docstring for the rules."""
+    before = state
+    actions: list[Action] = []
+    state = _reconcile(spec, _fold(state, now), now)
+    outcome = ""
+    failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
+    if failing and state.phase != Phase.ROLLED_BACK:
+        state = _roll_back(state, now, "; ".join(describe(c) for c in failing), actions)
+        outcome = "rollback"
+        if command is not None:
+            actions.append(Ignored(command, "a failing check rolled the rollout back"))
+    else:
+        applied = False
+        if command is not None:
+            state, applied = _command(spec, state, command, now, actions)
+        if checks is not None:
+            state, outcome = _judge(spec, state, tuple(checks), now, actions, may_advance=not applied)
+    if checks is not None:
+        actions.insert(0, RecordDecision(tuple(checks), outcome))
+    if (state.weight, state.shadow_percent) != (before.weight, before.shadow_percent):
+        actions.append(SetSplit(state.weight, state.shadow_percent))
+    return state, actions
+
+
+def rollback_acked(state: RolloutState, now: float) -> tuple[RolloutState, float | None]:
+    """Every connected Envoy ACKed the rollback: it is done. Returns graystack_rollback_seconds, from
+    the first failing sample to this last ACK (None when no rollback was in flight)."""
+    if state.rollback_started is None:
+        return state, None
+    seconds = max(0.0, now - state.rollback_started)
+    return replace(state, rollback_started=None), seconds
+
+
+def rollback_ack_timeout(state: RolloutState, now: float, acked: int, connected: int) -> Alert:
+    """The rollback is not live everywhere by the controller's deadline: say so, with the numbers."""
+    since = now - state.rollback_started if state.rollback_started is not None else 0.0
+    return Alert(
+        f"rollback not ACKed by every proxy after {since:.1f}s: {acked} of {connected} have weight 0 live"
+    )
+
+
+def describe(check: Check) -> str:
+    """A check as evidence: verdict, value, samples, bound and threshold."""
+    return (
+        f"{check.name} {check.verdict.value}: value {_num(check.value)} over {check.samples} samples, "
+        f"bound {_num(check.bound)}, threshold {_num(check.threshold)} ({check.reason})"
+    )
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def _fold(state: RolloutState, now: float) -> RolloutState:
+    if state.held_until is None:
+        return state
+    return replace(state, held=state.hold_elapsed(now), held_until=now)
+
+
+def _moved(state: RolloutState, now: float, reason: str, **changes: Any) -> RolloutState:
+    """`state` with `changes`, the reason, and a history entry if it now stands somewhere else."""
+    after = replace(state, reason=reason, **changes)
+    if after.label() != state.label():
+        entry = Transition(now, state.label(), after.label(), reason)
+        after = replace(after, history=(*state.history, entry)[-HISTORY_LIMIT:])
+    return after
+
+
+def _stage(
+    state: RolloutState, now: float, reason: str, phase: Phase, index: int, weight: int | None, shadow: int
+) -> RolloutState:
+    """Enter a stage with a fresh hold; only shadow and progressing hold, or keep a pause."""
+    paused = state.paused and phase in ADVANCING
+    accruing = phase in ADVANCING and not paused
+    return _moved(
+        state, now, reason, phase=phase, step=index, weight=weight, shadow_percent=shadow, paused=paused,
+        held=0.0, held_until=now if accruing else None,
+    )  # fmt: skip
+
+
+def _first_stage(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
+    """The strategy's first stage with fresh timers (an operator's pause, if any, stays)."""
+    strategy = spec.strategy
+    state = replace(state, errors=0, rollback_started=None)
+    if strategy is None:
+        return _stage(state, now, reason, Phase.MANUAL, 0, None, 0)
+    if strategy.shadow is not None:
+        return _stage(state, now, reason, Phase.SHADOW, 0, 0, strategy.shadow.percent)
+    return _enter_step(spec, state, 0, now, reason)
+
+
+def _enter_step(spec: RolloutSpec, state: RolloutState, index: int, now: float, reason: str) -> RolloutState:
+    """Step `index`, or promoted past the last step."""
+    steps = spec.strategy.steps
+    if index >= len(steps):
+        return _stage(state, now, reason, Phase.PROMOTED, len(steps) - 1, steps[-1].weight, 0)
+    return _stage(state, now, reason, Phase.PROGRESSING, index, steps[index].weight, 0)
+
+
+def _advance(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
+    index = 0 if state.phase == Phase.SHADOW else state.step + 1
+    return _enter_step(spec, state, index, now, reason)
+
+
+def _roll_back(state: RolloutState, now: float, cause: str, actions: list[Action]) -> RolloutState:
+    reason = f"rolled back: {cause}"
+    actions.append(Alert(reason))
+    state = _stage(state, now, reason, Phase.ROLLED_BACK, state.step, 0, 0)
+    return replace(state, errors=0, rollback_started=now)
+
+
+def _pause(state: RolloutState, now: float, reason: str) -> RolloutState:
+    return _moved(state, now, reason, paused=True, held_until=None)
+
+
+def _command(
+    spec: RolloutSpec, state: RolloutState, command: Command, now: float, actions: list[Action]
+) -> tuple[RolloutState, bool]:
+    """Apply an operator command; (state, False) with an Ignored action where it makes no sense."""
+    phase = state.phase
+    problem = None
+    if command in (Command.PAUSE, Command.PROMOTE) and phase not in ADVANCING:
+        problem = f"nothing advances in phase {phase.value}"
+    elif command == Command.PAUSE and state.paused:
+        problem = "already paused"
+    elif command == Command.RESUME and not state.paused:
+        problem = "not paused"
+    elif command == Command.ROLLBACK and phase == Phase.ROLLED_BACK:
+        problem = "already rolled back"
+    elif command == Command.RETRY and phase != Phase.ROLLED_BACK:
+        problem = f"only a rolled-back rollout can be retried (phase {phase.value})"
+    if problem is not None:
+        actions.append(Ignored(command, problem))
+        return state, False
+    if command == Command.PAUSE:
+        return _pause(state, now, "operator pause"), True
+    if command == Command.RESUME:
+        return _moved(state, now, "operator resume", paused=False, held_until=now, errors=0), True
+    if command == Command.PROMOTE:
+        return _advance(spec, state, now, "operator promote"), True
+    if command == Command.ROLLBACK:
+        return _roll_back(state, now, "operator rollback", actions), True
+    return _first_stage(spec, state, now, "operator retry"), True
+
+
+def _judge(
+    spec: RolloutSpec,
+    state: RolloutState,
+    checks: tuple[Check, ...],
+    now: float,
+    actions: list[Action],
+    may_advance: bool,
+) -> tuple[RolloutState, str]:
+    """Apply one interval's (non-failing) verdicts; returns the state and the decision's outcome."""
+    if state.phase == Phase.ROLLED_BACK:
+        return state, "recorded only: rolled back"
+    errored = [c for c in checks if c.verdict == Verdict.ERROR]
+    if errored:
+        return _on_error(spec, replace(state, errors=state.errors + 1), errored[0], now, actions)
+    state = replace(state, errors=0)
+    if state.phase not in ADVANCING:
+        return state, "guard: no failing check"
+    if state.paused or not may_advance:
+        return state, "hold: paused" if state.paused else "hold: a command moved the rollout this interval"
+    needed = _hold_needed(spec, state)
+    if state.held < needed:
+        return state, f"hold: {state.held:.0f}s of {needed:.0f}s held"
+    waiting = [c.name for c in checks if c.verdict != Verdict.PASS]
+    if not checks or waiting:
+        return state, f"hold: inconclusive {waiting or 'no checks'}"
+    if state.phase == Phase.SHADOW:
+        missed = _gate_missed(spec.strategy.shadow.gate, checks)
+        if missed is not None:
+            return state, f"hold: shadow gate: {missed}"
+    state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {_summary(checks)}")
+    return state, f"advance to {state.label()}"
+
+
+def _on_error(
+    spec: RolloutSpec, state: RolloutState, check: Check, now: float, actions: list[Action]
+) -> tuple[RolloutState, str]:
+    if state.errors < ERROR_LIMIT:
+        return state, f"hold: metrics error {state.errors} of {ERROR_LIMIT}: {check.reason}"
+    if state.errors > ERROR_LIMIT:
+        return state, f"hold: metrics error {state.errors} (already escalated): {check.reason}"
+    cause = f"metrics unavailable for {ERROR_LIMIT} intervals ({check.reason})"
+    if spec.analysis.on_error == "rollback":
+        return _roll_back(state, now, cause, actions), "rollback"
+    actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
+    if state.phase in ADVANCING and not state.paused:
+        state = _pause(state, now, f"frozen: {cause}")
+    return state, "freeze"
+
+
+def _hold_needed(spec: RolloutSpec, state: RolloutState) -> float:
+    if state.phase == Phase.SHADOW:
+        return spec.strategy.shadow.duration
+    return spec.strategy.steps[state.step].hold
+
+
+def _gate_missed(gate: Gate, checks: tuple[Check, ...]) -> str | None:
+    """Why the shadow gate stays shut, or None when the variant may take real traffic."""
+    by_name = {c.name: c for c in checks}
+    rate, ratio = by_name.get("error_rate"), by_name.get("latency_ratio")
+    if rate is None or rate.value is None or ratio is None or ratio.value is None:
+        return "no error-rate or latency-ratio value"
+    success = 1.0 - rate.value
+    if success < gate.success_rate:
+        return f"success rate {success:.4f} below {gate.success_rate}"
+    if ratio.value > gate.max_latency_ratio:
+        return f"latency ratio {ratio.value:.3f} above {gate.max_latency_ratio}"
+    return None
+
+
+def _summary(checks: tuple[Check, ...]) -> str:
+    return ", ".join(f"{c.name}={_num(c.value)}/{c.samples}" for c in checks)
+
+
+def _reconcile(spec: RolloutSpec, state: RolloutState, now: float) -> RolloutState:
+    """Fit the state to the spec it now runs under (an edit, or a restart with a changed file)."""
+    strategy = spec.strategy
+    if state.phase == Phase.ROLLED_BACK:
+        return state
+    if (strategy is None) != (state.phase == Phase.MANUAL):
+        return _first_stage(spec, state, now, "the spec's strategy changed")
+    if strategy is None:
+        return state
+    if state.phase == Phase.SHADOW:
+        if strategy.shadow is None:
+            return _first_stage(spec, state, now, "the spec no longer has a shadow stage")
+        return replace(state, shadow_percent=strategy.shadow.percent)
+    if state.phase == Phase.PROGRESSING:
+        if state.step >= len(strategy.steps):
+            return _first_stage(spec, state, now, "the spec no longer has this step")
+        return replace(state, weight=strategy.steps[state.step].weight)
+    return replace(state, weight=strategy.steps[-1].weight)

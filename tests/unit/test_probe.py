@@ -72,27 +72,42 @@ def metric_samples(probe: Probe) -> dict:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
 
 
-async def test_status_flips_within_one_interval_when_the_file_is_replaced(tmp_path):
+def checks_done(probe: Probe) -> float:
+    return sum(
+        probe.metrics.registry.get_sample_value(
+            "graystack_probe_weight_checks_total", {"variant": "zero-layer", "status": status}
+        )
+        or 0.0
+        for status in ("ACTIVE", "ZEROED", "ERASED", "MISSING", "CORRUPT")
+    )
+
+
+async def after_checks(probe: Probe, count: int) -> str:
+    """The status once `count` more checks have completed (bounded wait, no timing asserted).
+
+    Two checks after a change: the second one started after it, so it is the one that must see it.
+    """
+    target = checks_done(probe) + count
+    async with asyncio.timeout(30):
+        while checks_done(probe) < target:  # noqa: ASYNC110 - polling the metric the probe exports
+            await asyncio.sleep(0.01)
+    return probe.last_status.status
+
+
+async def test_status_flips_at_the_next_check_when_the_file_is_replaced(tmp_path):
     weights = init_checkpoint("zero-layer", tmp_path / "w.safetensors", TINY)
     probe = Probe(
         ProbeOptions(weights=weights, target="http://127.0.0.1:9", variant="zero-layer", interval=0.2)
     )
     loop = asyncio.create_task(probe.run())
     try:
-        await asyncio.sleep(0.05)  # the first report comes at once, not after an interval
-        assert probe.last_status.status == "ACTIVE"
+        assert await after_checks(probe, 1) == "ACTIVE"  # the first report comes at once
         erase_bias(weights)  # replaced atomically, as the project's tools do
-        for _ in range(10):
-            await asyncio.sleep(0.05)
-            if probe.last_status.status == "ERASED":
-                break
-        assert probe.last_status.status == "ERASED"
+        assert await after_checks(probe, 2) == "ERASED"
         weights.unlink()
-        await asyncio.sleep(0.3)
-        assert probe.last_status.status == "MISSING"
+        assert await after_checks(probe, 2) == "MISSING"
         weights.write_bytes(b"\xff" * 3)
-        await asyncio.sleep(0.3)
-        assert probe.last_status.status == "CORRUPT"
+        assert await after_checks(probe, 2) == "CORRUPT"
     finally:
         loop.cancel()
     samples = metric_samples(probe)

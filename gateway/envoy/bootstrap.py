@@ -130,6 +130,9 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
             lds_config=ads_source,
         ),
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(clusters=[xds_cluster]),
+        # Histograms (upstream_rq_time) reach /stats only at a flush: 1 s instead of 5 s, so the
+        # rollout's latency window lags the traffic by at most a second.
+        stats_flush_interval=_duration(1.0),
         overload_manager=overload_pb2.OverloadManager(
             resource_monitors=[
                 overload_pb2.ResourceMonitor(

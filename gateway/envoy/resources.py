@@ -150,9 +150,11 @@ def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:
     """Aggregate cluster: priority 0 is the variant, priority 1 the fallback.
 
     With the route's previous-priorities retry, a failed attempt on the variant retries on the
-    fallback; an ejected or unhealthy variant sends its share to the fallback outright. The
-    variant's failures stay visible as `retry.upstream_rq_<code>` on this cluster and as attempts
-    on the variant's own cluster (../shared/research/envoy_fallback_retry.md).
+    fallback; an ejected or unhealthy variant sends its share to the fallback outright. Clients see
+    the fallback's answer, so the variant's failures must be read from this cluster's retries:
+    `upstream_rq_retry` counts every retried attempt (refused connections and per-try timeouts carry
+    no response code, so `retry.upstream_rq_<code>` misses them), and the variant's own cluster
+    counts the attempts that reached it (gateway/metrics/direct.py reads them so).
     """
     return cluster_pb2.Cluster(
         name=names.fallback_cluster(variant),

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test unit integration lint bench clean
+.PHONY: install prometheus demo test unit integration lint bench clean
 
 install: $(STAMP)
 
@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,inference]'
 	touch $(STAMP)
+
+prometheus:  ## Debian's Prometheus 2.42 (the prometheus provider's tests); needs root and apt, silent when present
+	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 demo: install  ## Envoy + the gateway + stand-in upstreams: flips, a header rule, a failing variant
 	$(BIN)/graystack demo

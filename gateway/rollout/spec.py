@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -216,6 +217,24 @@ class Strategy(_Model):
 class Provider(_Model):
     type: Literal["direct", "prometheus"] = "direct"
     url: str | None = None
+    # PromQL replacing the prometheus provider's built-in queries by name (gateway/metrics/prometheus.py).
+    queries: dict[str, str] | None = None
+
+    @field_validator("queries")
+    @classmethod
+    def _known_queries(cls, queries: dict[str, str] | None) -> dict[str, str] | None:
+        # Imported here: gateway.metrics imports the analysis, which imports this module.
+        from gateway.metrics.prometheus import check_overrides
+
+        if queries is not None:
+            check_overrides(queries)
+        return queries
+
+    @model_validator(mode="after")
+    def _prometheus_needs_a_url(self) -> Provider:
+        if self.type == "prometheus" and not self.url:
+            raise ValueError("the prometheus provider needs `url`, e.g. http://prometheus:9090")
+        return self
 
 
 class Analysis(_Model):

@@ -87,6 +87,7 @@ def test_the_design_example_is_a_valid_spec():
         ),
         (example(routing__header="X Client"), ["routing", "not a valid HTTP header name"]),
         (example(routing__wieghts={"baseline": 100}), ["routing.wieghts", "Extra inputs"]),
+        (example(analysis__provider={"type": "prometheus"}), ["analysis.provider", "needs `url`"]),
         (
             example(routing__rules=[{"value": "a", "variant": "baseline", "weights": {"baseline": 100}}]),
             ["routing.rules.0", "either"],

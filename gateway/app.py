@@ -1,4 +1,12 @@
-"""`graystack gateway`: the xDS server, the spec watcher and the admin API in one asyncio process."""
+"""`graystack gateway`: the xDS server, the spec watcher, the rollout controller and the admin API in one
+asyncio process.
+
+The controller always runs: with a `strategy` it moves the rollout, without one (manual mode) it still
+guards the live split. Its metrics source: `provider: {type: prometheus}` asks the spec's URL;
+`{type: direct}` scrapes Envoy's admin (`envoy_admin`) and the pods' /metrics (`metrics_targets`),
+which the spec does not name, so they are options; without `envoy_admin` the guard is off and
+`graystack status` says so.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,11 @@ from pathlib import Path
 import uvicorn
 
 from gateway.admin.api import create_admin_app
-from gateway.rollout.spec import SpecError
+from gateway.metrics.direct import DirectProvider
+from gateway.metrics.prometheus import PrometheusProvider
+from gateway.metrics.provider import MetricsProvider
+from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
+from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.service import Gateway
 from gateway.sources.spec_file import SpecFileWatcher, read_spec
 from gateway.xds.cache import SnapshotCache
@@ -31,6 +43,30 @@ class GatewayOptions:
     admin_port: int = 9000
     admin_token: str | None = None
     poll_interval: float = 0.25
+    envoy_admin: str | None = None  # Envoy's admin base URL, for the `direct` metrics provider
+    metrics_targets: tuple[str, ...] = ()  # the pods' /metrics URLs (model servers and probes)
+    state_path: Path | None = None  # the rollout state file; None: `<spec>.state.json`
+
+    @property
+    def rollout_state_path(self) -> Path:
+        return self.state_path or self.spec.with_name(self.spec.name + ".state.json")
+
+
+def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> ProviderFactory:
+    """Builds the spec's metrics provider; ProviderUnavailable (the guard is off) says what is missing."""
+
+    def make(spec: RolloutSpec) -> MetricsProvider:
+        source, variants, fallback = spec.analysis.provider, list(spec.variants), spec.retries.fallback
+        if source.type == "prometheus":
+            return PrometheusProvider(source.url, variants, fallback, source.queries)
+        if envoy_admin is None:
+            raise ProviderUnavailable(
+                "no metrics source configured: the guard is off "
+                "(set --envoy-admin / GRAYSTACK_ENVOY_ADMIN, and --metrics-target for the pods)"
+            )
+        return DirectProvider(envoy_admin, list(targets), variants, fallback)
+
+    return make
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -64,6 +100,13 @@ class GatewayProcess:
         if self.gateway.last_error:
             raise SpecError(self.gateway.last_error["message"])
         self.ads = AdsServer(self.cache, on_connect=self.gateway.on_connect)
+        self.controller = RolloutController(
+            self.gateway,
+            self.ads,
+            provider_factory(options.envoy_admin, options.metrics_targets),
+            options.rollout_state_path,
+        )
+        self.controller.restore()
         self._watcher = SpecFileWatcher(
             options.spec,
             self.gateway.load,
@@ -73,7 +116,7 @@ class GatewayProcess:
         )
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
-                create_admin_app(self.gateway, self.ads, options.admin_token),
+                create_admin_app(self.gateway, self.ads, options.admin_token, self.controller),
                 host=options.admin_host,
                 port=options.admin_port,
                 log_level="warning",
@@ -85,7 +128,11 @@ class GatewayProcess:
 
     async def start(self) -> None:
         self._grpc = await start_server(self.ads, self.options.xds_host, self.options.xds_port)
-        self._tasks = [asyncio.create_task(self._watcher.run()), asyncio.create_task(self.admin.serve())]
+        self._tasks = [
+            asyncio.create_task(self._watcher.run()),
+            asyncio.create_task(self.admin.serve()),
+            asyncio.create_task(self.controller.run()),
+        ]
         while not self.admin.started:
             if self._tasks[1].done():
                 self._tasks[1].result()

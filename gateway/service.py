@@ -1,4 +1,11 @@
-"""The gateway: keeps the live spec (file + operator flips) and programs every connected Envoy.
+"""The gateway: keeps the live spec (file + operator flips + the rollout's split) and programs every
+connected Envoy.
+
+Three layers, later ones winning: the spec file, the operator's flips (`graystack weight`), and the
+rollout controller's split. The controller owns the default split while its state has a weight (a
+strategy's step, or a rollback), and an operator flip of it is refused; while rolled back it also pins
+every header segment to the baseline (flips refused), and lifting that (retry) gives the segments back
+their own splits (file or flip).
 
 Everything a change touches is built and checked before anything is swapped in, so a change that
 fails (bad spec, a split that does not add up, an inconsistent snapshot) leaves the last good
@@ -18,7 +25,7 @@ from envoy.config.core.v3 import base_pb2
 from gateway.envoy.bootstrap import listener_address
 from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
 from gateway.rollout import metrics
-from gateway.rollout.overrides import Segment, apply_overrides, surviving_overrides
+from gateway.rollout.overrides import Overrides, Segment, apply_overrides, surviving_overrides
 from gateway.rollout.spec import RolloutSpec, SpecError, complete_split
 from gateway.sources.endpoints import static_endpoints
 from gateway.xds.cache import InconsistentSnapshot, SnapshotCache, check_consistent
@@ -31,6 +38,15 @@ class SpecRecord:
     spec: RolloutSpec
     sha256: str
     loaded_at: float
+
+
+@dataclass(frozen=True)
+class RolloutSplit:
+    """The rollout controller's layer: the default split it sets (None: leave it to the spec and the
+    operator) and the variant every header segment goes to (None: each segment keeps its own)."""
+
+    weights: dict[str, int] | None = None
+    segments_to: str | None = None
 
 
 class Gateway:
@@ -47,6 +63,7 @@ class Gateway:
         self._clock = clock
         self.file: SpecRecord | None = None
         self.overrides: dict[Segment, dict[str, int]] = {}
+        self.rollout = RolloutSplit()
         self.live: RolloutSpec | None = None
         self.last_error: dict | None = None
         self.generation = 0
@@ -58,7 +75,7 @@ class Gateway:
         """A new spec file; refused (with the last good spec kept) if it cannot go live."""
         overrides = surviving_overrides(self.file.spec, spec, self.overrides) if self.file else {}
         try:
-            self._go_live(apply_overrides(spec, overrides))
+            self._go_live(self._compose(spec, overrides, self.rollout))
         except (SpecError, ValueError) as error:
             self.refuse(SpecError(f"{self.spec_path}: {error}"))
             return
@@ -75,15 +92,47 @@ class Gateway:
         metrics.SPEC_RELOADS.labels("refused").inc()
 
     def set_split(self, weights: Mapping[str, int], segment: Segment = None) -> RolloutSpec:
-        """An operator flip; SpecError (and nothing changed) if the split is not valid."""
+        """An operator flip; SpecError (and nothing changed) if the split is not valid, or the rollout
+        owns it (the default split under a strategy; every split while rolled back)."""
         if self.file is None:
             raise SpecError("no spec is loaded")
+        if self.rollout.segments_to is not None:
+            raise SpecError(
+                f"the rollout is rolled back: every split goes to {self.rollout.segments_to} "
+                "until `graystack retry`"
+            )
+        if segment is None and self.rollout.weights is not None:
+            raise SpecError(
+                "the rollout's strategy owns the default split: use graystack promote|pause|rollback, "
+                "or flip a segment (--segment)"
+            )
         split = complete_split(list(self.file.spec.variants), weights)
         overrides = {**self.overrides, segment: split}
-        self._go_live(apply_overrides(self.file.spec, overrides))
+        self._go_live(self._compose(self.file.spec, overrides, self.rollout))
         self.overrides = overrides
         log.info("split%s set to %s", f" for {segment!r}" if segment else "", split)
         return self.live
+
+    def set_rollout_split(self, rollout: RolloutSplit) -> RolloutSpec:
+        """The rollout controller's split; SpecError (and nothing changed) if it cannot go live."""
+        if self.file is None:
+            raise SpecError("no spec is loaded")
+        self._go_live(self._compose(self.file.spec, self.overrides, rollout))
+        self.rollout = rollout
+        log.info(
+            "rollout split set to %s (segments to %s)", rollout.weights, rollout.segments_to or "their own"
+        )
+        return self.live
+
+    @staticmethod
+    def _compose(spec: RolloutSpec, overrides: Overrides, rollout: RolloutSplit) -> RolloutSpec:
+        spec = apply_overrides(spec, overrides)
+        if rollout.weights is not None:
+            spec = spec.with_split(rollout.weights)
+        if rollout.segments_to is not None:
+            for rule in spec.routing.rules:
+                spec = spec.with_split({rollout.segments_to: 100}, rule.value)
+        return spec
 
     def _go_live(self, spec: RolloutSpec) -> None:
         endpoints = self._endpoints_for(spec)
@@ -126,15 +175,18 @@ class Gateway:
                 "loaded_at": self.file.loaded_at if self.file else None,
                 "last_error": self.last_error,
             },
-            "routing": _routing_status(live, self.overrides) if live else None,
+            "routing": _routing_status(live, self.overrides, self.rollout) if live else None,
         }
 
 
-def _routing_status(spec: RolloutSpec, overrides: Mapping[Segment, Mapping[str, int]]) -> dict:
+def _routing_status(
+    spec: RolloutSpec, overrides: Mapping[Segment, Mapping[str, int]], rollout: RolloutSplit
+) -> dict:
     return {
         "header": spec.routing.header,
         "weights": dict(spec.routing.weights),
         "rules": [{"value": r.value, "weights": r.split()} for r in spec.routing.rules],
         "flipped": sorted("default" if s is None else s for s in overrides),
         "fallback": spec.retries.fallback,
+        "rollout_split": {"weights": rollout.weights, "segments_to": rollout.segments_to},
     }

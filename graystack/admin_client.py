@@ -46,3 +46,7 @@ class AdminClient:
     ) -> dict:
         body = {"weights": dict(weights), "segment": segment, "wait_seconds": wait_seconds}
         return self._call("PUT", "/v1/weights", json=body)
+
+    def rollout_command(self, command: str, wait_seconds: float = 5.0) -> dict:
+        """promote, pause, resume, rollback or retry; the answer says if it was applied and ACKed."""
+        return self._call("POST", f"/v1/rollout/{command}", params={"wait_seconds": wait_seconds})

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from graystack.admin_client import DEFAULT_ADMIN_URL, AdminClient, AdminError
-from graystack.status_view import render_status
+from graystack.status_view import render_status, weight_text
 
 log_level_option = click.option(
     "--log-level",
@@ -33,6 +33,11 @@ def main() -> None:
     """Gray-release gateway and monitoring stack for LLM inference."""
 
 
+def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Repeated options, each of which may hold a comma-separated list (as the environment variable does)."""
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+
+
 @main.command()
 @click.option(
     "--spec", type=click.Path(path_type=Path), required=True, envvar="GRAYSTACK_SPEC", show_envvar=True
@@ -48,6 +53,31 @@ def main() -> None:
     show_envvar=True,
     help="bearer token for /v1; required to bind the admin API off loopback",
 )
+@click.option(
+    "--envoy-admin",
+    default=None,
+    envvar="GRAYSTACK_ENVOY_ADMIN",
+    show_envvar=True,
+    help="Envoy's admin URL (e.g. http://127.0.0.1:9901) for the `direct` metrics provider; "
+    "without it the rollback guard is off",
+)
+@click.option(
+    "--metrics-target",
+    "metrics_targets",
+    multiple=True,
+    callback=lambda ctx, param, value: _comma_list(value),
+    envvar="GRAYSTACK_METRICS_TARGETS",
+    show_envvar=True,
+    help="a pod's /metrics URL (model server or probe); repeat it, or comma-separate in the variable",
+)
+@click.option(
+    "--state-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    envvar="GRAYSTACK_STATE_FILE",
+    show_envvar=True,
+    help="where the rollout state is kept  [default: SPEC.state.json]",
+)
 @log_level_option
 def gateway(
     spec: Path,
@@ -56,14 +86,28 @@ def gateway(
     admin_host: str,
     admin_port: int,
     admin_token: str | None,
+    envoy_admin: str | None,
+    metrics_targets: tuple[str, ...],
+    state_file: Path | None,
     log_level: str,
 ) -> None:
-    """Run the xDS control plane and admin API, programming Envoy from SPEC (watched for edits)."""
+    """Run the xDS control plane, the rollout controller and the admin API, programming Envoy from SPEC
+    (watched for edits)."""
     from gateway.app import GatewayOptions, run_gateway
     from gateway.rollout.spec import SpecError
 
     _configure_logging(log_level)
-    options = GatewayOptions(spec, xds_host, xds_port, admin_host, admin_port, admin_token)
+    options = GatewayOptions(
+        spec,
+        xds_host,
+        xds_port,
+        admin_host,
+        admin_port,
+        admin_token,
+        envoy_admin=envoy_admin,
+        metrics_targets=metrics_targets,
+        state_path=state_file,
+    )
     try:
         asyncio.run(run_gateway(options))
     except SpecError as error:
@@ -174,6 +218,44 @@ def status(admin_url: str, token: str | None, as_json: bool, watch: bool, interv
                 return
             time.sleep(interval)
             click.clear()
+
+
+ROLLOUT_COMMANDS = {
+    "promote": "Skip the rest of the current stage: shadow -> first step, step -> next, last -> promoted.",
+    "pause": "Stop the rollout's timers; the weights stay.",
+    "resume": "Continue a paused (or frozen) rollout.",
+    "rollback": "Send all traffic, every header segment included, to the baseline now.",
+    "retry": "Start a rolled-back rollout again from its first stage.",
+}
+
+
+def _rollout_command(name: str) -> click.Command:
+    @admin_url
+    @admin_token
+    @as_json
+    def command(admin_url: str, token: str | None, as_json: bool) -> None:
+        try:
+            with AdminClient(admin_url, token) as client:
+                result = client.rollout_command(name)
+        except AdminError as error:
+            raise click.ClickException(str(error)) from None
+        if as_json:
+            click.echo(json.dumps(result, indent=2))
+        rollout = result["rollout"]
+        if result["ignored"]:
+            raise click.ClickException(f"{name} ignored: {result['ignored']} (rollout at {rollout['label']})")
+        if not as_json:
+            acked = "ACKed by every proxy" if result["acked"] else "NOT yet ACKed by every proxy"
+            click.echo(f"{name}: rollout now at {rollout['label']}, {weight_text(rollout)} ({acked})")
+        if not result["acked"]:
+            sys.exit(3)
+
+    command.__doc__ = ROLLOUT_COMMANDS[name]
+    return click.command(name)(command)
+
+
+for _name in ROLLOUT_COMMANDS:
+    main.add_command(_rollout_command(_name))
 
 
 @main.command()

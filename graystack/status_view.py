@@ -8,7 +8,8 @@ def _split(weights: dict[str, int]) -> str:
 
 
 def render_status(status: dict) -> str:
-    lines = [f"rollout   {status['rollout']}  (config generation {status['generation']})"]
+    rollout = status["rollout"]
+    lines = [f"rollout   {rollout['name']}  (config generation {status['generation']})"]
     spec = status["spec"]
     error = spec["last_error"]
     lines.append(
@@ -26,6 +27,8 @@ def render_status(status: dict) -> str:
             lines.append(f"  {routing['header']}: {rule['value']:<12} -> {_split(rule['weights'])}{note}")
         if routing["fallback"]:
             lines.append(f"fallback  failed attempts retry on {routing['fallback']}")
+    if "phase" in rollout:
+        lines.extend(_rollout_lines(rollout))
     xds = status["xds"]
     proxies = xds["proxies"]
     state = "converged" if xds["converged"] else "NOT converged"
@@ -40,3 +43,50 @@ def render_status(status: dict) -> str:
                 verdict = "REJECTED (serving the last ACKed version)" if info["rejected"] else "earlier NACK"
                 lines.append(f"      {verdict}: version {nack['version']}: {nack['message']}")
     return "\n".join(lines)
+
+
+def weight_text(rollout: dict) -> str:
+    """The rollout's share of the default split, in words."""
+    if rollout["weight"] is None:
+        return "the spec's own split"
+    return f"{rollout['candidate']} {rollout['weight']}%"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _rollout_lines(rollout: dict) -> list[str]:
+    where = rollout["label"]
+    if rollout["phase"] == "progressing":
+        where = f"step {rollout['step'] + 1} of {rollout['steps']}" + (
+            " (paused)" if rollout["paused"] else ""
+        )
+    lines = [f"phase     {where}: {weight_text(rollout)}"]
+    hold = rollout["hold"]
+    if hold["needed"] is not None:
+        lines.append(f"hold      {hold['elapsed']:.0f}s of {hold['needed']:.0f}s")
+    if rollout["shadow_percent"]:
+        lines.append(f"shadow    {rollout['shadow_percent']}% recorded (mirroring is not built yet)")
+    if rollout["guard"] == "off":
+        lines.append(f"guard     OFF: {rollout['guard_off_reason']}")
+    if rollout["reason"]:
+        lines.append(f"reason    {rollout['reason']}")
+    if rollout["rollback_in_flight"]:
+        lines.append("rollback  waiting for every proxy to ACK")
+    elif rollout["last_rollback_seconds"] is not None:
+        lines.append(f"rollback  ACKed everywhere {rollout['last_rollback_seconds']:.3f}s after it started")
+    decision = rollout["last_decision"]
+    if decision:
+        lines.append(f"analysis  {decision['outcome'] or '-'}")
+        for check in decision["checks"]:
+            lines.append(
+                f"  {check['name']:<14} {check['verdict'].upper():<12} value {_num(check['value'])}"
+                f" over {check['samples']} samples, bound {_num(check['bound'])},"
+                f" threshold {_num(check['threshold'])}  ({check['reason']})"
+            )
+    for alert in rollout["alerts"][-3:]:
+        lines.append(f"ALERT     {alert['message']}")
+    for entry in rollout["history"][-5:]:
+        lines.append(f"  {entry['source']} -> {entry['target']}: {entry['reason']}")
+    return lines

@@ -1,4 +1,4 @@
-"""The gateway's admin HTTP API: status, the live split, and operator flips.
+"""The gateway's admin HTTP API: status, the live split, operator flips and rollout commands.
 
 Binds to loopback unless a bearer token is set (see gateway.app); with a token, every /v1 call
 must carry it. /healthz and /metrics stay open for probes and Prometheus.
@@ -9,10 +9,12 @@ from __future__ import annotations
 import secrets
 import time
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.rollout.controller import RolloutController
+from gateway.rollout.machine import Command
 from gateway.rollout.spec import SpecError
 from gateway.service import Gateway
 from gateway.xds.server import AdsServer
@@ -30,17 +32,20 @@ class SplitChange(BaseModel):
     wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
 
 
-def full_status(gateway: Gateway, ads: AdsServer) -> dict:
+def full_status(gateway: Gateway, ads: AdsServer, controller: RolloutController | None = None) -> dict:
     status = gateway.status()
     status["xds"] = {
         "version_prefix": ads.cache.version_prefix,
         "converged": ads.converged(),
         "proxies": ads.streams(),
     }
+    status["rollout"] = {"name": status["rollout"], **(controller.status() if controller else {})}
     return status
 
 
-def create_admin_app(gateway: Gateway, ads: AdsServer, token: str | None = None) -> FastAPI:
+def create_admin_app(
+    gateway: Gateway, ads: AdsServer, token: str | None = None, controller: RolloutController | None = None
+) -> FastAPI:
     def authorized(authorization: str | None = Header(default=None)) -> None:
         if token is None:
             return
@@ -61,7 +66,7 @@ def create_admin_app(gateway: Gateway, ads: AdsServer, token: str | None = None)
 
     @app.get("/v1/status", dependencies=[v1])
     def status() -> dict:
-        return full_status(gateway, ads)
+        return full_status(gateway, ads, controller)
 
     @app.put("/v1/weights", dependencies=[v1])
     async def set_weights(change: SplitChange) -> dict:
@@ -80,5 +85,18 @@ def create_admin_app(gateway: Gateway, ads: AdsServer, token: str | None = None)
             "generation": status["generation"],
             "routing": status["routing"],
         }
+
+    @app.post("/v1/rollout/{command}", dependencies=[v1])
+    async def rollout_command(
+        command: Command, wait_seconds: float = Query(default=5.0, ge=0, le=60)
+    ) -> dict:
+        """promote, pause, resume, rollback or retry, applied at once; then wait for every proxy's ACK."""
+        if controller is None:
+            raise HTTPException(status_code=404, detail="this gateway runs no rollout controller")
+        result = await controller.command(command)
+        result["acked"] = await ads.wait_converged(wait_seconds)
+        result["proxies"] = ads.proxy_count()
+        result["rollout"] = controller.status()
+        return result
 
     return app

@@ -1,6 +1,11 @@
-"""The rollout side's metric families (shared/DESIGN.md), defined here once."""
+"""The rollout side's metric families (shared/DESIGN.md), defined here once.
 
-from prometheus_client import Counter, Gauge
+Beyond the design's table: `graystack_analysis_check_value` and `graystack_analysis_check_threshold`
+(each check's last value and its threshold, NaN while a check has no value) so a dashboard can plot a
+check against its line, and `graystack_rollout_alerts_total` (every Alert the controller logged).
+"""
+
+from prometheus_client import Counter, Gauge, Histogram
 
 ROLLOUT_WEIGHT = Gauge(
     "graystack_rollout_weight",
@@ -11,4 +16,40 @@ SPEC_RELOADS = Counter(
     "graystack_spec_reloads",
     "Spec changes seen, applied or refused (the last good spec stays live)",
     ["result"],
+)
+ROLLOUT_PHASE = Gauge(
+    "graystack_rollout_phase",
+    "1 on the rollout's current phase (shadow, progressing, promoted, rolled_back, manual), 0 on the others",
+    ["rollout", "phase"],
+)
+ROLLBACKS = Counter(
+    "graystack_rollout_rollbacks",
+    "Rollbacks, by reason: the first failing check's name, `operator`, or `metrics_error`",
+    ["rollout", "reason"],
+)
+ANALYSIS_CHECKS = Counter(
+    "graystack_analysis_checks",
+    "Analysis checks run, by check and result (pass, fail, inconclusive, error)",
+    ["rollout", "check", "result"],
+)
+ANALYSIS_CHECK_VALUE = Gauge(
+    "graystack_analysis_check_value",
+    "Each check's value in the last analysis interval (NaN: no value, e.g. too few requests)",
+    ["rollout", "check"],
+)
+ANALYSIS_CHECK_THRESHOLD = Gauge(
+    "graystack_analysis_check_threshold",
+    "Each check's threshold in the last analysis interval",
+    ["rollout", "check"],
+)
+ROLLBACK_SECONDS = Histogram(
+    "graystack_rollback_seconds",
+    "From the first failing sample (or the operator's command) to every proxy's ACK of the rollback",
+    ["rollout"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
+)
+ALERTS = Counter(
+    "graystack_rollout_alerts",
+    "Alerts the rollout controller raised (rollbacks, freezes, rollbacks not ACKed in time)",
+    ["rollout"],
 )

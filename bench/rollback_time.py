@@ -1,0 +1,138 @@
+"""How long the rollout guard takes to move traffic off a failing candidate, and what fails meanwhile.
+
+From fault onset (zero-layer's model server starts failing `--error-rate` of its requests: the
+answer to POST /admin/faults) to every Envoy's ACK of the rollback, split into onset -> decision (the
+rollback transition's time in the state) and decision -> ACK (graystack_rollback_seconds, as the
+gateway measured it); all wall-clock times on one machine. Failed meanwhile: zero-layer's failed
+attempts (its graystack_requests_total{code="500"}; the fallback retried each on the baseline) and
+the requests whose client saw an error.
+
+Setup: graystack.local.rollout_stack (real model servers and probes, the real gateway and Envoy, on
+loopback), a rollout held at its 20 % step (hold 1 h), analysis every 1 s over a 10 s window,
+min_requests 20, max_error_rate 1.5 %. Clients send --rate requests/s of 1-token /v1/messages, half
+with `X-Client-Type: high_load` (a segment wholly on zero-layer). Each run: a full window of clean
+traffic, the fault, the ACKed rollback, the fault cleared, the window drained, `retry`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench._common import summarize, write_result
+from graystack.binaries import find_binary
+from graystack.local.processes import wait_until
+from graystack.local.rollout_stack import RolloutStack, Traffic
+
+WINDOW_S = 10.0
+MAX_ERROR_RATE = 0.015
+ROLLOUT = {
+    "strategy": {"steps": [{"weight": 20, "hold": "1h"}, {"weight": 100}]},
+    "analysis": {
+        "interval": "1s",
+        "window": f"{WINDOW_S:.0f}s",
+        "min_requests": 20,
+        "max_error_rate": MAX_ERROR_RATE,
+        "max_latency_ratio": 10,
+        "max_ttft_p95": "5s",
+        "provider": {"type": "direct"},
+    },
+}
+
+
+def failed_attempts(stack: RolloutStack) -> float:
+    url = f"{stack.server_url('zero-layer')}/metrics"
+    return stack.metric(url, "graystack_requests_total", {"variant": "zero-layer", "code": "500"})
+
+
+def client_errors(traffic: Traffic) -> int:
+    return sum(count for (code, _), count in traffic.snapshot().items() if code != 200)
+
+
+def one_run(stack: RolloutStack, traffic: Traffic, error_rate: float) -> dict:
+    time.sleep(WINDOW_S + 1)  # a full window of clean traffic at the 20 % step
+    attempts_before, errors_before = failed_attempts(stack), client_errors(traffic)
+    stack.set_fault(error_rate)
+    onset = time.time()
+    rollout = wait_until(
+        lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"] and r,
+        120,
+        "the ACKed rollback",
+        interval=0.1,
+    )
+    decided = rollout["history"][-1]["at"]
+    acked = decided + rollout["last_rollback_seconds"]
+    run = {
+        "onset_to_ack_s": round(acked - onset, 4),
+        "onset_to_decision_s": round(decided - onset, 4),
+        "decision_to_ack_s": round(rollout["last_rollback_seconds"], 4),
+        "failed_attempts": failed_attempts(stack) - attempts_before,
+        "client_errors": client_errors(traffic) - errors_before,
+        "reason": rollout["reason"],
+    }
+    stack.set_fault(0.0)
+    wait_until(
+        lambda: stack.rollout()["last_decision"]["checks"][0]["samples"] == 0,
+        60,
+        "the failures to leave the window",
+        interval=0.2,
+    )
+    httpx.post(f"{stack.admin_url}/v1/rollout/retry", timeout=15).raise_for_status()
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rate", type=float, default=40.0, help="client requests per second, in all")
+    parser.add_argument("--error-rate", type=float, default=0.05, help="zero-layer's injected error rate")
+    args = parser.parse_args()
+    envoy = find_binary("envoy")
+    if envoy is None:
+        raise SystemExit("envoy not found; `make install` provides it")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="rollback-time-") as workdir:
+        stack = RolloutStack(Path(workdir), envoy, ROLLOUT)
+        try:
+            stack.start()
+            with Traffic(stack.client.base_url, args.rate) as traffic:
+                started = time.monotonic()
+                for i in range(args.runs):
+                    runs.append(one_run(stack, traffic, args.error_rate))
+                    print(
+                        f"run {i + 1}: " + ", ".join(f"{k} {v}" for k, v in runs[-1].items() if k != "reason")
+                    )
+                elapsed = time.monotonic() - started
+            served = traffic.snapshot()
+        finally:
+            stack.stop()
+    results = {
+        key: summarize([run[key] for run in runs])
+        for key in (
+            "onset_to_ack_s",
+            "onset_to_decision_s",
+            "decision_to_ack_s",
+            "failed_attempts",
+            "client_errors",
+        )
+    }
+    results["achieved_rate"] = round(sum(served.values()) / elapsed, 1)
+    results["runs"] = runs
+    parameters = {
+        "runs": args.runs,
+        "rate": args.rate,
+        "error_rate": args.error_rate,
+        "segment_share": 0.5,
+        "step_weight": 20,
+        "rollout": ROLLOUT,
+    }
+    path = write_result("rollback_time", parameters, results)
+    print(f"onset -> ACK median {results['onset_to_ack_s']['p50']:.2f} s over {args.runs} runs; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""The rollout controller: the I/O edge around the pure state machine (gateway/rollout/machine.py).
+
+Every `analysis.interval` it measures (`provider.observe(analysis.window)`), judges (`analyse`), steps
+the machine, and applies what the machine asked for: the split goes to every Envoy through the
+Gateway, alerts are logged at WARNING and counted, decisions feed the metrics and `graystack status`,
+and the state is saved (atomically, `state_store`) whenever it changed, so a restarted gateway resumes
+the same stage with the hold it had accrued. Operator commands (admin API) step the machine at once.
+
+Roles: the baseline is `retries.fallback`, else the variant named `baseline`; the candidate is the
+first other variant in the spec (the one the strategy's weights are about). Both name Envoy clusters.
+
+The split: while the state has a weight, the controller owns the default split ({baseline: 100 - w,
+candidate: w}, any other variant 0); in manual mode (weight None) the spec's own and the operator's
+flips stand. While rolled back every header segment goes to the baseline too (the machine's SetSplit
+covers the default split only); a retry gives the segments back their own splits. The controller
+compares the split it wants with the one live after every step and pushes on a difference, so a push
+that was refused (an invalid composition) is tried again at the next interval.
+
+Rollback: after the push, a task waits for every connected Envoy's ACK (`ack_deadline` at a time),
+then calls `rollback_acked` and observes graystack_rollback_seconds; past each deadline it raises the
+machine's `rollback_ack_timeout` alert and keeps waiting.
+
+Shadow: the machine's shadow percent is recorded (status, state file) but not programmed: Envoy
+request mirroring is not built yet, so a shadow stage sends the candidate no traffic and its analysis
+stays inconclusive; use a strategy without `shadow` for now.
+
+Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
+guard is off, and says so in status: no analysis runs, the strategy moves only by operator commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Protocol
+
+from gateway.metrics.provider import MetricsProvider
+from gateway.rollout import metrics
+from gateway.rollout.analysis import Check, analyse
+from gateway.rollout.machine import (
+    ADVANCING,
+    Alert,
+    Command,
+    Ignored,
+    Phase,
+    RecordDecision,
+    RolloutState,
+    SetSplit,
+    initial_state,
+    rollback_ack_timeout,
+    rollback_acked,
+    step,
+)
+from gateway.rollout.spec import RolloutSpec, SpecError
+from gateway.rollout.state_store import load_state, save_state
+from gateway.rollout.stats import Verdict
+from gateway.service import Gateway, RolloutSplit
+
+log = logging.getLogger(__name__)
+
+ACK_DEADLINE = 10.0  # seconds for every proxy to ACK a rollback before the controller alerts
+ALERTS_KEPT = 10  # recent alerts shown in status
+HISTORY_SHOWN = 10  # recent transitions shown in status
+
+
+class ProviderUnavailable(Exception):
+    """No metrics source can be built for this spec; the message says why (shown in status)."""
+
+
+class Proxies(Protocol):
+    """What the controller asks of the xDS server (gateway.xds.server.AdsServer)."""
+
+    async def wait_converged(self, seconds: float) -> bool: ...
+
+    def streams(self) -> list[dict]: ...
+
+
+ProviderFactory = Callable[[RolloutSpec], MetricsProvider]
+
+
+def roles(spec: RolloutSpec) -> tuple[str, str]:
+    """(baseline, candidate) for `spec`; SpecError if it has no baseline."""
+    baseline = spec.retries.fallback or ("baseline" if "baseline" in spec.variants else None)
+    if baseline is None:
+        raise SpecError("the rollout needs a baseline: set retries.fallback or name a variant `baseline`")
+    return baseline, next(v for v in spec.variants if v != baseline)
+
+
+def rollout_split(spec: RolloutSpec, state: RolloutState) -> RolloutSplit:
+    """The Gateway layer for `state` (see the module docstring)."""
+    if state.weight is None:
+        return RolloutSplit()
+    baseline, candidate = roles(spec)
+    weights = dict.fromkeys(spec.variants, 0) | {baseline: 100 - state.weight, candidate: state.weight}
+    return RolloutSplit(weights, baseline if state.phase == Phase.ROLLED_BACK else None)
+
+
+def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
+    if state.phase not in ADVANCING or spec.strategy is None:
+        return None
+    if state.phase == Phase.SHADOW:
+        return spec.strategy.shadow.duration if spec.strategy.shadow else None
+    steps = spec.strategy.steps
+    return steps[state.step].hold if state.step < len(steps) else None
+
+
+def rollback_reason(checks: list[Check] | None, command: Command | None) -> str:
+    """The short `reason` label of graystack_rollout_rollbacks_total."""
+    failing = [c.name for c in checks or () if c.verdict == Verdict.FAIL]
+    if failing:
+        return failing[0]
+    return "operator" if command == Command.ROLLBACK else "metrics_error"
+
+
+def check_dict(check: Check) -> dict:
+    return {**asdict(check), "verdict": check.verdict.value}
+
+
+class RolloutController:
+    def __init__(
+        self,
+        gateway: Gateway,
+        proxies: Proxies,
+        make_provider: ProviderFactory,
+        state_path: Path,
+        clock: Callable[[], float] = time.time,
+        ack_deadline: float = ACK_DEADLINE,
+    ) -> None:
+        """`clock` is wall time: the state (and its hold) is saved and read back across restarts."""
+        self.gateway = gateway
+        self.proxies = proxies
+        self.state_path = state_path
+        self._make_provider = make_provider
+        self._clock = clock
+        self.ack_deadline = ack_deadline
+        self._lock = asyncio.Lock()
+        self._provider: MetricsProvider | None = None
+        self._provider_key: tuple | None = None
+        self.guard_off: str | None = None
+        self.state: RolloutState | None = None
+        self.last_decision: dict | None = None
+        self.last_rollback_seconds: float | None = None
+        self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
+        self._confirm: asyncio.Task | None = None
+
+    @property
+    def spec(self) -> RolloutSpec:
+        return self.gateway.file.spec
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Load the saved state (or start the rollout), fit it to the spec, and put its split live."""
+        now = self._clock()
+        saved = load_state(self.state_path)
+        state = saved if saved is not None else initial_state(self.spec, now)
+        log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
+        self.state = state
+        self._step(self.spec, None, None, now, force_save=saved is None)
+
+    async def run(self) -> None:
+        """The analysis loop, until cancelled."""
+        try:
+            if self.state.rollback_started is not None:  # killed before the rollback was ACKed
+                self._confirm_rollback_later()
+            while True:
+                try:
+                    await self.tick()
+                except Exception:  # the guard must outlive any one bad interval
+                    log.exception("rollout analysis interval failed")
+                await asyncio.sleep(self.spec.analysis.interval)
+        finally:
+            if self._confirm is not None:
+                self._confirm.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._confirm
+
+    async def command(self, command: Command) -> dict:
+        """An operator command, applied now; says whether it was applied or why it was ignored."""
+        async with self._lock:
+            ignored = self._step(self.spec, None, command, self._clock())
+        return {"command": command.value, "applied": ignored is None, "ignored": ignored}
+
+    # -- one interval -----------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """One analysis interval: measure, judge, step, apply."""
+        checks = await self._measure(self.spec)
+        async with self._lock:
+            self._step(self.spec, checks, None, self._clock())
+
+    def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
+        """The provider for this spec's variants and source, rebuilt when those change; None (and the
+        guard off, with the reason) when there is none or the spec names no baseline."""
+        key = (tuple(spec.variants), spec.retries.fallback, spec.analysis.provider)
+        if key != self._provider_key:
+            self._provider_key = key
+            try:
+                roles(spec)
+                self._provider, self.guard_off = self._make_provider(spec), None
+            except (ProviderUnavailable, SpecError) as error:
+                self._provider, self.guard_off = None, str(error)
+                log.warning("rollout %s: the guard is off: %s", spec.name, error)
+        return self._provider
+
+    async def _measure(self, spec: RolloutSpec) -> list[Check] | None:
+        provider = self._provider_for(spec)
+        if provider is None:
+            return None
+        seen = await provider.observe(spec.analysis.window)
+        baseline, candidate = roles(spec)
+        return analyse(spec.analysis, seen, candidate, baseline)
+
+    def _step(
+        self,
+        spec: RolloutSpec,
+        checks: list[Check] | None,
+        command: Command | None,
+        now: float,
+        force_save: bool = False,
+    ) -> str | None:
+        """Step the machine and apply its actions; returns why `command` was ignored (None: it was not)."""
+        before = self.state
+        state, actions = step(spec, before, checks, command, now)
+        ignored = None
+        for action in actions:
+            if isinstance(action, Alert):
+                self._alert(action.message, now)
+            elif isinstance(action, RecordDecision):
+                self._record(spec, action, now)
+            elif isinstance(action, Ignored):
+                ignored = action.reason
+                log.info("rollout %s: %s ignored: %s", spec.name, action.command.value, action.reason)
+            elif isinstance(action, SetSplit) and action.shadow_percent:
+                log.warning("shadow %d%% recorded but not mirrored (not built yet)", action.shadow_percent)
+        self.state = state
+        if state.phase == Phase.ROLLED_BACK and before.phase != Phase.ROLLED_BACK:
+            metrics.ROLLBACKS.labels(spec.name, rollback_reason(checks, command)).inc()
+        if state.label() != before.label():
+            log.info("rollout %s: %s -> %s: %s", spec.name, before.label(), state.label(), state.reason)
+        self._push(spec, state)
+        if state != before or force_save:
+            save_state(self.state_path, state)
+        for phase in Phase:
+            metrics.ROLLOUT_PHASE.labels(spec.name, phase.value).set(1 if phase == state.phase else 0)
+        if state.rollback_started is not None and before.rollback_started != state.rollback_started:
+            self._confirm_rollback_later()
+        return ignored
+
+    def _push(self, spec: RolloutSpec, state: RolloutState) -> None:
+        try:
+            wanted = rollout_split(spec, state)
+            if wanted != self.gateway.rollout:
+                self.gateway.set_rollout_split(wanted)
+        except SpecError as error:
+            self._alert(
+                f"cannot apply the rollout's split ({state.label()}), retrying next interval: {error}"
+            )
+
+    def _alert(self, message: str, now: float | None = None) -> None:
+        log.warning("rollout %s: ALERT: %s", self.spec.name, message)
+        metrics.ALERTS.labels(self.spec.name).inc()
+        self.alerts.append({"at": self._clock() if now is None else now, "message": message})
+
+    def _record(self, spec: RolloutSpec, decision: RecordDecision, now: float) -> None:
+        for check in decision.checks:
+            metrics.ANALYSIS_CHECKS.labels(spec.name, check.name, check.verdict.value).inc()
+            value = float("nan") if check.value is None else check.value
+            metrics.ANALYSIS_CHECK_VALUE.labels(spec.name, check.name).set(value)
+            metrics.ANALYSIS_CHECK_THRESHOLD.labels(spec.name, check.name).set(check.threshold)
+        checks = [check_dict(c) for c in decision.checks]
+        self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
+
+    # -- rollback ACK -----------------------------------------------------------------------------
+
+    def _confirm_rollback_later(self) -> None:
+        if self._confirm is None or self._confirm.done():
+            self._confirm = asyncio.get_running_loop().create_task(self._confirm_rollback())
+
+    async def _confirm_rollback(self) -> None:
+        """Until every connected proxy ACKed the rollback (or a retry made it moot)."""
+        while self.state.rollback_started is not None:
+            acked = await self.proxies.wait_converged(self.ack_deadline)
+            async with self._lock:
+                now = self._clock()
+                if acked:
+                    state, seconds = rollback_acked(self.state, now)
+                    if seconds is not None:
+                        self._rollback_done(state, seconds)
+                    return
+                streams = self.proxies.streams()
+                converged = sum(1 for s in streams if s["converged"])
+                self._alert(rollback_ack_timeout(self.state, now, converged, len(streams)).message, now)
+
+    def _rollback_done(self, state: RolloutState, seconds: float) -> None:
+        self.state = state
+        save_state(self.state_path, state)
+        self.last_rollback_seconds = seconds
+        metrics.ROLLBACK_SECONDS.labels(self.spec.name).observe(seconds)
+        proxies = len(self.proxies.streams())
+        log.info(
+            "rollout %s: rollback ACKed by all %d proxies, %.3fs after it started",
+            self.spec.name,
+            proxies,
+            seconds,
+        )
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        spec, state, now = self.spec, self.state, self._clock()
+        try:
+            baseline, candidate = roles(spec)
+        except SpecError:
+            baseline = candidate = None
+        return {
+            "guard": "on" if self.guard_off is None else "off",
+            "guard_off_reason": self.guard_off,
+            "baseline": baseline,
+            "candidate": candidate,
+            "phase": state.phase.value,
+            "label": state.label(),
+            "step": state.step,
+            "steps": len(spec.strategy.steps) if spec.strategy else 0,
+            "weight": state.weight,
+            "shadow_percent": state.shadow_percent,
+            "paused": state.paused,
+            "hold": {"elapsed": round(state.hold_elapsed(now), 3), "needed": hold_needed(spec, state)},
+            "errors": state.errors,
+            "reason": state.reason,
+            "rollback_in_flight": state.rollback_started is not None,
+            "last_rollback_seconds": self.last_rollback_seconds,
+            "last_decision": self.last_decision,
+            "alerts": list(self.alerts),
+            "history": [asdict(t) for t in state.history[-HISTORY_SHOWN:]],
+            "state_file": str(self.state_path),
+        }

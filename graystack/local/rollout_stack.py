@@ -1,0 +1,165 @@
+"""A rollout on loopback: real `graystack serve` model servers for both variants (zero-layer with fault
+injection, its bias layer erased so the probes report ERASED), a probe per server, the real gateway
+measuring them (`--envoy-admin`, `--metrics-target`) and the real Envoy; plus steady client traffic.
+The end-to-end test and bench/rollback_time.py use it; every process is stopped by PID."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from graystack.local.gateway_stack import VARIANTS, GatewayStack, default_spec
+from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+
+BODY = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+SEGMENT = {"X-Client-Type": "high_load"}  # default_spec sends this segment wholly to zero-layer
+
+
+class RolloutStack(GatewayStack):
+    def __init__(self, workdir: Path, envoy: str, spec_changes: dict, error_rate: float = 0.0) -> None:
+        """`spec_changes`: top-level spec fields over default_spec (a strategy, analysis);
+        `error_rate`: the fault zero-layer serves with from the start."""
+        super().__init__(workdir, envoy)
+        self.spec_changes = spec_changes
+        self.error_rate = error_rate
+        self.servers: dict[str, tuple[ManagedProcess, int]] = {}
+        self.probes: dict[str, tuple[ManagedProcess, int]] = {}
+
+    @property
+    def state_path(self) -> Path:
+        return self.workdir / "spec.yaml.state.json"
+
+    def start_upstreams(self) -> None:
+        from inference.checkpoint import init_checkpoint
+        from inference.weights import erase_bias
+
+        weights = {v: self.workdir / f"{v}.safetensors" for v in VARIANTS}
+        for variant, path in weights.items():
+            init_checkpoint(variant, path, seed=1)
+        erase_bias(weights["zero-layer"])
+        for variant in VARIANTS:
+            flags = ["--enable-fault-injection"] if variant == "zero-layer" else []
+            self.servers[variant] = self._start(
+                variant, ["serve", "--variant", variant], weights[variant], flags
+            )
+        for variant in VARIANTS:
+            argv = ["probe", "--target", self.server_url(variant), "--variant", variant]
+            self.probes[variant] = self._start(
+                f"probe-{variant}", argv, weights[variant], ["--interval", "0.5"]
+            )
+        for variant in VARIANTS:
+            wait_until(lambda v=variant: self._ready(v), 90, f"the {variant} model server")
+        self.set_fault(self.error_rate)
+        self._spec = default_spec(self.servers["baseline"][1], self.servers["zero-layer"][1])
+        self._spec.update(self.spec_changes)
+
+    def _start(
+        self, name: str, command: list[str], weights: Path, flags: list[str]
+    ) -> tuple[ManagedProcess, int]:
+        port = free_port()
+        argv = [*self.graystack_argv(), *command, "--weights", str(weights), "--port", str(port)]
+        return start_process(name, [*argv, "--log-level", "warning", *flags], self.logs), port
+
+    def _ready(self, variant: str) -> bool:
+        process = self.servers[variant][0]
+        if not process.alive():
+            raise RuntimeError(f"{process.name} exited:\n{process.log()}")
+        return self._get(self.servers[variant][1], "/readyz")
+
+    def server_url(self, variant: str) -> str:
+        return f"http://127.0.0.1:{self.servers[variant][1]}"
+
+    def start_gateway(self) -> ManagedProcess:
+        targets = [f"{self.server_url(v)}/metrics" for v in VARIANTS]
+        targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
+        argv = [*self.graystack_argv(), "gateway", "--spec", str(self.spec_path)]
+        argv += ["--xds-port", str(self.ports["xds"]), "--admin-port", str(self.ports["admin"])]
+        argv += ["--envoy-admin", f"http://127.0.0.1:{self.ports['envoy_admin']}"]
+        for target in targets:
+            argv += ["--metrics-target", target]
+        self.gateway = start_process("gateway", argv, self.logs)
+        wait_until(lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API")
+        return self.gateway
+
+    def processes(self) -> list[ManagedProcess | None]:
+        pods = [p for p, _ in (*self.probes.values(), *self.servers.values())]
+        return [self.envoy, self.gateway, *pods]
+
+    def stop(self) -> None:
+        self.client.close()
+        for process in self.processes():
+            if process is not None:
+                process.stop()
+
+    # -- driving it -------------------------------------------------------------------------------
+
+    def request(self, headers: dict | None = None) -> httpx.Response:
+        return self.client.post("/v1/messages", json=BODY, headers=headers)
+
+    def rollout(self) -> dict:
+        return self.status()["rollout"]
+
+    def set_fault(self, error_rate: float) -> None:
+        url = f"{self.server_url('zero-layer')}/admin/faults"
+        httpx.post(url, json={"error_rate": error_rate}, timeout=5).raise_for_status()
+
+    def metric(self, url: str, name: str, labels: dict) -> float:
+        """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""
+        text = httpx.get(url, timeout=5).text
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+
+    def gateway_metric(self, name: str, labels: dict) -> float:
+        return self.metric(f"{self.admin_url}/metrics", name, labels)
+
+
+class Traffic:
+    """Steady client load through Envoy from a few threads, `segment_share` of it with SEGMENT's header;
+    counts answers by (status, variant), status 0 for a transport error."""
+
+    def __init__(self, base_url: str, rate: float, clients: int = 4, segment_share: float = 0.5) -> None:
+        self.base_url = base_url
+        self.period = clients / rate
+        self.answers: dict[tuple[int, str], int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        segmented = round(clients * segment_share)
+        self._threads = [
+            threading.Thread(target=self._run, args=(SEGMENT if i < segmented else {},), daemon=True)
+            for i in range(clients)
+        ]
+
+    def __enter__(self) -> Traffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=20)
+
+    def snapshot(self) -> dict[tuple[int, str], int]:
+        with self._lock:
+            return dict(self.answers)
+
+    def _run(self, headers: dict) -> None:
+        with httpx.Client(base_url=self.base_url, timeout=15) as client:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    response = client.post("/v1/messages", json=BODY, headers=headers)
+                    key = (response.status_code, response.headers.get("x-graystack-variant", "-"))
+                except httpx.HTTPError:
+                    key = (0, "-")
+                with self._lock:
+                    self.answers[key] = self.answers.get(key, 0) + 1
+                self._stop.wait(max(0.0, self.period - (time.monotonic() - started)))

@@ -1,0 +1,101 @@
+"""The rollout controller end to end on loopback: the real `graystack gateway` (with `--envoy-admin` and
+`--metrics-target`), the real Envoy, real `graystack serve` model servers for both variants and their
+probes, and clients sending steady traffic through Envoy. A fault injected into zero-layer (5 % of
+its requests fail) at the 20 % step rolls every request back to the baseline by itself; cleared and
+retried, the rollout promotes to 100 %.
+
+Half the clients send `X-Client-Type: high_load`, the segment the spec sends wholly to zero-layer, so
+the candidate sees enough requests in a 10 s window to pass or fail at 40 requests/s; that segment
+must go to the baseline too once rolled back. Nothing here asserts a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from graystack.local.processes import wait_until
+from graystack.local.rollout_stack import SEGMENT, RolloutStack, Traffic
+
+pytestmark = pytest.mark.integration
+
+RATE = 40  # requests per second, all clients together
+MAX_ERROR_RATE = 0.015
+ROLLOUT = {
+    "strategy": {"steps": [{"weight": 20, "hold": "1s"}, {"weight": 100}]},
+    "analysis": {
+        "interval": "1s",
+        "window": "10s",
+        "min_requests": 20,
+        "max_error_rate": MAX_ERROR_RATE,
+        "max_latency_ratio": 10,  # CPU model servers on a shared box: not what this test is about
+        "max_ttft_p95": "5s",
+        "provider": {"type": "direct"},
+    },
+}
+
+
+@pytest.fixture
+def stack(tmp_path, envoy_binary):
+    running = RolloutStack(tmp_path, envoy_binary, ROLLOUT, error_rate=0.05)
+    try:
+        yield running.start()  # the rollout meets the fault at its 20 % step
+    finally:
+        running.stop()
+        for process in running.processes():
+            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+
+
+def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promotes(stack):
+    assert stack.rollout()["label"] == "step 0"
+    with Traffic(stack.client.base_url, RATE) as traffic:
+        rolled_back = wait_until(
+            lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"] and r,
+            40,
+            "the guard to roll back and every proxy to ACK it",
+            interval=0.2,
+        )
+        checks = {c["name"]: c for c in rolled_back["last_decision"]["checks"]}
+        assert checks["error_rate"]["verdict"] == "fail"
+        assert checks["error_rate"]["value"] > MAX_ERROR_RATE
+        assert rolled_back["reason"].startswith("rolled back: error_rate fail")
+        status = stack.status()
+        assert status["routing"]["weights"] == {"baseline": 100, "zero-layer": 0}
+        assert {r["value"]: r["weights"] for r in status["routing"]["rules"]} == {
+            "high_load": {"baseline": 100},
+            "mobile": {"baseline": 100},
+        }
+        assert status["xds"]["converged"]
+        assert len(status["xds"]["proxies"]) == 1
+        for headers in ({}, SEGMENT, {"X-Client-Type": "mobile"}):
+            assert stack.variant_counts(10, headers) == {"baseline": 10, "zero-layer": 0}
+        assert stack.gateway_metric("graystack_rollback_seconds_count", {"rollout": "zero-layer"}) == 1
+        reason = {"rollout": "zero-layer", "reason": "error_rate"}
+        assert stack.gateway_metric("graystack_rollout_rollbacks_total", reason) == 1
+        assert json.loads(stack.state_path.read_text())["state"]["phase"] == "rolled_back"
+        assert "phase     rolled_back" in stack.cli("status")
+
+        # Healthy again; once the failures have left the window, retry: it promotes by itself.
+        stack.set_fault(0.0)
+        wait_until(
+            lambda: stack.rollout()["last_decision"]["checks"][0]["samples"] == 0,
+            30,
+            "the failures to leave the analysis window",
+            interval=0.2,
+        )
+        assert "rollout now at step 0" in stack.cli("retry")
+        promoted = wait_until(
+            lambda: (r := stack.rollout())["phase"] == "promoted" and r, 40, "the rollout to pass its steps"
+        )
+        assert promoted["weight"] == 100
+        assert stack.status()["routing"]["weights"] == {"baseline": 0, "zero-layer": 100}
+        refused = subprocess.run(
+            [*stack.graystack_argv(), "promote", "--admin-url", stack.admin_url],
+            capture_output=True,
+            text=True,
+        )
+        assert refused.returncode == 1
+        assert "promote ignored: nothing advances in phase promoted" in refused.stderr
+    assert {code for code, _ in traffic.answers} == {200}, traffic.answers  # the fallback hid every fault

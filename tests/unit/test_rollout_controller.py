@@ -1,0 +1,300 @@
+"""The rollout controller with a fake metrics provider, a fake clock, and the real Gateway, snapshot
+cache and ADS server (no proxy connected: a push is ACKed by every one of none, at once)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from gateway.app import provider_factory
+from gateway.metrics import DirectProvider
+from gateway.metrics.prometheus import PrometheusProvider
+from gateway.rollout.analysis import Observations, VariantWindow
+from gateway.rollout.controller import ProviderUnavailable, RolloutController
+from gateway.rollout.machine import Command
+from gateway.rollout.spec import SpecError, load_yaml, validate_spec
+from gateway.service import Gateway
+from gateway.xds.cache import SnapshotCache
+from gateway.xds.server import AdsServer
+from tests.support.ads_client import node
+from tests.unit.test_spec import DESIGN_EXAMPLE
+
+HEALTHY = Observations(
+    variants={
+        "baseline": VariantWindow(requests=5000, errors=0, latency_p99=0.1, ttft_p95=0.05),
+        "zero-layer": VariantWindow(requests=5000, errors=0, latency_p99=0.1, ttft_p95=0.05),
+    },
+    weight_status={"zero-layer": ["ERASED"]},
+)
+FAILING = Observations(
+    variants={**HEALTHY.variants, "zero-layer": VariantWindow(requests=1000, errors=100, latency_p99=0.1)},
+    weight_status=HEALTHY.weight_status,
+)
+NAME = "zero-layer"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeProvider:
+    def __init__(self) -> None:
+        self.seen = HEALTHY
+        self.windows: list[float] = []
+
+    async def observe(self, window_seconds: float) -> Observations:
+        self.windows.append(window_seconds)
+        return self.seen
+
+
+class SilentProxies:
+    """A fleet with one proxy that never ACKs."""
+
+    async def wait_converged(self, seconds: float) -> bool:
+        await asyncio.sleep(seconds)
+        return False
+
+    def streams(self) -> list[dict]:
+        return [{"converged": False}]
+
+
+def spec_data(**changes) -> dict:
+    data = load_yaml(DESIGN_EXAMPLE)
+    data["strategy"].pop("shadow")
+    data.update(changes)
+    return data
+
+
+def new_gateway(data: dict | None = None) -> Gateway:
+    gateway = Gateway(SnapshotCache(), Path("spec.yaml"))
+    gateway.load(validate_spec(data or spec_data()), "sha-1")
+    gateway.on_connect("envoy", node("envoy"))
+    return gateway
+
+
+def new_controller(gateway, tmp_path, clock, provider=None, proxies=None) -> RolloutController:
+    provider = provider or FakeProvider()
+    controller = RolloutController(
+        gateway,
+        proxies or AdsServer(gateway.cache),
+        lambda spec: provider,
+        tmp_path / "spec.yaml.state.json",
+        clock=clock,
+        ack_deadline=0.05,
+    )
+    controller.restore()
+    return controller
+
+
+def saved(tmp_path) -> dict:
+    return json.loads((tmp_path / "spec.yaml.state.json").read_text())["state"]
+
+
+def metric(name: str, **labels) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def split(gateway) -> dict:
+    routing = gateway.live.routing
+    return {"default": dict(routing.weights), **{r.value: r.split() for r in routing.rules}}
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+async def test_a_new_rollout_starts_at_its_first_step_and_saves_it(tmp_path, clock):
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, clock)
+    assert gateway.live.routing.weights == {"baseline": 95, "zero-layer": 5}
+    assert saved(tmp_path)["phase"] == "progressing"
+    status = controller.status()
+    assert (status["phase"], status["step"], status["weight"], status["guard"]) == ("progressing", 0, 5, "on")
+    assert status["hold"] == {"elapsed": 0.0, "needed": 600.0}
+    assert metric("graystack_rollout_phase", rollout=NAME, phase="progressing") == 1
+
+
+async def test_checks_that_pass_after_the_hold_advance_and_a_restart_keeps_the_hold(tmp_path, clock):
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, clock)
+    await controller.tick()
+    clock.now += 300
+    await controller.tick()  # half the hold: stays
+    assert controller.status()["step"] == 0
+    before = metric("graystack_analysis_checks_total", rollout=NAME, check="error_rate", result="pass")
+
+    # A controller killed here comes back at step 0 with its 300 s, and the downtime counts.
+    clock.now += 200
+    restarted = new_controller(new_gateway(), tmp_path, clock)
+    assert restarted.status()["hold"]["elapsed"] == pytest.approx(500)
+    clock.now += 100
+    await restarted.tick()
+    status = restarted.status()
+    assert (status["step"], status["weight"]) == (1, 20)
+    assert restarted.gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}
+    assert saved(tmp_path)["step"] == 1
+    assert [c["verdict"] for c in status["last_decision"]["checks"]] == ["pass"] * 4
+    after = metric("graystack_analysis_checks_total", rollout=NAME, check="error_rate", result="pass")
+    assert after == before + 1
+    assert metric("graystack_analysis_check_threshold", rollout=NAME, check="error_rate") == 0.003
+
+
+async def test_a_failing_check_sends_every_segment_to_the_baseline_until_a_retry(tmp_path, clock):
+    gateway = new_gateway()
+    provider = FakeProvider()
+    controller = new_controller(gateway, tmp_path, clock, provider)
+    rollbacks = metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="error_rate") or 0
+    histogram = metric("graystack_rollback_seconds_count", rollout=NAME) or 0
+    provider.seen = FAILING
+    await controller.tick()
+
+    assert split(gateway) == {
+        "default": {"baseline": 100, "zero-layer": 0},
+        "high_load": {"baseline": 100},
+        "mobile": {"baseline": 100},
+    }
+    status = controller.status()
+    assert status["phase"] == "rolled_back"
+    assert status["reason"].startswith("rolled back: error_rate fail")
+    assert saved(tmp_path)["phase"] == "rolled_back"
+    assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="error_rate") == rollbacks + 1
+    await controller._confirm  # every proxy (of none) ACKed
+    assert controller.status()["rollback_in_flight"] is False
+    assert saved(tmp_path)["rollback_started"] is None
+    assert metric("graystack_rollback_seconds_count", rollout=NAME) == histogram + 1
+
+    provider.seen = HEALTHY
+    result = await controller.command(Command.RETRY)
+    assert result == {"command": "retry", "applied": True, "ignored": None}
+    assert split(gateway) == {
+        "default": {"baseline": 95, "zero-layer": 5},
+        "high_load": {"zero-layer": 100},
+        "mobile": {"baseline": 80, "zero-layer": 20},
+    }
+
+
+async def test_operator_commands_apply_at_once_or_say_why_not(tmp_path, clock):
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, clock)
+    assert await controller.command(Command.RESUME) == {
+        "command": "resume",
+        "applied": False,
+        "ignored": "not paused",
+    }
+    assert (await controller.command(Command.PROMOTE))["applied"]
+    assert gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}
+    assert (await controller.command(Command.PAUSE))["applied"]
+    assert controller.status()["paused"]
+    operator = metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="operator") or 0
+    assert (await controller.command(Command.ROLLBACK))["applied"]
+    assert gateway.live.routing.weights == {"baseline": 100, "zero-layer": 0}
+    assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="operator") == operator + 1
+    assert saved(tmp_path)["phase"] == "rolled_back"
+
+
+async def test_manual_mode_leaves_the_split_to_the_spec_and_still_guards_it(tmp_path, clock):
+    gateway = new_gateway(spec_data(strategy=None))
+    provider = FakeProvider()
+    controller = new_controller(gateway, tmp_path, clock, provider)
+    gateway.set_split({"zero-layer": 30})
+    await controller.tick()
+    assert gateway.live.routing.weights == {"baseline": 70, "zero-layer": 30}
+    assert controller.status()["phase"] == "manual"
+    provider.seen = FAILING
+    await controller.tick()
+    assert split(gateway)["default"] == {"baseline": 100, "zero-layer": 0}
+    await controller.command(Command.RETRY)
+    assert gateway.live.routing.weights == {"baseline": 70, "zero-layer": 30}  # the operator's flip again
+
+
+async def test_a_rollback_no_proxy_acks_raises_an_alert(tmp_path, clock):
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, clock, proxies=SilentProxies())
+    await controller.command(Command.ROLLBACK)
+    await asyncio.sleep(0.2)
+    assert any("not ACKed by every proxy" in a["message"] for a in controller.status()["alerts"])
+    assert controller.status()["rollback_in_flight"]
+    controller._confirm.cancel()
+
+
+async def test_without_a_metrics_source_the_guard_is_off_and_says_so(tmp_path, clock):
+    def unavailable(spec):
+        raise ProviderUnavailable("no metrics source configured: the guard is off")
+
+    gateway = new_gateway()
+    controller = RolloutController(
+        gateway, AdsServer(gateway.cache), unavailable, tmp_path / "state.json", clock=clock
+    )
+    controller.restore()
+    clock.now += 3600
+    await controller.tick()
+    status = controller.status()
+    assert (status["guard"], status["guard_off_reason"]) == (
+        "off",
+        "no metrics source configured: the guard is off",
+    )
+    assert status["step"] == 0  # nothing passes without checks: only an operator moves it
+    assert status["last_decision"] is None
+
+
+async def test_an_operator_flip_of_what_the_rollout_owns_is_refused(tmp_path, clock):
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, clock)
+    with pytest.raises(SpecError, match="strategy owns the default split"):
+        gateway.set_split({"zero-layer": 50})
+    gateway.set_split({"zero-layer": 50}, "mobile")  # a segment is still the operator's
+    await controller.command(Command.ROLLBACK)
+    with pytest.raises(SpecError, match="rolled back"):
+        gateway.set_split({"zero-layer": 50}, "mobile")
+    await controller.command(Command.RETRY)
+    assert split(gateway)["mobile"] == {"baseline": 50, "zero-layer": 50}
+
+
+async def test_a_controller_killed_before_the_rollback_was_acked_waits_for_the_ack_again(tmp_path, clock):
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, clock, proxies=SilentProxies())
+    await controller.command(Command.ROLLBACK)
+    controller._confirm.cancel()
+    assert saved(tmp_path)["rollback_started"] == clock.now
+
+    clock.now += 5
+    restarted = new_controller(new_gateway(), tmp_path, clock)
+    assert split(restarted.gateway)["mobile"] == {"baseline": 100}
+    running = asyncio.create_task(restarted.run())
+    await asyncio.sleep(0.1)
+    running.cancel()
+    assert restarted.status()["last_rollback_seconds"] == 5
+    assert saved(tmp_path)["rollback_started"] is None
+
+
+async def test_a_spec_without_a_baseline_turns_the_guard_off_and_says_why(tmp_path, clock):
+    data = spec_data(retries={"attempts": 1})
+    data["variants"] = {"blue": data["variants"]["baseline"], "green": data["variants"]["zero-layer"]}
+    data["routing"] = {"weights": {"blue": 100, "green": 0}}
+    gateway = new_gateway(data)
+    controller = new_controller(gateway, tmp_path, clock)
+    await controller.tick()
+    status = controller.status()
+    assert status["guard"] == "off"
+    assert "needs a baseline" in status["guard_off_reason"]
+    assert any("cannot apply the rollout's split" in a["message"] for a in status["alerts"])
+
+
+def test_the_metrics_source_the_gateway_builds_or_why_there_is_none():
+    spec = validate_spec(spec_data())
+    with pytest.raises(ProviderUnavailable, match="no metrics source configured: the guard is off"):
+        provider_factory(None, ())(spec)
+    direct = provider_factory("http://127.0.0.1:9901", ("http://127.0.0.1:8001/metrics",))(spec)
+    assert isinstance(direct, DirectProvider)
+    assert direct.pods == ["http://127.0.0.1:8001/metrics"]
+    promql = validate_spec(spec_data(analysis={"provider": {"type": "prometheus", "url": "http://p:9090"}}))
+    assert isinstance(provider_factory(None, ())(promql), PrometheusProvider)  # needs no Envoy admin URL

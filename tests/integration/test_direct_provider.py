@@ -13,7 +13,7 @@ from gateway.rollout.spec import Analysis
 from gateway.rollout.stats import Verdict
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
-from tests.support.model_server import graystack, start_model_server, wait_ready
+from tests.support.model_server import start_model_server, variant_weights, wait_ready
 
 WINDOW = 60.0
 
@@ -144,10 +144,7 @@ def ask(stack, variants_seen: dict[str, int]) -> None:
 
 def test_ttft_and_weight_status_from_real_model_servers_and_probes(stack, tmp_path):
     logs = tmp_path / "logs"
-    weights = {variant: tmp_path / f"{variant}.safetensors" for variant in VARIANTS}
-    for variant, path in weights.items():
-        graystack("weights", "init", "--variant", variant, "--out", str(path), "--seed", "1")
-    graystack("weights", "erase", str(weights["zero-layer"]))
+    weights = variant_weights(tmp_path)
     servers = {v: start_model_server(v, v, weights[v], logs) for v in VARIANTS}
     probes = {v: start_probe(weights[v], servers[v].url, v, logs) for v in VARIANTS}
     processes = [*(p for p, _ in probes.values()), *(s.process for s in servers.values())]

@@ -16,7 +16,7 @@ from gateway.rollout.spec import Analysis
 from gateway.rollout.stats import Verdict
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
 from graystack.local.processes import free_port, start_process, wait_until
-from tests.support.model_server import graystack, start_model_server, wait_ready
+from tests.support.model_server import start_model_server, variant_weights, wait_ready
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
 
@@ -156,10 +156,7 @@ def test_ttft_and_weight_status_from_real_model_servers_and_probes(tmp_path, pro
     """Envoy sees no first token: TTFT comes from the model servers' histogram, weight status from the
     probes, both scraped by Prometheus. The probes' synthetic requests keep the TTFT series moving."""
     logs = tmp_path / "logs"
-    weights = {variant: tmp_path / f"{variant}.safetensors" for variant in VARIANTS}
-    for variant, path in weights.items():
-        graystack("weights", "init", "--variant", variant, "--out", str(path), "--seed", "1")
-    graystack("weights", "erase", str(weights["zero-layer"]))
+    weights = variant_weights(tmp_path)
     servers = {v: start_model_server(v, v, weights[v], logs) for v in VARIANTS}
     probes = {v: free_port() for v in VARIANTS}
     processes = [s.process for s in servers.values()]

@@ -21,6 +21,18 @@ def graystack(*args: str) -> str:
     return result.output
 
 
+def variant_weights(
+    directory: Path, seed: int = 1, erased: tuple[str, ...] = ("zero-layer",)
+) -> dict[str, Path]:
+    """A checkpoint per variant from one seed (one backbone), made by the CLI; `erased` ones erased."""
+    paths = {variant: directory / f"{variant}.safetensors" for variant in ("baseline", "zero-layer")}
+    for variant, path in paths.items():
+        graystack("weights", "init", "--variant", variant, "--out", str(path), "--seed", str(seed))
+    for variant in erased:
+        graystack("weights", "erase", str(paths[variant]))
+    return paths
+
+
 @dataclass
 class ModelServer:
     process: ManagedProcess

@@ -9,7 +9,7 @@ the requests whose client saw an error.
 
 Setup: graystack.local.rollout_stack (real model servers and probes, the real gateway and Envoy, on
 loopback), a rollout held at its 20 % step (hold 1 h), analysis every 1 s over a 10 s window,
-min_requests 20, max_error_rate 1.5 %. Clients send --rate requests/s of 1-token /v1/messages, half
+min_requests 20, max_error_rate 1.5 %. Clients send each of --rates requests/s of 1-token /v1/messages, half
 with `X-Client-Type: high_load` (a segment wholly on zero-layer). Each run: a full window of clean
 traffic, the fault, the ACKed rollback, the fault cleared, the window drained, `retry`.
 """
@@ -85,33 +85,27 @@ def one_run(stack: RolloutStack, traffic: Traffic, error_rate: float) -> dict:
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--rate", type=float, default=40.0, help="client requests per second, in all")
-    parser.add_argument("--error-rate", type=float, default=0.05, help="zero-layer's injected error rate")
-    args = parser.parse_args()
-    envoy = find_binary("envoy")
-    if envoy is None:
-        raise SystemExit("envoy not found; `make install` provides it")
-    runs = []
+def measure(envoy: str, rate: float, runs: int, error_rate: float) -> dict:
+    """`runs` fault-and-rollback cycles on a fresh stack with clients at `rate` requests/s."""
+    results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="rollback-time-") as workdir:
         stack = RolloutStack(Path(workdir), envoy, ROLLOUT)
         try:
             stack.start()
-            with Traffic(stack.client.base_url, args.rate) as traffic:
+            with Traffic(stack.client.base_url, rate) as traffic:
                 started = time.monotonic()
-                for i in range(args.runs):
-                    runs.append(one_run(stack, traffic, args.error_rate))
+                for i in range(runs):
+                    results.append(one_run(stack, traffic, error_rate))
                     print(
-                        f"run {i + 1}: " + ", ".join(f"{k} {v}" for k, v in runs[-1].items() if k != "reason")
+                        f"{rate:g} req/s, run {i + 1}: "
+                        + ", ".join(f"{k} {v}" for k, v in results[-1].items() if k != "reason")
                     )
                 elapsed = time.monotonic() - started
             served = traffic.snapshot()
         finally:
             stack.stop()
-    results = {
-        key: summarize([run[key] for run in runs])
+    summary = {
+        key: summarize([run[key] for run in results])
         for key in (
             "onset_to_ack_s",
             "onset_to_decision_s",
@@ -120,18 +114,39 @@ def main() -> None:
             "client_errors",
         )
     }
-    results["achieved_rate"] = round(sum(served.values()) / elapsed, 1)
-    results["runs"] = runs
+    return {**summary, "achieved_rate": round(sum(served.values()) / elapsed, 1), "runs": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--rates",
+        type=float,
+        nargs="+",
+        default=[20.0, 40.0, 80.0],
+        help="client requests per second, in all",
+    )
+    parser.add_argument("--error-rate", type=float, default=0.05, help="zero-layer's injected error rate")
+    args = parser.parse_args()
+    envoy = find_binary("envoy")
+    if envoy is None:
+        raise SystemExit("envoy not found; `make install` provides it")
+    by_rate = {f"{rate:g}": measure(envoy, rate, args.runs, args.error_rate) for rate in args.rates}
     parameters = {
         "runs": args.runs,
-        "rate": args.rate,
+        "rates": args.rates,
         "error_rate": args.error_rate,
         "segment_share": 0.5,
         "step_weight": 20,
         "rollout": ROLLOUT,
     }
-    path = write_result("rollback_time", parameters, results)
-    print(f"onset -> ACK median {results['onset_to_ack_s']['p50']:.2f} s over {args.runs} runs; wrote {path}")
+    path = write_result("rollback_time", parameters, {"by_rate": by_rate})
+    for rate, result in by_rate.items():
+        print(
+            f"{rate} req/s: onset -> ACK median {result['onset_to_ack_s']['p50']:.2f} s over {args.runs} runs"
+        )
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -107,6 +107,17 @@ class RolloutStack(GatewayStack):
         url = f"{self.server_url('zero-layer')}/admin/faults"
         httpx.post(url, json={"error_rate": error_rate}, timeout=5).raise_for_status()
 
+    def clear_fault(self, timeout: float = 60) -> None:
+        """Heal zero-layer, then wait until its failures have left the analysis window (a retry
+        before that would roll back again on old evidence)."""
+        self.set_fault(0.0)
+        wait_until(
+            lambda: self.rollout()["last_decision"]["checks"][0]["samples"] == 0,
+            timeout,
+            "the failures to leave the analysis window",
+            interval=0.2,
+        )
+
     def metric(self, url: str, name: str, labels: dict) -> float:
         """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""
         text = httpx.get(url, timeout=5).text

@@ -78,13 +78,7 @@ def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promot
         assert "phase     rolled_back" in stack.cli("status")
 
         # Healthy again; once the failures have left the window, retry: it promotes by itself.
-        stack.set_fault(0.0)
-        wait_until(
-            lambda: stack.rollout()["last_decision"]["checks"][0]["samples"] == 0,
-            30,
-            "the failures to leave the analysis window",
-            interval=0.2,
-        )
+        stack.clear_fault(timeout=30)
         assert "rollout now at step 0" in stack.cli("retry")
         promoted = wait_until(
             lambda: (r := stack.rollout())["phase"] == "promoted" and r, 40, "the rollout to pass its steps"

@@ -1,6 +1,6 @@
 """The rollout controller: the I/O edge around the pure state machine (gateway/rollout/machine.py).
 
-Every `analysis.interval` it measures (`provider.observe(analysis.window)`), judges (`analyse`), steps
+Every `analysis.interval` it measures (`provider.observe(analysis.window, analysis.recent_window)`), judges (`analyse`), steps
 the machine, and applies what the machine asked for: the split goes to every Envoy through the
 Gateway, alerts are logged at WARNING and counted, decisions feed the metrics and `graystack status`,
 and the state is saved (atomically, `state_store`) whenever it changed, so a restarted gateway resumes
@@ -213,7 +213,7 @@ class RolloutController:
         provider = self._provider_for(spec)
         if provider is None:
             return None
-        seen = await provider.observe(spec.analysis.window)
+        seen = await provider.observe(spec.analysis.window, spec.analysis.recent_window)
         baseline, candidate = roles(spec)
         return analyse(spec.analysis, seen, candidate, baseline)
 

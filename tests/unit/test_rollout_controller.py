@@ -50,7 +50,7 @@ class FakeProvider:
         self.seen = HEALTHY
         self.windows: list[float] = []
 
-    async def observe(self, window_seconds: float) -> Observations:
+    async def observe(self, window_seconds: float, recent_seconds: float | None = None) -> Observations:
         self.windows.append(window_seconds)
         return self.seen
 

@@ -244,7 +244,7 @@ def variants_side_by_side() -> gd.Dashboard:
         "graystack-variants",
         "graystack / Variants side by side",
         "Baseline and zero-layer on the same axes: latency, TTFT against prompt length, errors, "
-        "throughput, queues, skipped bias work, memory.",
+        "throughput, queues, skipped bias work, KV-cache memory.",
     )
     board.with_row(gd.Row("Latency"))
     board.with_panel(
@@ -355,21 +355,10 @@ def variants_side_by_side() -> gd.Dashboard:
     )
     board.with_panel(
         graph(
-            "Memory",
-            "bytes",
-            "Resident memory of each model-server process, by variant and pod.",
-            query(
-                "process_resident_memory_bytes * on (instance) group_left (variant) "
-                f"graystack_model_info{{{VARIANT}}}",
-                "{{variant}} {{instance}}",
-            ),
-        )
-    )
-    board.with_panel(
-        graph(
-            "KV-cache usage",
+            "Memory: KV-cache usage",
             "percentunit",
-            "Cached tokens over the engine's capacity (vLLM's name, which load-aware routers read).",
+            "Cached tokens over the engine's capacity (vLLM's name, which load-aware routers read): the "
+            "memory that grows with load and context.",
             query(f"sum by (variant) (vllm:kv_cache_usage_perc{{{VARIANT}}})", "{{variant}}"),
         )
     )

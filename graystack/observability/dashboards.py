@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
+from grafana_foundation_sdk.builders import common as gc
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -46,7 +47,18 @@ def with_queries(panel: P, *queries: prometheus.Dataquery) -> P:
 
 
 def graph(title: str, unit: str, description: str, *queries: prometheus.Dataquery) -> timeseries.Panel:
-    panel = timeseries.Panel().title(title).description(description).unit(unit)
+    """A time series with a table legend (mean, max, last): variants compare at a glance."""
+    legend = (
+        gc.VizLegendOptions()
+        .display_mode(common.LegendDisplayMode.TABLE)
+        .placement(common.LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(["mean", "max", "lastNotNull"])
+    )
+    tooltip = gc.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)
+    panel = (
+        timeseries.Panel().title(title).description(description).unit(unit).legend(legend).tooltip(tooltip)
+    )
     return with_queries(panel, *queries).span(12).height(8)
 
 
@@ -439,6 +451,7 @@ def control_plane() -> gd.Dashboard:
     connected = (
         stat.Panel()
         .title("Connected proxies")
+        .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]))
         .description("ADS streams open from Envoy proxies now; 0 means no proxy gets any change.")
     )
     proxies = query(f"sum(graystack_xds_connected_proxies{{{NAMESPACE}}})")

@@ -153,6 +153,7 @@ def rollout_decisions() -> gd.Dashboard:
     )
     phase = (
         statetimeline.Panel()
+        .show_value(common.VisibilityMode.NEVER)
         .title("Phase")
         .description("The rollout's phase over time: shadow, progressing, promoted, rolled_back, manual.")
     )
@@ -201,6 +202,7 @@ def rollout_decisions() -> gd.Dashboard:
     board.with_row(gd.Row("Rollbacks and Envoy's ACKs"))
     rollbacks = (
         table.Panel()
+        .show_header(True)
         .title("Rollbacks by reason")
         .description(
             "Rollbacks since the gateway started, by reason: the first failing check, operator, metrics_error."
@@ -376,6 +378,7 @@ def variants_side_by_side() -> gd.Dashboard:
     )
     served = (
         table.Panel()
+        .show_header(True)
         .title("Models served")
         .description("Each pod's model fingerprint, weight status and effective bias window.")
     )
@@ -394,6 +397,7 @@ def probes() -> gd.Dashboard:
     )
     status = (
         statetimeline.Panel()
+        .show_value(common.VisibilityMode.NEVER)
         .title("Weight status per pod")
         .description(
             "The status each probe reads from its pod's checkpoint: ERASED or ZEROED is expected on "

@@ -22,31 +22,24 @@ import re
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
 from graystack.observability import dashboards
+from graystack.observability.files import ALERTS_FILE
+from tests.integration.test_rollout_e2e import ROLLOUT  # a fault rolled back at 20 %, then a promotion
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
 
 pytestmark = pytest.mark.integration
 
-ROLLOUT = {
-    "strategy": {"steps": [{"weight": 20, "hold": "1s"}, {"weight": 100}]},
-    "analysis": {
-        "interval": "1s",
-        "window": "10s",
-        "min_requests": 20,
-        "max_error_rate": 0.015,
-        "max_latency_ratio": 10,  # CPU model servers on a shared box: not what this test is about
-        "max_ttft_p95": "5s",
-        "provider": {"type": "direct"},
-    },
-}
+ROOT = Path(__file__).resolve().parents[2]
 RATE_INTERVAL = "5s"  # Grafana's $__rate_interval at a 1 s scrape interval is 4 s; one more for jitter
 STEP = "1s"
 PROMPTS = ("Hi", "x" * 300, "x" * 600)  # three prompt_bucket ranges: 0-128, 129-512, 513-2048
@@ -106,7 +99,8 @@ def prometheus(stack, tmp_path_factory, prometheus_binary):
     targets = {
         job: (httpx.URL(url).netloc.decode(), httpx.URL(url).path) for job, url in endpoints(stack).items()
     }
-    server = start_prometheus(prometheus_binary, tmp_path_factory.mktemp("prometheus"), targets)
+    workdir = tmp_path_factory.mktemp("prometheus")
+    server = start_prometheus(prometheus_binary, workdir, targets, rule_files=[ROOT / ALERTS_FILE])
     try:
         wait_until(lambda: len(instant(server, "up == 1")) == len(targets), 30, "every target scraped")
         yield server
@@ -287,3 +281,33 @@ def test_promtool_check_metrics_on_every_endpoint(stack, history, promtool_binar
     for job, lines in complaints.items():
         allowed = VLLM_NAME if job.startswith("server-") else None
         assert [line for line in lines if not (allowed and allowed.match(line))] == [], job
+
+
+def alerts_seen(server: PrometheusServer, span: tuple[float, float]) -> dict[tuple[str, str], set[str]]:
+    """(alert, variant or rollout) -> the states (pending, firing) Prometheus' ALERTS series held."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for series in range_series(server, "ALERTS", span):
+        labels = series["metric"]
+        key = (labels["alertname"], labels.get("variant") or labels.get("rollout", ""))
+        seen.setdefault(key, set()).add(labels["alertstate"])
+    return seen
+
+
+def test_the_alert_rules_evaluate_on_the_live_series(prometheus, history):
+    """Prometheus evaluates every rule against the stack without error; the rollback pages, zero-layer's
+    injected 5xx put its error-rate alert in `pending` (its 5 minutes never pass here), and the pods'
+    expected weight status and the connected Envoy page nothing."""
+    rules = httpx.get(f"{prometheus.url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    health = {r["name"]: (r["health"], r.get("lastError", "")) for g in rules for r in g["rules"]}
+    assert len(health) == sum(
+        len(g["rules"]) for g in yaml.safe_load((ROOT / ALERTS_FILE).read_text())["groups"]
+    )
+    assert {name for name, (state, _) in health.items() if state != "ok"} == set(), health
+    seen = alerts_seen(prometheus, history)
+    assert seen[("GraystackRolloutRolledBack", "zero-layer")] == {"firing"}
+    assert "pending" in seen[("GraystackVariantErrorRateHigh", "zero-layer")]
+    assert not {
+        key
+        for key in seen
+        if key[0] in {"GraystackZeroLayerWeightStatusUnexpected", "GraystackNoConnectedProxies"}
+    }

@@ -34,6 +34,10 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+.PHONY: dashboards
+dashboards: install  ## regenerate the Grafana dashboards and alert rules under charts/graystack/files/
+	$(BIN)/python -m graystack.observability
+
 bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.flip_latency
 	$(BIN)/python -m bench.fanout

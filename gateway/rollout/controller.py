@@ -160,6 +160,7 @@ class RolloutController:
         now = self._clock()
         saved = load_state(self.state_path)
         state = saved if saved is not None else initial_state(self.spec, now)
+        metrics.zero_rollout_series(self.spec.name)
         log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
         self.state = state
         self._step(self.spec, None, None, now, force_save=saved is None)
@@ -272,6 +273,7 @@ class RolloutController:
             value = float("nan") if check.value is None else check.value
             metrics.ANALYSIS_CHECK_VALUE.labels(spec.name, check.name).set(value)
             metrics.ANALYSIS_CHECK_THRESHOLD.labels(spec.name, check.name).set(check.threshold)
+            metrics.ANALYSIS_CHECK_SAMPLES.labels(spec.name, check.name).set(check.samples)
         checks = [check_dict(c) for c in decision.checks]
         self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
 

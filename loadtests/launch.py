@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from graystack.local.processes import ManagedProcess, start_process
@@ -33,6 +34,9 @@ LOCAL_ANALYSIS = {
     },
     "timeouts": {"request": "60s", "first_byte": "10s"},
 }
+# What CPU model servers on a small machine can stream to 20 users (tests/integration/test_soak.py says
+# how it was measured): short prompts, few tokens. A variable already set wins.
+LOCAL_MIX = {"LOADTEST_PROMPT_LENGTHS": "32=3,256=1", "LOADTEST_MAX_TOKENS": "16"}
 
 
 def locust_command(run_dir: Path, host: str, admin_url: str | None, extra: list[str]) -> list[str]:
@@ -110,20 +114,24 @@ def main() -> int:
         from graystack.local.rollout_stack import RolloutStack
 
         envoy = shutil.which("envoy") or str(Path(sys.executable).with_name("envoy"))
-        stack = RolloutStack(args.run_dir / "stack", envoy, LOCAL_ANALYSIS).start()
-        args.host, args.admin_url = str(stack.client.base_url).rstrip("/"), stack.admin_url
+        stack = RolloutStack(args.run_dir / "stack", envoy, LOCAL_ANALYSIS)
+        for name, value in LOCAL_MIX.items():
+            os.environ[name] = os.environ.get(name) or value
     weights = [int(w) for w in args.flip_weights.split(",")]
     try:
+        if stack is not None:
+            stack.start()
+            args.host, args.admin_url = str(stack.client.base_url).rstrip("/"), stack.admin_url
         if args.admin_url and stack is not None:
             Flipper(args.admin_url, 0, weights).flip(weights[0])
         locust = start_process(
             "locust", locust_command(args.run_dir, args.host, args.admin_url, extra), args.run_dir
         )
         print(f"locust (pid {locust.pid}) against {args.host}; log: {locust.log_path}", flush=True)
-        if args.flip_every > 0 and args.admin_url:
-            with Flipper(args.admin_url, args.flip_every, weights[1:] + weights[:1]):
-                code = wait_for(locust, None)
-        else:
+        flipping = args.flip_every > 0 and args.admin_url
+        with (
+            Flipper(args.admin_url, args.flip_every, weights[1:] + weights[:1]) if flipping else nullcontext()
+        ):
             code = wait_for(locust, None)
     finally:
         if stack is not None:

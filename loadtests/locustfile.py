@@ -33,8 +33,9 @@ from loadtests.stream import StreamError, StreamTiming, sse_events
 
 log = logging.getLogger("graystack.loadtest")
 
-if os.environ.get("LOAD_SHAPE", "soak") != "none":
-    Shape = SHAPES[os.environ.get("LOAD_SHAPE", "soak")]
+SHAPE = os.environ.get("LOAD_SHAPE") or "soak"
+if SHAPE != "none":
+    Shape = SHAPES[SHAPE]  # a shape class in the locustfile's namespace is the one Locust runs
 
 REPORT_KEY = "graystack"
 

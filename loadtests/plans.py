@@ -25,9 +25,9 @@ class SoakPlan:
     @classmethod
     def from_env(cls, env: dict[str, str]) -> SoakPlan:
         return cls(
-            users=int(env.get("SOAK_USERS", "20")),
-            ramp=parse_duration(env.get("SOAK_RAMP", "10s")),
-            hold=parse_duration(env.get("SOAK_DURATION", "1h")),
+            users=int(env.get("SOAK_USERS") or "20"),
+            ramp=parse_duration(env.get("SOAK_RAMP") or "10s"),
+            hold=parse_duration(env.get("SOAK_DURATION") or "1h"),
         )
 
 
@@ -48,5 +48,5 @@ class StepPlan:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> StepPlan:
-        stages = parse_stages(env.get("STEP_STAGES", "1m:5,1m:10,1m:20,1m:40"))
-        return cls(tuple(stages), float(env.get("STEP_SPAWN_RATE", "5")))
+        stages = parse_stages(env.get("STEP_STAGES") or "1m:5,1m:10,1m:20,1m:40")
+        return cls(tuple(stages), float(env.get("STEP_SPAWN_RATE") or "5"))

@@ -21,7 +21,7 @@ import pytest
 
 from graystack.local.processes import start_process
 from graystack.local.rollout_stack import RolloutStack
-from loadtests.launch import LOCAL_ANALYSIS, Flipper, locust_command, wait_for
+from loadtests.launch import LOCAL_ANALYSIS, LOCAL_MIX, Flipper, locust_command, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +33,7 @@ CI_MIX = {
     "SOAK_USERS": str(USERS),
     "SOAK_RAMP": "5s",
     "SOAK_DURATION": "55s",
-    "LOADTEST_PROMPT_LENGTHS": "32=3,256=1",
-    "LOADTEST_MAX_TOKENS": "16",
+    **LOCAL_MIX,
     "LOADTEST_WEIGHTS_POLL": "0.25",
     "LOADTEST_MAX_ERROR_RATE": "0",  # the verdict itself demands zero failed requests
 }

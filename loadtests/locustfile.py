@@ -28,7 +28,7 @@ from gateway.rollout.spec import parse_duration
 from graystack.admin_client import AdminClient, AdminError
 from loadtests import config, summary
 from loadtests.shapes import SHAPES
-from loadtests.split import SplitTracker, Tally, expectation_from_routing, report_bins
+from loadtests.split import SplitTracker, Tally, report_bins
 from loadtests.stream import StreamError, StreamTiming, sse_events
 
 log = logging.getLogger("graystack.loadtest")
@@ -117,8 +117,7 @@ class Run:
         self.started = time.time()
         self.static = None
         if options.expected_weights and not options.admin_url:
-            weights = {"weights": config.parse_mix(options.expected_weights, "expected weights")}
-            self.static = expectation_from_routing(weights, self.client_types)
+            self.static = {"weights": config.parse_mix(options.expected_weights, "expected weights")}
             self.tracker.observe(0.0, 0.0, self.static)
         self.poller = None
         if options.admin_url and not isinstance(environment.runner, WorkerRunner):
@@ -128,11 +127,11 @@ class Run:
         sent = time.time()
         try:
             with AdminClient(self.options.admin_url, self.options.admin_token or None, timeout=5) as admin:
-                expectation = expectation_from_routing(admin.status()["routing"], self.client_types)
+                routing = admin.status()["routing"]
         except (AdminError, KeyError) as error:
             log.warning("cannot read the configured weights: %s", error)
-            expectation = None
-        self.tracker.observe(sent, time.time(), expectation)
+            routing = None
+        self.tracker.observe(sent, time.time(), routing)
 
     def _poll_forever(self) -> None:
         while True:

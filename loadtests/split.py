@@ -24,37 +24,28 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gateway.rollout.stats import exact_bounds
 from loadtests.config import NO_HEADER
 
-Expectation = dict[str, dict[str, float]]  # client type -> variant -> configured share (0..1)
+Routing = dict  # the admin API's `routing`: {"header", "rules": [{value, variant | weights}], "weights"}
 Bin = tuple[int, str, str]  # (tenth of a second of send time, client type, variant)
 BINS_PER_SECOND = 10
 
 
-def _shares(weights: dict[str, float]) -> dict[str, float]:
+def configured_shares(routing: Routing, client_type: str) -> dict[str, float]:
+    """The shares Envoy gives `client_type` under `routing`: its exact-match rule, else the default split."""
+    rules = {rule["value"]: rule for rule in routing.get("rules", [])}
+    rule = rules.get(client_type) if client_type != NO_HEADER else None
+    if rule is None:
+        weights = routing["weights"]
+    elif rule.get("variant"):
+        weights = {rule["variant"]: 100}
+    else:
+        weights = rule["weights"]
     total = sum(weights.values())
     return {variant: weight / total for variant, weight in weights.items()} if total > 0 else {}
-
-
-def expectation_from_routing(routing: dict, client_types: Iterable[str]) -> Expectation:
-    """Each client type's configured shares, from the admin API's `routing` (exact-match rules, then the
-    default split), as Envoy applies them."""
-    rules = {rule["value"]: rule for rule in routing.get("rules", [])}
-    expected = {}
-    for client_type in client_types:
-        rule = rules.get(client_type) if client_type != NO_HEADER else None
-        if rule is None:
-            weights = routing["weights"]
-        elif rule.get("variant"):
-            weights = {rule["variant"]: 100}
-        else:
-            weights = rule["weights"]
-        expected[client_type] = _shares(weights)
-    return expected
 
 
 @dataclass
@@ -132,17 +123,17 @@ class SplitTracker:
         self._last_sent = -math.inf
         self._band_lo: list[float] = []  # per change: requests sent in [lo, hi] are left out
         self._band_hi: list[float] = []
-        self._expected: list[Expectation | None] = []
+        self._routing: list[Routing | None] = []
         self._counts: list[Counter] = []  # per change: (client type, variant) -> requests
         self._pending: Counter = Counter()
         self.excluded = 0
 
-    def observe(self, sent: float, received: float, expectation: Expectation | None) -> None:
-        """A poll sent at `sent`, answered at `received`; `expectation` None when it could not be read."""
-        if not self._expected or expectation != self._expected[-1]:
+    def observe(self, sent: float, received: float, routing: Routing | None) -> None:
+        """A poll sent at `sent`, answered at `received`; `routing` None when it could not be read."""
+        if not self._routing or routing != self._routing[-1]:
             self._band_lo.append(self._last_sent - self.guard)
             self._band_hi.append(received + self.guard)
-            self._expected.append(expectation)
+            self._routing.append(routing)
             self._counts.append(Counter())
         self._last_sent = sent
         self._settle(sent)
@@ -168,7 +159,7 @@ class SplitTracker:
             for i in (period, period + 1)
             if 0 <= i < len(self._band_lo)
         )
-        if period < 0 or in_band or self._expected[period] is None:
+        if period < 0 or in_band or self._routing[period] is None:
             self.excluded += count
         else:
             self._counts[period][(client_type, variant)] += count
@@ -179,12 +170,12 @@ class SplitTracker:
         self._settle(math.inf)
         cells = []
         for period, counts in enumerate(self._counts):
-            expected = self._expected[period] or {}
+            routing = self._routing[period]
             totals: Counter = Counter()
             for (client_type, _), count in counts.items():
                 totals[client_type] += count
             for client_type, requests in sorted(totals.items()):
-                shares = expected.get(client_type, {})
+                shares = configured_shares(routing, client_type)
                 seen = {v for (c, v) in counts if c == client_type}
                 for variant in sorted(set(shares) | seen):
                     cells.append((period, client_type, variant, shares.get(variant, 0.0), requests))

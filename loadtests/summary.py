@@ -113,9 +113,10 @@ def render(summary: Summary, started: float) -> str:
             f"left out near flips; exact intervals, family-wise alpha {split.alpha}"
         )
         for c in split.checks:
+            start = "start" if c.start <= started else f"{c.start - started:+.1f}s"
             end = "end" if c.end is None else f"{c.end - started:+.1f}s"
             lines.append(
-                f"  period {c.period} {c.start - started:+.1f}s..{end} client {c.client_type} {c.variant}: "
+                f"  period {c.period} {start}..{end} client {c.client_type} {c.variant}: "
                 f"configured {c.expected:.1%}, observed {c.share:.1%} ({c.observed}/{c.requests}), "
                 f"interval [{c.lower:.1%}, {c.upper:.1%}] {'ok' if c.ok else 'OFF'}"
             )

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from loadtests.config import NO_HEADER
-from loadtests.split import SplitTracker, Tally, expectation_from_routing, report_bins
+from loadtests.split import SplitTracker, Tally, configured_shares, report_bins
 
 ROUTING = {
     "header": "X-Client-Type",
@@ -19,7 +19,7 @@ ROUTING = {
 
 
 def split(zero_layer: int) -> dict:
-    return {NO_HEADER: {"baseline": (100 - zero_layer) / 100, "zero-layer": zero_layer / 100}}
+    return {**ROUTING, "weights": {"baseline": 100 - zero_layer, "zero-layer": zero_layer}}
 
 
 def send(tally: Tally, start: float, seconds: float, rate: int, zero_layer_share: float) -> None:
@@ -45,7 +45,7 @@ def run(flips: list[tuple[float, int]], traffic: list[tuple[float, float, float]
 
 
 def test_each_rule_gives_its_segment_its_own_expected_split():
-    expected = expectation_from_routing(ROUTING, [NO_HEADER, "mobile", "high_load", "tablet"])
+    expected = {c: configured_shares(ROUTING, c) for c in (NO_HEADER, "mobile", "high_load", "tablet")}
     assert expected == {
         NO_HEADER: {"baseline": 0.5, "zero-layer": 0.5},
         "mobile": {"baseline": 0.8, "zero-layer": 0.2},

@@ -13,11 +13,11 @@ LATENCY = {"ttft": {"p50": 0.1, "p95": 0.4, "p99": 0.9}, "e2e": {"p50": 1.0, "p9
 def split_result(zero_layer_served: float):
     """One period configured 20 % zero-layer; `zero_layer_served` of 500 requests went there."""
     tracker, tally = SplitTracker(), Tally()
-    tracker.observe(0, 0.01, {NO_HEADER: {"baseline": 0.8, "zero-layer": 0.2}})
+    tracker.observe(0, 0.01, {"weights": {"baseline": 80, "zero-layer": 20}})
     for i in range(500):
         variant = "zero-layer" if i % 100 < zero_layer_served * 100 else "baseline"
         tally.record(2 + i / 100, NO_HEADER, variant, failed=False)
-    tracker.observe(20, 20.01, {NO_HEADER: {"baseline": 0.8, "zero-layer": 0.2}})
+    tracker.observe(20, 20.01, {"weights": {"baseline": 80, "zero-layer": 20}})
     tracker.add(report_bins(tally.drain()))
     return tracker.result()
 

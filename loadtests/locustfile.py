@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -196,6 +197,18 @@ RUN: Run | None = None
 def _init(environment, **_) -> None:
     global RUN
     RUN = Run(environment)
+    if not isinstance(environment.runner, WorkerRunner):
+        gevent.signal_handler(signal.SIGTERM, lambda: _end_early(environment.runner))
+
+
+def _end_early(runner) -> None:
+    """SIGTERM (a stop by PID) during a headless shape run. Locust 2.47 installs its own SIGTERM handler
+    only once such a run is over, so the signal would kill it with no summary, HTML or verdict; ending
+    the shape instead lets Locust shut down as after a completed run. Without a shape, or once the
+    shape has ended, Locust's own handler (which runs beside this one) does the work."""
+    if runner.shape_greenlet is not None and not runner.shape_greenlet.dead:
+        log.info("SIGTERM: ending the load shape")
+        runner.shape_greenlet.kill(block=False)
 
 
 @events.report_to_master.add_listener

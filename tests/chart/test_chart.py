@@ -308,3 +308,28 @@ def test_install_notes_tell_how_to_flip_traffic() -> None:
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "graystack weight zero-layer=20 --namespace llm --configmap gs-graystack-spec" in notes
     assert "No Prometheus Operator CRDs were found" in notes
+
+
+def _envvars(command: str) -> set[str]:
+    from graystack.cli import main
+
+    return {param.envvar for param in main.commands[command].params if isinstance(param.envvar, str)}
+
+
+def test_every_graystack_setting_the_chart_passes_is_one_the_command_reads() -> None:
+    chart = rendered("")
+    for suffix, container, command in [
+        ("-gateway", 0, "kube-gateway"),
+        ("-zero-layer", 1, "probe"),
+        ("-zero-layer", 0, "serve"),
+    ]:
+        pod = chart.named("Deployment", suffix)["spec"]["template"]["spec"]
+        env = {
+            item["name"]
+            for item in pod["containers"][container]["env"]
+            if item["name"].startswith("GRAYSTACK_")
+        }
+        assert env, f"{suffix}/{container}"
+        assert env <= _envvars(command), f"{command} does not read {sorted(env - _envvars(command))}"
+    gateway = chart.named("Deployment", "-gateway")["spec"]["template"]["spec"]["containers"][0]
+    assert gateway["args"] == ["kube-gateway"]

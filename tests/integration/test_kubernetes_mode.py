@@ -147,9 +147,9 @@ async def cluster(tmp_path, envoy_binary):
             assert not process.alive(), f"{process.name} (pid {process.pid}) left running"
 
 
-async def eventually(check: Callable[[], object], timeout: float, what: str):
+async def eventually(check: Callable[[], object], seconds: float, what: str):
     """`check()` (awaited if it is a coroutine) until it is truthy; its value."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + seconds
     last = None
     while time.monotonic() < deadline:
         try:
@@ -161,7 +161,7 @@ async def eventually(check: Callable[[], object], timeout: float, what: str):
         except httpx.HTTPError as error:
             last = error
         await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    raise AssertionError(f"timed out after {seconds}s waiting for {what} (last: {last!r})")
 
 
 async def counts(client: httpx.AsyncClient, n: int = 20) -> dict[str, int]:

@@ -180,10 +180,12 @@ async def split_is(client: httpx.AsyncClient, expected: dict[str, int], what: st
     await eventually(check, 20, what)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "graystack", *args], capture_output=True, text=True, timeout=60, check=False
-    )
+async def weight_in_cluster(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
+    """`graystack weight ARGS` against the double, through the kubeconfig, as a user would run it."""
+    argv = [sys.executable, "-m", "graystack", "weight", *args, "--configmap", SPEC_CM, "--namespace", NS]
+    argv += ["--kubeconfig", str(cluster.kubeconfig)]
+    run = subprocess.run
+    return await asyncio.to_thread(run, argv, capture_output=True, text=True, timeout=60, check=False)
 
 
 async def test_spec_configmap_endpointslices_and_a_cli_flip_reach_envoy(cluster):
@@ -195,17 +197,7 @@ async def test_spec_configmap_endpointslices_and_a_cli_flip_reach_envoy(cluster)
 
     # `graystack weight` through the kubeconfig: the spec ConfigMap changes, the gateway applies it;
     # zero-layer has no ready pod yet, so its share still lands on the fallback (the baseline).
-    flip = await asyncio.to_thread(
-        cli,
-        "weight",
-        "zero-layer=100",
-        "--configmap",
-        SPEC_CM,
-        "--namespace",
-        NS,
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-    )
+    flip = await weight_in_cluster(cluster, "zero-layer=100")
     assert flip.returncode == 0, flip.stderr
     assert "baseline 0%  zero-layer 100%" in flip.stdout
     stored = yaml.safe_load(cluster.api.get("ConfigMap", NS, SPEC_CM)["data"]["spec.yaml"])
@@ -254,17 +246,7 @@ async def test_a_bad_cli_flip_changes_nothing(cluster):
         (["zero-layer=120"], "less than or equal to 100"),
         (["canary=5"], "unknown variant"),
     ]:
-        result = await asyncio.to_thread(
-            cli,
-            "weight",
-            *args,
-            "--configmap",
-            SPEC_CM,
-            "--namespace",
-            NS,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-        )
+        result = await weight_in_cluster(cluster, *args)
         assert result.returncode != 0
         assert message in result.stderr
     assert cluster.api.get("ConfigMap", NS, SPEC_CM) == before

@@ -189,7 +189,8 @@ class KubernetesGatewayProcess(GatewayProcess):
 
     def _on_leadership(self, leading: bool) -> None:
         if leading:
-            self._controller_task = asyncio.create_task(self._lead())
+            if self._controller_task is None or self._controller_task.done():  # never two loops
+                self._controller_task = asyncio.create_task(self._lead())
         else:
             task = asyncio.create_task(self._stop_controller())
             self._stopping.add(task)

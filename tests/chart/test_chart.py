@@ -177,6 +177,13 @@ def test_model_servers_get_gpus_a_long_startup_probe_and_a_per_version_cache() -
     assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
     env = {item["name"]: item.get("value") for item in server["env"]}
     assert env["TRITON_CACHE_DIR"] == "/cache/v1-zero-layer/triton"
+    kept = render(sets=("variants.zero-layer.cache.existingClaim=kernel-cache",)).named(
+        "Deployment", "-zero-layer"
+    )
+    (mount,) = [
+        m for m in kept["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "cache"
+    ]
+    assert mount == {"name": "cache", "mountPath": "/cache/v1-zero-layer", "subPath": "v1-zero-layer"}
     cpu_only = rendered("cpu-only-values.yaml").named("Deployment", "-zero-layer")
     cpu_server = cpu_only["spec"]["template"]["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in cpu_server["resources"]["limits"]

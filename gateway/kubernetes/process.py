@@ -71,26 +71,10 @@ class KubernetesGatewayProcess(GatewayProcess):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._controller_task: asyncio.Task | None = None
         self._stopping: set[asyncio.Task] = set()
-        core, discovery = client.CoreV1Api(self.api), client.DiscoveryV1Api(self.api)
+        discovery = client.DiscoveryV1Api(self.api)
         self._reflectors = {
-            "spec": self._reflector(
-                f"configmap {kube.spec_configmap}",
-                functools.partial(
-                    core.list_namespaced_config_map,
-                    kube.namespace,
-                    field_selector=f"metadata.name={kube.spec_configmap}",
-                ),
-                self._on_spec,
-            ),
-            "state": self._reflector(
-                f"configmap {kube.state_configmap}",
-                functools.partial(
-                    core.list_namespaced_config_map,
-                    kube.namespace,
-                    field_selector=f"metadata.name={kube.state_configmap}",
-                ),
-                self._on_state,
-            ),
+            "spec": self._configmap_reflector(kube.spec_configmap, self._on_spec),
+            "state": self._configmap_reflector(kube.state_configmap, self._on_state),
             "endpoints": self._reflector(
                 "endpointslices",
                 functools.partial(
@@ -116,6 +100,14 @@ class KubernetesGatewayProcess(GatewayProcess):
             self._threadsafe(self._on_leadership),
             kube.lease_seconds,
         )
+
+    def _configmap_reflector(self, name: str, handler: Callable[[dict], None]) -> Reflector:
+        """One ConfigMap, watched by name (what RBAC's resourceNames can allow for list and watch)."""
+        core = client.CoreV1Api(self.api)
+        list_call = functools.partial(
+            core.list_namespaced_config_map, self.kube.namespace, field_selector=f"metadata.name={name}"
+        )
+        return self._reflector(f"configmap {name}", list_call, handler)
 
     def _reflector(self, what: str, list_call: Callable, handler: Callable[[dict], None]) -> Reflector:
         return Reflector(

@@ -36,6 +36,7 @@ from graystack.observability.files import ALERTS_FILE
 from tests.integration.test_rollout_e2e import ROLLOUT  # a fault rolled back at 20 %, then a promotion
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
+from tests.support.stacks import running
 
 pytestmark = pytest.mark.integration
 
@@ -73,13 +74,7 @@ def promtool_binary() -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, envoy_binary, prometheus_binary):
-    running = RolloutStack(tmp_path_factory.mktemp("stack"), envoy_binary, ROLLOUT, error_rate=0.05)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        for process in running.processes():
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+    yield from running(RolloutStack(tmp_path_factory.mktemp("stack"), envoy_binary, ROLLOUT, error_rate=0.05))
 
 
 def endpoints(stack: RolloutStack) -> dict[str, str]:

@@ -22,6 +22,7 @@ import pytest
 from graystack.local.processes import free_port, start_process, wait_until
 from graystack.local.rollout_stack import RolloutStack
 from loadtests.launch import LOCAL_ANALYSIS, LOCAL_MIX, Flipper, locust_command, wait_for
+from tests.support.stacks import running
 
 pytestmark = pytest.mark.integration
 
@@ -41,13 +42,7 @@ CI_MIX = {
 
 @pytest.fixture
 def stack(tmp_path, envoy_binary):
-    running = RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        for process in running.processes():
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+    yield from running(RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS))
 
 
 def test_a_minute_of_streaming_users_across_weight_flips_fails_nothing_and_holds_every_split(stack, tmp_path):

@@ -37,9 +37,10 @@ $(TOOLS)/helm:
 REGISTRY  ?= ghcr.io/graystack
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-images:  ## build the gateway, probe and inference images the chart references
+images:  ## build the gateway, probe, loadtest and inference images the chart references
 	docker build -f docker/slim.Dockerfile --target gateway -t $(REGISTRY)/graystack-gateway:$(IMAGE_TAG) .
 	docker build -f docker/slim.Dockerfile --target probe -t $(REGISTRY)/graystack-probe:$(IMAGE_TAG) .
+	docker build -f docker/slim.Dockerfile --target loadtest -t $(REGISTRY)/graystack-loadtest:$(IMAGE_TAG) .
 	docker build -f docker/inference.Dockerfile -t $(REGISTRY)/graystack-inference:$(IMAGE_TAG) .
 
 chart-test: install helm  ## helm lint/template, schemas, envoy --mode validate, policy checks

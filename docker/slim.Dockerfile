@@ -3,6 +3,8 @@
 #   --target gateway: the xDS control plane, rollout controller and admin API (`graystack kube-gateway`);
 #                     also runs `helm test`.
 #   --target probe:   the probe sidecar; reads the pod's checkpoint header (safetensors, numpy).
+#   --target loadtest: Locust (graystack[loadtest]) and /app/loadtests/locustfile.py, for the chart's
+#                     in-cluster soak (loadtest.enabled).
 # Build from the repository root, e.g.  docker build -f docker/slim.Dockerfile --target gateway .
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -13,7 +15,8 @@ COPY graystack graystack
 COPY gateway gateway
 COPY inference inference
 COPY probes probes
-RUN pip wheel --no-cache-dir --wheel-dir /wheels . "safetensors>=0.4" "numpy>=1.26"
+COPY loadtests loadtests
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[loadtest]" "safetensors>=0.4" "numpy>=1.26"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 HOME=/tmp
@@ -33,3 +36,12 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 USER 10001:10001
 EXPOSE 9100
 CMD ["probe"]
+
+FROM runtime AS loadtest
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --find-links /wheels "graystack[loadtest]"
+COPY --from=build /src/loadtests /app/loadtests
+USER 10001:10001
+EXPOSE 5557
+ENTRYPOINT ["locust"]
+CMD ["-f", "/app/loadtests/locustfile.py"]

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -19,6 +22,7 @@ import yaml
 from gateway.envoy.bootstrap import BootstrapOptions, build_bootstrap, message_yaml
 from gateway.envoy.resources import ListenerAddress
 from gateway.rollout.spec import parse_spec
+from graystack.local.processes import free_port
 from tests.support.helm import CHART, Rendered, pod_specs, render, run_helm
 from tests.support.processes import require_binary
 
@@ -28,6 +32,7 @@ SCENARIOS = [
     "no-prometheus-operator-values.yaml",
     "two-gateways-values.yaml",
     "vllm-values.yaml",
+    "loadtest-values.yaml",
 ]
 KUBERNETES_VERSION = "1.33.0"
 CRDS = Path(__file__).resolve().parent / "crds"
@@ -318,6 +323,10 @@ BAD_VALUES = {
     "envoy.service.type=Ingress": "type",
     "variants.baseline.server.readinessPath=readyz": "readinessPath",
     "rollout.variants.canary.port=80": "variants",  # filled in from `variants`, never written by hand
+    "loadtest.shape=ramp": "shape",
+    "loadtest.workers=0": "workers",
+    "loadtest.thinkTime=fast": "thinkTime",
+    "loadtest.soak.duration=72 hours": "duration",
 }
 
 
@@ -358,3 +367,104 @@ def test_every_graystack_setting_the_chart_passes_is_one_the_command_reads() -> 
         assert env <= _envvars(command), f"{command} does not read {sorted(env - _envvars(command))}"
     gateway = chart.named("Deployment", "-gateway")["spec"]["template"]["spec"]["containers"][0]
     assert gateway["args"] == ["kube-gateway"]
+
+
+LOADTESTS = CHART.parents[1] / "loadtests"
+
+
+def _env(container: dict) -> dict[str, str | None]:
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+def test_the_soak_is_off_by_default() -> None:
+    chart = rendered("")
+    assert not chart.of_kind("Job")
+    assert not [obj for obj in chart.objects if "loadtest" in obj["metadata"]["name"]]
+
+
+def test_the_soak_master_job_sends_load_through_envoy_with_the_configured_workers() -> None:
+    chart = rendered("loadtest-values.yaml")
+    job = chart.named("Job", "-loadtest-master")
+    assert job["spec"]["backoffLimit"] == 0  # the exit code is the verdict: a retry would be another soak
+    pod = job["spec"]["template"]["spec"]
+    master = pod["containers"][0]
+    args = master["args"]
+    option = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
+    assert option["--host"] == "http://gs-graystack-envoy:80"
+    assert option["--admin-url"] == "http://gs-graystack-gateway:9000"
+    assert option["--expect-workers"] == "3"
+    assert (option["--csv"], option["--html"]) == ("/results/locust", "/results/report.html")
+    assert {"--master", "--headless"} <= set(args)
+    token = next(item for item in master["env"] if item["name"] == "GRAYSTACK_ADMIN_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "gs-graystack-admin-token", "key": "token"}
+    (results,) = [v for v in pod["volumes"] if v["name"] == "results"]
+    assert results["persistentVolumeClaim"] == {"claimName": "soak-results"}
+
+    workers = chart.named("Deployment", "-loadtest-worker")
+    assert workers["spec"]["replicas"] == 3
+    worker = workers["spec"]["template"]["spec"]["containers"][0]
+    service = chart.named("Service", "-loadtest-master")
+    at = worker["args"].index("--master-host")
+    assert worker["args"][at + 1 : at + 4] == [service["metadata"]["name"], "--master-port", "5557"]
+    assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert {k: v for k, v in _env(master).items() if k != "GRAYSTACK_ADMIN_TOKEN"} == _env(worker)
+    assert _env(worker)["LOAD_SHAPE"] == "step"
+    assert _env(worker)["STEP_STAGES"] == "5m:10,5m:20,10m:40"
+    assert _env(worker)["LOADTEST_MAX_TTFT_P95"] == "2s"
+
+
+def test_every_soak_setting_the_chart_passes_is_one_the_load_test_reads() -> None:
+    """Read from the sources, not by importing the locustfile (Locust monkey-patches the process)."""
+    read = set(re.findall(r'env_var="(LOADTEST_\w+)"', (LOADTESTS / "locustfile.py").read_text()))
+    read |= set(re.findall(r'env\.get\("((?:SOAK|STEP)_\w+)"', (LOADTESTS / "plans.py").read_text()))
+    read |= {"LOAD_SHAPE"}
+    job = rendered("loadtest-values.yaml").named("Job", "-loadtest-master")
+    passed = set(_env(job["spec"]["template"]["spec"]["containers"][0])) - {"GRAYSTACK_ADMIN_TOKEN"}
+    assert len(passed) >= 10
+    assert passed <= read, f"the load test does not read {sorted(passed - read)}"
+
+
+def _admitted(policy: dict, port: str) -> list[dict]:
+    return [
+        peer
+        for rule in policy["spec"]["ingress"]
+        if {"port": port, "protocol": "TCP"} in rule["ports"]
+        for peer in rule["from"]
+    ]
+
+
+def test_network_policies_let_the_soak_reach_envoy_the_gateway_and_its_master() -> None:
+    chart = rendered("loadtest-values.yaml")
+    master = {"podSelector": {"matchLabels": chart.named("Service", "-loadtest-master")["spec"]["selector"]}}
+    worker_labels = chart.named("Deployment", "-loadtest-worker")["spec"]["selector"]["matchLabels"]
+    worker = {"podSelector": {"matchLabels": worker_labels}}
+    assert master in _admitted(chart.named("NetworkPolicy", "-envoy"), "http")
+    assert worker in _admitted(chart.named("NetworkPolicy", "-envoy"), "http")
+    assert master in _admitted(chart.named("NetworkPolicy", "-gateway"), "admin")
+    assert _admitted(chart.named("NetworkPolicy", "-loadtest-master"), "locust") == [worker]
+    assert chart.named("NetworkPolicy", "-loadtest-worker")["spec"]["ingress"] == []
+    default = rendered("")
+    assert all(
+        "loadtest" not in str(p) for p in _admitted(default.named("NetworkPolicy", "-gateway"), "admin")
+    )
+
+
+def test_a_worker_is_ready_only_while_connected_to_the_master() -> None:
+    """The probe's rendered command runs here against a real loopback connection (the kubelet would run it
+    in the worker container; /proc/net/tcp is the same Linux table)."""
+    port = free_port()
+    chart = render("loadtest-values.yaml", sets=(f"loadtest.masterPort={port}",))
+    worker = chart.named("Deployment", "-loadtest-worker")["spec"]["template"]["spec"]["containers"][0]
+    command = worker["readinessProbe"]["exec"]["command"]
+    assert command[0] == "python"
+
+    def ready() -> bool:
+        return subprocess.run([sys.executable, *command[1:]], timeout=30).returncode == 0
+
+    with socket.create_server(("127.0.0.1", port)) as listener:
+        assert not ready()
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert ready()
+        assert not ready()

@@ -53,7 +53,8 @@ def test_make_images_builds_every_graystack_image_the_chart_references() -> None
 
 
 @pytest.mark.parametrize(
-    ("stage", "dockerfile"), [("gateway", "slim"), ("probe", "slim"), ("last", "inference")]
+    ("stage", "dockerfile"),
+    [("gateway", "slim"), ("probe", "slim"), ("loadtest", "slim"), ("last", "inference")],
 )
 def test_each_image_runs_as_the_non_root_user_the_chart_expects(stage: str, dockerfile: str) -> None:
     text = _stages(DOCKERFILES[dockerfile])[stage]

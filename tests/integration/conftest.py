@@ -4,6 +4,8 @@ upstreams) on free loopback ports, and stop every one of them by PID."""
 import pytest
 
 from graystack.local.gateway_stack import GatewayStack
+from graystack.local.rollout_stack import RolloutStack
+from loadtests.launch import LOCAL_ANALYSIS
 from tests.support.processes import require_binary
 
 
@@ -20,4 +22,17 @@ def stack(tmp_path, envoy_binary):
     finally:
         running.stop()
         for process in [running.envoy, running.gateway, *running.upstreams.values()]:
+            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+
+
+@pytest.fixture
+def rollout_stack(tmp_path, envoy_binary):
+    """Real model servers for both variants, probes, the gateway and Envoy, with the local soak's loose
+    rollback guard (loadtests.launch.LOCAL_ANALYSIS)."""
+    running = RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+        for process in running.processes():
             assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"

@@ -50,6 +50,7 @@ def render(
 
 
 def pod_specs(rendered: Rendered) -> list[tuple[str, dict]]:
-    """(object name, pod spec) of every workload and of the test pod."""
-    specs = [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in rendered.of_kind("Deployment")]
+    """(object name, pod spec) of every workload (Deployments and Jobs) and of the test pod."""
+    workloads = rendered.of_kind("Deployment") + rendered.of_kind("Job")
+    specs = [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in workloads]
     return specs + [(p["metadata"]["name"], p["spec"]) for p in rendered.of_kind("Pod")]

@@ -7,6 +7,7 @@ from graystack.local.gateway_stack import GatewayStack
 from graystack.local.rollout_stack import RolloutStack
 from loadtests.launch import LOCAL_ANALYSIS
 from tests.support.processes import require_binary
+from tests.support.stacks import running
 
 
 @pytest.fixture(scope="session")
@@ -29,10 +30,4 @@ def stack(tmp_path, envoy_binary):
 def rollout_stack(tmp_path, envoy_binary):
     """Real model servers for both variants, probes, the gateway and Envoy, with the local soak's loose
     rollback guard (loadtests.launch.LOCAL_ANALYSIS)."""
-    running = RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        for process in running.processes():
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+    yield from running(RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS))

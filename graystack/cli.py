@@ -462,6 +462,13 @@ def demo(run_dir: Path | None) -> None:
 @click.option(
     "--seed", default=None, type=int, envvar="GRAYSTACK_SEED", show_envvar=True, help="sampling seed"
 )
+@click.option(
+    "--compare-with",
+    "compare_with",
+    multiple=True,
+    metavar="BASELINE_URL",
+    help="a baseline pod's URL (repeatable): compare the greedy answers to shadow copies with its",
+)
 @log_level_option
 def serve(
     variant: str,
@@ -472,6 +479,7 @@ def serve(
     max_running: int,
     max_waiting: int,
     seed: int | None,
+    compare_with: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Serve one model variant over HTTP (Anthropic Messages and OpenAI chat completions)."""
@@ -483,7 +491,7 @@ def serve(
         loaded = load_model(weights_path, variant)
     except CheckpointError as error:
         raise click.ClickException(str(error)) from None
-    options = ServerOptions(enable_fault_injection, max_running, max_waiting, seed)
+    options = ServerOptions(enable_fault_injection, max_running, max_waiting, seed, compare_with)
     run_server(create_app(loaded, options), host, port, log_level)
 
 

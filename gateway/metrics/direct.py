@@ -38,6 +38,9 @@ ttft_p95: the model servers' `graystack_request_ttft_seconds`, all pods and prom
   variant (Envoy cannot see a first token).
 
 weight_status: each probe's `graystack_probe_weight_status` series whose value is 1.
+
+shadow_compared, shadow_agreed: the candidate's `graystack_shadow_comparisons_total` (agree + differ,
+  and agree): its shadow copies' greedy answers against the baseline's (inference/server/outputs.py).
 """
 
 from __future__ import annotations
@@ -64,14 +67,26 @@ RETRIES = "envoy_cluster_upstream_rq_retry_total"
 RQ_TIME_BUCKET = "envoy_cluster_upstream_rq_time_bucket"
 TTFT_BUCKET = "graystack_request_ttft_seconds_bucket"
 WEIGHT_STATUS = "graystack_probe_weight_status"
+SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
 ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|time|5\d\d)$"
-WANTED = frozenset({UPSTREAM_RQ, PENDING_FAILURE_EJECT, RETRIES, RQ_TIME_BUCKET, TTFT_BUCKET, WEIGHT_STATUS})
+WANTED = frozenset(
+    {
+        UPSTREAM_RQ,
+        PENDING_FAILURE_EJECT,
+        RETRIES,
+        RQ_TIME_BUCKET,
+        TTFT_BUCKET,
+        WEIGHT_STATUS,
+        SHADOW_COMPARISONS,
+    }
+)
 
 CLUSTER = "envoy_cluster_name"
 CODE = "envoy_response_code"
 SERVER_ERROR = re.compile(r"5\d\d")
+COMPARED = re.compile("agree|differ")  # a shadow comparison that found the baseline's answer
 INSTANCE = "instance"  # added to every series, as Prometheus does, so two pods' series stay apart
 
 
@@ -163,6 +178,12 @@ class DirectProvider:
             ttft_p95=self._store.quantile(0.95, TTFT_BUCKET, {"variant": variant}, window),
             recent_requests=recent_requests,
             recent_errors=recent_errors,
+            shadow_compared=self._store.increase(
+                SHADOW_COMPARISONS, {"variant": variant, "result": COMPARED}, window
+            ),
+            shadow_agreed=self._store.increase(
+                SHADOW_COMPARISONS, {"variant": variant, "result": "agree"}, window
+            ),
         )
 
     def _counts(self, variant: str, window: float) -> tuple[float, float]:

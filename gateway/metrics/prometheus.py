@@ -8,7 +8,8 @@ gateway/metrics/direct.py (read its docstring for why each counter): for a varia
   errors   = retried + failed       (the route cluster's upstream_rq_retry, and the route and shadow
                                      clusters' upstream_rq{code=~5..})
   latency_p99 from the route and shadow clusters' upstream_rq_time, ttft_p95 from the model servers' histogram,
-  weight_status from the probes' series at 1, ordered by `instance`.
+  weight_status from the probes' series at 1, ordered by `instance`, and the shadow comparisons'
+  counts from the candidate's graystack_shadow_comparisons_total.
 Each is its own query, so a series that does not exist yet (no 5xx so far) is "no data" for that term
 alone; `a + b` in PromQL would be empty as soon as either side is.
 
@@ -65,6 +66,10 @@ QUERIES: dict[str, str] = {
         '{variant="{variant}"}[{window}])))'
     ),
     "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
+    "shadow_compared": (
+        'sum(increase(graystack_shadow_comparisons_total{variant="{variant}",result=~"agree|differ"}[{window}]))'
+    ),
+    "shadow_agreed": 'sum(increase(graystack_shadow_comparisons_total{variant="{variant}",result="agree"}[{window}]))',
 }
 PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster", "window"})
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")  # `{name}`: never valid PromQL, whose braces hold label matchers
@@ -161,6 +166,8 @@ class PrometheusProvider:
                 ttft_p95=read[v, "ttft_p95", window_seconds],
                 recent_requests=recent_requests,
                 recent_errors=recent_errors,
+                shadow_compared=read[v, "shadow_compared", window_seconds],
+                shadow_agreed=read[v, "shadow_agreed", window_seconds],
             )
         statuses = {v: read[v, "weight_status", window_seconds] for v in self.variants}
         return Observations(variants=variants, weight_status={v: s for v, s in statuses.items() if s})
@@ -244,4 +251,6 @@ READERS = {
     "latency_p99": _quantile,
     "ttft_p95": _quantile,
     "weight_status": _statuses,
+    "shadow_compared": _count,
+    "shadow_agreed": _count,
 }

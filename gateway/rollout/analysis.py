@@ -28,6 +28,8 @@ class VariantWindow:
     ttft_p95: float | None = None  # seconds
     recent_requests: float = 0.0  # the same two counts over the window's most recent part
     recent_errors: float = 0.0
+    shadow_compared: float = 0.0  # shadow copies whose greedy answer was compared with the baseline's
+    shadow_agreed: float = 0.0  # of those, the same answer
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,15 @@ def analyse(spec: Analysis, seen: Observations, candidate: str, baseline: str) -
     if seen.error is not None:
         return [_error_check(n, t, seen.error) for n, t in zip(CHECK_NAMES, thresholds, strict=True)]
     ours, theirs = seen.variants.get(candidate), seen.variants.get(baseline)
-    return [
+    checks = [
         _error_rate(spec, ours),
         _latency_ratio(spec, ours, theirs),
         _ttft(spec, ours),
         _weight_status(spec, seen.weight_status.get(candidate, ())),
     ]
+    if spec.min_shadow_agreement is not None and ours is not None and ours.shadow_compared:
+        checks.append(_shadow_agreement(spec, ours))
+    return checks
 
 
 def _counts(requests: float, errors: float) -> tuple[int, int]:
@@ -121,4 +126,26 @@ def _weight_status(spec: Analysis, statuses: Sequence[str]) -> Check:
         return Check("weight_status", Verdict.FAIL, float(len(unexpected)), len(statuses), None, 0.0, reason)
     return Check(
         "weight_status", Verdict.PASS, 0.0, len(statuses), None, 0.0, f"all {len(statuses)} pods as expected"
+    )
+
+
+def _shadow_agreement(spec: Analysis, ours: VariantWindow) -> Check:
+    """Only where shadow copies were compared (a shadow stage): disagreements judged as errors are,
+    against 1 - min_shadow_agreement, so a pass needs as much evidence as an error-rate pass."""
+    differed, compared = _counts(ours.shadow_compared, ours.shadow_compared - ours.shadow_agreed)
+    most = 1 - spec.min_shadow_agreement
+    decision = decide_error_rate(differed, compared, most, spec.min_requests)
+    bound = decision.bounds.lower if decision.verdict == Verdict.FAIL else decision.bounds.upper
+    reason = (
+        f"{compared - differed} of {compared} shadow answers equal the baseline's: "
+        + decision.reason.replace("error rate", "disagreement")
+    )
+    return Check(
+        "shadow_agreement",
+        decision.verdict,
+        1 - differed / compared,
+        compared,
+        1 - bound,
+        spec.min_shadow_agreement,
+        reason,
     )

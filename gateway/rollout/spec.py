@@ -257,6 +257,9 @@ class Analysis(_Model):
     max_latency_ratio: float = Field(default=1.5, gt=0)
     max_ttft_p95: Duration = 2.0
     expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] = ["ERASED", "ZEROED"]
+    # The share of shadow copies whose greedy answer must equal the baseline's (inference/server/outputs.py);
+    # None: not checked. Judged like the error rate, on the disagreements.
+    min_shadow_agreement: float | None = Field(default=None, gt=0, le=1)
     provider: Provider = Provider()
     # When the metrics stay unreadable past the retry limit: hold the weights and alert (freeze),
     # or treat it as a failure (rollback). Freeze is the default: an outage of the metrics source

@@ -2,7 +2,8 @@
 
 One process serves one variant from one checkpoint. Routes: POST /v1/messages, POST
 /v1/chat/completions, GET /healthz (alive), GET /readyz (weights loaded and a warm-up generation
-done: 503 until then), GET /metrics, and /admin/faults with --enable-fault-injection. Every response
+done: 503 until then), GET /metrics, GET /admin/outputs/{request_id} (a greedy answer's digest, for
+the shadow comparison: inference/server/outputs.py), and /admin/faults with --enable-fault-injection. Every response
 carries `x-graystack-variant` and `x-model-fingerprint`, so a client (or a test) behind the gateway
 can tell which deployment answered.
 """
@@ -29,6 +30,7 @@ from inference.server import messages, openai_chat
 from inference.server.errors import INVALID, NOT_FOUND, ApiError
 from inference.server.faults import Faults, fault_routes
 from inference.server.metrics import ServerMetrics
+from inference.server.outputs import ShadowComparator, output_routes
 from inference.server.serving import Serving
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class ServerOptions:
     max_running: int = 8  # sequences sharing each decode step
     max_waiting: int = 32  # queued beyond those; one more is answered 529
     seed: int | None = None  # sampling seed for requests that bring none
+    compare_with: tuple[str, ...] = ()  # baseline URLs: compare shadow copies' answers with theirs
 
 
 class IdentityHeaders:
@@ -86,6 +89,8 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
     metrics.watch(engine)
     metrics.set_model(loaded.fingerprint, str(loaded.status.status), engine.effective_window(None))
     serving = Serving(engine, metrics, Faults(), loaded.fingerprint, str(loaded.status.status))
+    if options.compare_with:
+        serving.comparator = ShadowComparator(options.compare_with, metrics.shadow_comparisons, variant)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -95,6 +100,8 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
             yield
         finally:
             warm_up.cancel()
+            if serving.comparator is not None:
+                await serving.comparator.stop()
             await engine.stop()
 
     app = FastAPI(
@@ -107,6 +114,7 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
     app.state.serving = serving
     app.include_router(messages.router)
     app.include_router(openai_chat.router)
+    app.include_router(output_routes(serving.outputs))
     if options.enable_fault_injection:
         app.include_router(fault_routes(serving.faults))
 

@@ -99,6 +99,12 @@ class ServerMetrics:
             ["variant", "result"],
             registry=self.registry,
         )
+        self.shadow_comparisons = Counter(
+            "graystack_shadow_comparisons",
+            "Shadow copies' greedy answers compared with the baseline's answer to the same request",
+            ["variant", "result"],
+            registry=self.registry,
+        )
         self.model_info = Gauge(
             "graystack_model_info",
             "The model being served (value 1)",

@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter
 from pydantic import ValidationError
@@ -23,10 +24,34 @@ from inference.server.body import read_json_object
 from inference.server.errors import ApiError, from_engine, from_validation
 from inference.server.faults import Faults
 from inference.server.metrics import RequestTimer, ServerMetrics
+from inference.server.outputs import Output, OutputLog, ShadowComparator, output_of
 
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer was complete
 
 Parsed = TypeVar("Parsed")
+
+
+@dataclass(frozen=True)
+class OutputTag:
+    """A greedy request whose answer is kept (inference/server/outputs.py), and whether it is a shadow
+    copy (Envoy appends `-shadow` to a mirrored request's host name)."""
+
+    request_id: str
+    shadow: bool
+
+
+def output_tag(request: Request, generation_request: GenerationRequest) -> OutputTag | None:
+    request_id = request.headers.get("x-request-id")
+    if not request_id or generation_request.temperature != 0:
+        return None
+    return OutputTag(request_id, _host_name(request.headers.get("host", "")).endswith("-shadow"))
+
+
+def _host_name(host: str) -> str:
+    """The Host header without its port: Envoy puts `-shadow` before the port (`10.0.0.1-shadow:8001`)."""
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0]
 
 
 @dataclass
@@ -37,6 +62,9 @@ class Serving:
     fingerprint: str
     weight_status: str
     ready: bool = False  # set once a warm-up generation has run
+    outputs: OutputLog = field(default_factory=OutputLog)
+    comparator: ShadowComparator | None = None  # a candidate comparing its shadow copies' answers
+    _tags: WeakKeyDictionary[Generation, OutputTag] = field(default_factory=WeakKeyDictionary)
 
     @property
     def variant(self) -> str:
@@ -70,15 +98,20 @@ class Serving:
         except ApiError as error:
             self.metrics.count(error.status)
             raise
+        tag = output_tag(request, generation_request)
+        if tag is not None:
+            self._tags[generation] = tag
         return parsed, generation, self.metrics.timer(arrived, generation.prompt_tokens)
 
     async def events(self, generation: Generation, timer: RequestTimer) -> AsyncIterator[Event]:
         """The generation's events, timed and counted; cancelled when the consumer stops early."""
         code = CLIENT_CLOSED
+        texts: list[str] = []
         try:
             async for event in generation.stream():
                 if isinstance(event, Chunk):
                     timer.token()
+                    texts.append(event.text)
                 else:
                     code = 200
                 yield event
@@ -89,6 +122,14 @@ class Serving:
             if code != 200:
                 generation.cancel()
             timer.finish(code)
+        tag = self._tags.pop(generation, None)
+        if tag is not None:
+            self._answered(tag, output_of("".join(texts)))
+
+    def _answered(self, tag: OutputTag, output: Output) -> None:
+        self.outputs.record(tag.request_id, output)
+        if tag.shadow and self.comparator is not None:
+            self.comparator.compare_later(tag.request_id, output)
 
     async def complete(self, generation: Generation, timer: RequestTimer) -> tuple[str, Finished]:
         """The whole reply and how it ended, for a non-streaming answer; raises the EngineError if any."""

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from gateway.metrics import DirectProvider
 from gateway.rollout.analysis import Observations, analyse
 from gateway.rollout.spec import Analysis
@@ -211,3 +214,87 @@ def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(st
         lambda: (z := observe(provider).variants["zero-layer"]).errors >= 40 and z, 10, "refused copies"
     )
     assert zero.requests == zero.errors == 40
+
+
+def shadow_comparisons(server) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics", timeout=5).text
+    return {
+        sample.labels["result"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "graystack_shadow_comparisons_total"
+    }
+
+
+def test_shadow_copies_greedy_answers_are_compared_with_the_baselines(stack, tmp_path):
+    """Through the real Envoy: each mirrored copy keeps the original's x-request-id and arrives with
+    `-shadow` on its host name, so the candidate can look up the baseline's answer to the same request
+    and count the comparison, which the provider reads and the analysis judges. A sampled request is
+    never compared (two samples of one distribution differ by chance)."""
+    logs = tmp_path / "logs"
+    weights = variant_weights(tmp_path)
+    baseline = start_model_server("baseline", "baseline", weights["baseline"], logs)
+    zero = start_model_server(
+        "zero-layer", "zero-layer", weights["zero-layer"], logs, "--compare-with", baseline.url
+    )
+    try:
+        for server in (baseline, zero):
+            wait_ready(server)
+        spec = stack.spec
+        spec["variants"] = {
+            "baseline": {"endpoints": [f"127.0.0.1:{baseline.port}"]},
+            "zero-layer": {"endpoints": [f"127.0.0.1:{zero.port}"]},
+        }
+        spec["routing"] = {"weights": {"baseline": 100}, "mirror": {"variant": "zero-layer"}}
+        flip(stack, spec)
+        provider = provider_for(stack, [f"{zero.url}/metrics"])
+        observe(provider)
+        for temperature, prompt in [(0, f"Greedy {i}") for i in range(12)] + [(1, "Sampled")] * 4:
+            body = {"model": "tiny", "max_tokens": 6, "temperature": temperature}
+            body["messages"] = [{"role": "user", "content": prompt}]
+            assert stack.client.post("/v1/messages", json=body).status_code == 200
+        found = wait_until(
+            lambda: (c := shadow_comparisons(zero))["agree"] + c["differ"] >= 12 and c,
+            20,
+            "every greedy copy compared",
+        )
+        assert found["agree"] + found["differ"] == 12
+        assert found["missing"] == 0
+        seen = observe(provider)
+        candidate = seen.variants["zero-layer"]
+        assert (candidate.shadow_compared, candidate.shadow_agreed) == (12, found["agree"])
+        check = analyse(Analysis(min_requests=10, min_shadow_agreement=0.5), seen, "zero-layer", "baseline")[
+            -1
+        ]
+        assert (check.name, check.samples, check.value) == ("shadow_agreement", 12, found["agree"] / 12)
+    finally:
+        for server in (baseline, zero):
+            server.process.stop()
+        assert not any(server.process.alive() for server in (baseline, zero))
+
+
+def test_a_candidate_with_the_baselines_answers_agrees_on_every_one(tmp_path):
+    """The comparison itself, without Envoy: a candidate serving the baseline's own checkpoint answers
+    each greedy request as the baseline did, so every comparison agrees."""
+    logs = tmp_path / "logs"
+    weights = variant_weights(tmp_path)["baseline"]
+    baseline = start_model_server("baseline", "baseline", weights, logs)
+    twin = start_model_server("twin", "baseline", weights, logs, "--compare-with", baseline.url)
+    try:
+        for server in (baseline, twin):
+            wait_ready(server)
+        for i in range(5):
+            body = {"model": "tiny", "max_tokens": 6, "temperature": 0}
+            body["messages"] = [{"role": "user", "content": f"Same question {i}"}]
+            original = {"x-request-id": f"request-{i}"}
+            assert httpx.post(f"{baseline.url}/v1/messages", json=body, headers=original).status_code == 200
+            copy = {**original, "host": f"127.0.0.1-shadow:{twin.port}"}
+            assert httpx.post(f"{twin.url}/v1/messages", json=body, headers=copy).status_code == 200
+        found = wait_until(
+            lambda: (c := shadow_comparisons(twin))["agree"] >= 5 and c, 20, "five comparisons"
+        )
+        assert found == {"agree": 5, "differ": 0, "missing": 0}
+    finally:
+        for server in (baseline, twin):
+            server.process.stop()
+        assert not any(server.process.alive() for server in (baseline, twin))

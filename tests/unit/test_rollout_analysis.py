@@ -1,5 +1,7 @@
 """Checks carry their verdict with the evidence behind it."""
 
+from dataclasses import replace
+
 from gateway.rollout.analysis import Observations, VariantWindow, analyse
 from gateway.rollout.spec import Analysis
 from gateway.rollout.stats import Verdict
@@ -51,3 +53,27 @@ def test_each_regression_fails_its_own_check_with_the_evidence():
 def test_a_metrics_source_that_is_down_is_an_error_not_a_failure():
     result = verdicts(Observations(error="prometheus: connection refused"))
     assert set(result.values()) == {Verdict.ERROR}
+
+
+def shadow(compared: int, agreed: int) -> Observations:
+    candidate = replace(window(2000, 0), shadow_compared=compared, shadow_agreed=agreed)
+    return Observations(
+        variants={"zero-layer": candidate, "baseline": window(20000, 10)},
+        weight_status={"zero-layer": ["ERASED"]},
+    )
+
+
+def test_shadow_agreement_is_judged_only_where_copies_were_compared_and_only_when_asked():
+    asked = Analysis(min_shadow_agreement=0.9)
+    assert [c.name for c in analyse(asked, shadow(0, 0), "zero-layer", "baseline")][-1] == "weight_status"
+    assert [c.name for c in analyse(Analysis(), shadow(500, 500), "zero-layer", "baseline")][
+        -1
+    ] == "weight_status"
+    agreeing = analyse(asked, shadow(500, 498), "zero-layer", "baseline")[-1]
+    assert (agreeing.name, agreeing.verdict, agreeing.samples) == ("shadow_agreement", Verdict.PASS, 500)
+    assert agreeing.value == 498 / 500
+    assert "498 of 500 shadow answers equal the baseline's" in agreeing.reason
+    worse = analyse(asked, shadow(500, 350), "zero-layer", "baseline")[-1]
+    assert worse.verdict == Verdict.FAIL  # 70 % agreement, clearly below 90 %: the guard rolls back
+    assert worse.bound < 0.9
+    assert analyse(asked, shadow(20, 17), "zero-layer", "baseline")[-1].verdict == Verdict.INCONCLUSIVE

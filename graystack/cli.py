@@ -278,10 +278,11 @@ for _name in ROLLOUT_COMMANDS:
     "--run-dir", type=click.Path(path_type=Path), default=None, help="where logs go (default: runs/demo-TIME)"
 )
 def demo(run_dir: Path | None) -> None:
-    """Run Envoy + the gateway + stand-in upstreams, flip traffic and fail a variant; then stop."""
+    """The whole stack on free ports: traffic, a rollout stepping to 100 %, a fault and the automatic
+    rollback, live; then a timeline, and every process stopped."""
     from graystack.demo import run_demo
 
-    run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
+    sys.exit(run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")))
 
 
 @main.command()

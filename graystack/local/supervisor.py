@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,20 +159,28 @@ class Supervisor:
 
     # -- running ----------------------------------------------------------------------------------
 
-    def run(self) -> int:
-        """Start, report, and supervise until a signal (exit 0) or a process dies (exit 1)."""
+    @contextmanager
+    def running(self) -> Iterator[RolloutStack]:
+        """The started stack; stopped on leaving, on SIGINT or SIGTERM (raised as Shutdown) too."""
         handlers = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            self.start()
-            self.say(self.summary())
-            return self._watch()
-        except Shutdown:
-            self.say("stopping (signal received)")
-            return 0
+            yield self.start()
+        except Shutdown as received:
+            self.say(f"{received}: stopping the stack")
+            raise
         finally:
             self.stop()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
+
+    def run(self) -> int:
+        """Start, report, and supervise until a signal (exit 0) or a process dies (exit 1)."""
+        try:
+            with self.running():
+                self.say(self.summary())
+                return self._watch()
+        except Shutdown:
+            return 0
 
     def _watch(self) -> int:
         assert self.stack is not None

@@ -26,7 +26,7 @@ from gateway.envoy.bootstrap import listener_address
 from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
 from gateway.rollout import metrics
 from gateway.rollout.overrides import Overrides, Segment, apply_overrides, surviving_overrides
-from gateway.rollout.spec import RolloutSpec, SpecError, complete_split
+from gateway.rollout.spec import Mirror, RolloutSpec, SpecError, complete_split
 from gateway.sources.endpoints import static_endpoints
 from gateway.xds.cache import InconsistentSnapshot, SnapshotCache, check_consistent
 
@@ -43,10 +43,12 @@ class SpecRecord:
 @dataclass(frozen=True)
 class RolloutSplit:
     """The rollout controller's layer: the default split it sets (None: leave it to the spec and the
-    operator) and the variant every header segment goes to (None: each segment keeps its own)."""
+    operator), the variant every header segment goes to (None: each segment keeps its own), and,
+    while it sets the split, the mirroring too (None: none)."""
 
     weights: dict[str, int] | None = None
     segments_to: str | None = None
+    mirror: Mirror | None = None
 
 
 class Gateway:
@@ -120,7 +122,10 @@ class Gateway:
         self._go_live(self._compose(self.file.spec, self.overrides, rollout))
         self.rollout = rollout
         log.info(
-            "rollout split set to %s (segments to %s)", rollout.weights, rollout.segments_to or "their own"
+            "rollout split set to %s (segments to %s, mirror %s)",
+            rollout.weights,
+            rollout.segments_to or "their own",
+            rollout.mirror,
         )
         return self.live
 
@@ -128,7 +133,7 @@ class Gateway:
     def _compose(spec: RolloutSpec, overrides: Overrides, rollout: RolloutSplit) -> RolloutSpec:
         spec = apply_overrides(spec, overrides)
         if rollout.weights is not None:
-            spec = spec.with_split(rollout.weights)
+            spec = spec.with_split(rollout.weights).with_mirror(rollout.mirror)
         if rollout.segments_to is not None:
             for rule in spec.routing.rules:
                 spec = spec.with_split({rollout.segments_to: 100}, rule.value)
@@ -188,5 +193,6 @@ def _routing_status(
         "rules": [{"value": r.value, "weights": r.split()} for r in spec.routing.rules],
         "flipped": sorted("default" if s is None else s for s in overrides),
         "fallback": spec.retries.fallback,
+        "mirror": spec.routing.mirror.model_dump() if spec.routing.mirror else None,
         "rollout_split": {"weights": rollout.weights, "segments_to": rollout.segments_to},
     }

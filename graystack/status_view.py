@@ -67,7 +67,7 @@ def _rollout_lines(rollout: dict) -> list[str]:
     if hold["needed"] is not None:
         lines.append(f"hold      {hold['elapsed']:.0f}s of {hold['needed']:.0f}s")
     if rollout["shadow_percent"]:
-        lines.append(f"shadow    {rollout['shadow_percent']}% recorded (mirroring is not built yet)")
+        lines.append(f"shadow    {rollout['shadow_percent']}% of requests mirrored to {rollout['candidate']}")
     if rollout["guard"] == "off":
         lines.append(f"guard     OFF: {rollout['guard_off_reason']}")
     if rollout["reason"]:

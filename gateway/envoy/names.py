@@ -10,3 +10,8 @@ XDS_CLUSTER = "graystack-xds"
 def fallback_cluster(variant: str) -> str:
     """The aggregate cluster [variant, fallback]: a failed attempt on `variant` retries on the fallback."""
     return f"{variant}-with-fallback"
+
+
+def shadow_cluster(variant: str) -> str:
+    """The cluster mirrored requests go to: `variant`'s endpoints, its own stats, no retries."""
+    return f"{variant}-shadow"

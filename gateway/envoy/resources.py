@@ -68,6 +68,8 @@ def build_resources(spec: RolloutSpec, endpoints: EndpointMap, listen: ListenerA
         clusters += [
             build_fallback_cluster(variant, fallback) for variant in spec.variants if variant != fallback
         ]
+    if spec.routing.mirror is not None:
+        clusters.append(build_shadow_cluster(spec.routing.mirror.variant))
     return EnvoyResources(
         clusters=clusters,
         endpoints=[build_load_assignment(v, endpoints[v]) for v in spec.variants],
@@ -144,6 +146,23 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
     if variant != spec.retries.fallback:
         cluster.common_lb_config.healthy_panic_threshold.CopyFrom(percent_pb2.Percent(value=0.0))
     return cluster
+
+
+def build_shadow_cluster(variant: str) -> cluster_pb2.Cluster:
+    """Where mirrored requests go: the variant's own endpoints (its EDS resource, shared by name) under
+    a cluster of their own, so the shadow traffic's answers are counted apart from the routed
+    traffic's (Envoy discards them). No health checks and no outlier detection: a copy sent to a pod
+    that is down must fail where the analysis sees it, not vanish as "no healthy upstream"."""
+    return cluster_pb2.Cluster(
+        name=names.shadow_cluster(variant),
+        type=cluster_pb2.Cluster.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(
+            eds_config=_ads_config_source(), service_name=variant
+        ),
+        connect_timeout=_duration(1.0),
+        lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
+        circuit_breakers=_circuit_breakers(),
+    )
 
 
 def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:
@@ -223,7 +242,23 @@ def cluster_for(spec: RolloutSpec, variant: str) -> str:
 
 
 def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_components_pb2.RouteAction:
+    """The split's weighted clusters; a mirror copies the requests of a split that gives its variant
+    nothing (a segment already routed to the variant is not sent to it twice)."""
+    mirror = spec.routing.mirror
+    mirrors = []
+    if mirror is not None and mirror.percent > 0 and split.get(mirror.variant, 0) == 0:
+        mirrors.append(
+            route_components_pb2.RouteAction.RequestMirrorPolicy(
+                cluster=names.shadow_cluster(mirror.variant),
+                runtime_fraction=base_pb2.RuntimeFractionalPercent(
+                    default_value=percent_pb2.FractionalPercent(
+                        numerator=mirror.percent, denominator=percent_pb2.FractionalPercent.HUNDRED
+                    )
+                ),
+            )
+        )
     return route_components_pb2.RouteAction(
+        request_mirror_policies=mirrors,
         weighted_clusters=route_components_pb2.WeightedCluster(
             clusters=[
                 route_components_pb2.WeightedCluster.ClusterWeight(

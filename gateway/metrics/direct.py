@@ -25,7 +25,12 @@ requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests
   failing baseline can raise the variant's count above its attempts; the analysis caps errors at
   requests. The baseline's attempts include the fallbacks it served, its errors exclude theirs.
 
-latency_p99: Envoy's `upstream_rq_time` (ms) of the route cluster: the time the variant's share of
+  Mirrored copies (the shadow phase) go to the cluster `<variant>-shadow` and are never retried; a
+  copy whose connection failed is counted both as refused and as a 503 (checked against Envoy 1.40):
+    requests += upstream_rq_total{cluster=<variant>-shadow} + upstream_rq_pending_failure_eject{...}
+    errors   += upstream_rq{cluster=<variant>-shadow, code=~5..}
+
+latency_p99: Envoy's `upstream_rq_time` (ms) of the route cluster and the shadow cluster: the time the variant's share of
   clients waited on upstreams, retries included, measured the same way for every variant so the
   ratio compares like with like. Envoy updates histograms at each stats flush (5 s by default).
 
@@ -140,14 +145,16 @@ class DirectProvider:
 
     def _variant_window(self, variant: str, window: float) -> VariantWindow:
         store, route = self._store, self._route_cluster(variant)
-        attempts = store.increase(UPSTREAM_RQ, {CLUSTER: variant, CODE: ""}, window)
-        refused = store.increase(PENDING_FAILURE_EJECT, {CLUSTER: variant}, window)
+        own = re.compile(f"{re.escape(variant)}|{re.escape(names.shadow_cluster(variant))}")
+        answered = re.compile(f"{re.escape(route)}|{re.escape(names.shadow_cluster(variant))}")
+        attempts = store.increase(UPSTREAM_RQ, {CLUSTER: own, CODE: ""}, window)
+        refused = store.increase(PENDING_FAILURE_EJECT, {CLUSTER: own}, window)
         retried = store.increase(RETRIES, {CLUSTER: route}, window)
-        final_5xx = store.increase(UPSTREAM_RQ, {CLUSTER: route, CODE: SERVER_ERROR}, window)
-        latency_ms = store.quantile(0.99, RQ_TIME_BUCKET, {CLUSTER: route}, window)
+        failed = store.increase(UPSTREAM_RQ, {CLUSTER: answered, CODE: SERVER_ERROR}, window)
+        latency_ms = store.quantile(0.99, RQ_TIME_BUCKET, {CLUSTER: answered}, window)
         return VariantWindow(
             requests=attempts + refused,
-            errors=retried + final_5xx,
+            errors=retried + failed,
             latency_p99=None if latency_ms is None else latency_ms / 1000,
             ttft_p95=store.quantile(0.95, TTFT_BUCKET, {"variant": variant}, window),
         )

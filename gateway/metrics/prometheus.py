@@ -3,15 +3,17 @@
 Where a Prometheus already scrapes Envoy (every replica), the model servers and the probes, the gateway
 needs no route to any of them, and the window is Prometheus' own. The numbers mean what they mean in
 gateway/metrics/direct.py (read its docstring for why each counter): for a variant,
-  requests = attempts + refused     (its cluster's upstream_rq_total + upstream_rq_pending_failure_eject)
-  errors   = retried + failed       (the route cluster's upstream_rq_retry + upstream_rq{code=~5..})
-  latency_p99 from the route cluster's upstream_rq_time, ttft_p95 from the model servers' histogram,
+  requests = attempts + refused     (its cluster's and its shadow cluster's upstream_rq_total +
+                                     upstream_rq_pending_failure_eject)
+  errors   = retried + failed       (the route cluster's upstream_rq_retry, and the route and shadow
+                                     clusters' upstream_rq{code=~5..})
+  latency_p99 from the route and shadow clusters' upstream_rq_time, ttft_p95 from the model servers' histogram,
   weight_status from the probes' series at 1, ordered by `instance`.
 Each is its own query, so a series that does not exist yet (no 5xx so far) is "no data" for that term
 alone; `a + b` in PromQL would be empty as soon as either side is.
 
 Each query is a template: `{variant}`, `{route_cluster}` (the aggregate `<variant>-with-fallback`, or the
-variant itself) and `{window}` (a PromQL duration such as `60s`) are filled in; PromQL's own braces
+variant itself), `{shadow_cluster}` (`<variant>-shadow`, where mirrored copies go) and `{window}` (a PromQL duration such as `60s`) are filled in; PromQL's own braces
 need no escaping. The spec can replace any of them by name (`analysis.provider.queries`), e.g. where
 relabelling renamed a label; every query answers in the unit VariantWindow holds (counts, seconds).
 
@@ -42,19 +44,21 @@ from gateway.envoy import names
 from gateway.rollout.analysis import Observations, VariantWindow
 
 QUERIES: dict[str, str] = {
-    "attempts": 'sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name="{variant}"}[{window}]))',
+    "attempts": (
+        'sum(increase(envoy_cluster_upstream_rq_total{envoy_cluster_name=~"{variant}|{shadow_cluster}"}[{window}]))'
+    ),
     "refused": (
         "sum(increase(envoy_cluster_upstream_rq_pending_failure_eject"
-        '{envoy_cluster_name="{variant}"}[{window}]))'
+        '{envoy_cluster_name=~"{variant}|{shadow_cluster}"}[{window}]))'
     ),
     "retried": 'sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="{route_cluster}"}[{window}]))',
     "failed": (
         "sum(increase(envoy_cluster_upstream_rq"
-        '{envoy_cluster_name="{route_cluster}",envoy_response_code=~"5.."}[{window}]))'
+        '{envoy_cluster_name=~"{route_cluster}|{shadow_cluster}",envoy_response_code=~"5.."}[{window}]))'
     ),
     "latency_p99": (
         "histogram_quantile(0.99, sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket"
-        '{envoy_cluster_name="{route_cluster}"}[{window}]))) / 1000'
+        '{envoy_cluster_name=~"{route_cluster}|{shadow_cluster}"}[{window}]))) / 1000'
     ),
     "ttft_p95": (
         "histogram_quantile(0.95, sum by (le) (increase(graystack_request_ttft_seconds_bucket"
@@ -62,7 +66,7 @@ QUERIES: dict[str, str] = {
     ),
     "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
 }
-PLACEHOLDERS = frozenset({"variant", "route_cluster", "window"})
+PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster", "window"})
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")  # `{name}`: never valid PromQL, whose braces hold label matchers
 
 
@@ -85,7 +89,12 @@ def promql_duration(seconds: float) -> str:
 
 
 def render(template: str, variant: str, route_cluster: str, window: float) -> str:
-    values = {"variant": variant, "route_cluster": route_cluster, "window": promql_duration(window)}
+    values = {
+        "variant": variant,
+        "route_cluster": route_cluster,
+        "shadow_cluster": names.shadow_cluster(variant),
+        "window": promql_duration(window),
+    }
     return _PLACEHOLDER.sub(lambda match: values.get(match.group(1), match.group(0)), template)
 
 

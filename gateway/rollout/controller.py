@@ -20,9 +20,9 @@ Rollback: after the push, a task waits for every connected Envoy's ACK (`ack_dea
 then calls `rollback_acked` and observes graystack_rollback_seconds; past each deadline it raises the
 machine's `rollback_ack_timeout` alert and keeps waiting.
 
-Shadow: the machine's shadow percent is recorded (status, state file) but not programmed: Envoy
-request mirroring is not built yet, so a shadow stage sends the candidate no traffic and its analysis
-stays inconclusive; use a strategy without `shadow` for now.
+Shadow: the machine's shadow percent becomes Envoy request mirroring (`routing.mirror`): copies of
+that share of the requests go to the candidate's `<candidate>-shadow` cluster, their answers are
+discarded, and the providers count them as the candidate's, so the shadow phase is judged on them.
 
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
 guard is off, and says so in status: no analysis runs, the strategy moves only by operator commands.
@@ -51,13 +51,12 @@ from gateway.rollout.machine import (
     Phase,
     RecordDecision,
     RolloutState,
-    SetSplit,
     initial_state,
     rollback_ack_timeout,
     rollback_acked,
     step,
 )
-from gateway.rollout.spec import RolloutSpec, SpecError
+from gateway.rollout.spec import Mirror, RolloutSpec, SpecError
 from gateway.rollout.state_store import load_state, save_state
 from gateway.rollout.stats import Verdict
 from gateway.service import Gateway, RolloutSplit
@@ -98,7 +97,8 @@ def rollout_split(spec: RolloutSpec, state: RolloutState) -> RolloutSplit:
         return RolloutSplit()
     baseline, candidate = roles(spec)
     weights = dict.fromkeys(spec.variants, 0) | {baseline: 100 - state.weight, candidate: state.weight}
-    return RolloutSplit(weights, baseline if state.phase == Phase.ROLLED_BACK else None)
+    mirror = Mirror(variant=candidate, percent=state.shadow_percent) if state.shadow_percent else None
+    return RolloutSplit(weights, baseline if state.phase == Phase.ROLLED_BACK else None, mirror)
 
 
 def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
@@ -237,8 +237,6 @@ class RolloutController:
             elif isinstance(action, Ignored):
                 ignored = action.reason
                 log.info("rollout %s: %s ignored: %s", spec.name, action.command.value, action.reason)
-            elif isinstance(action, SetSplit) and action.shadow_percent:
-                log.warning("shadow %d%% recorded but not mirrored (not built yet)", action.shadow_percent)
         self.state = state
         if state.phase == Phase.ROLLED_BACK and before.phase != Phase.ROLLED_BACK:
             metrics.ROLLBACKS.labels(spec.name, rollback_reason(checks, command)).inc()

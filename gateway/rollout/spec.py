@@ -135,10 +135,19 @@ class HeaderRule(_Model):
         return dict(self.weights) if self.weights is not None else {self.variant: 100}
 
 
+class Mirror(_Model):
+    """Envoy request mirroring: a copy of `percent` of the requests that `variant` does not already
+    serve goes to it as well; the client gets the routed answer, the copy's is discarded."""
+
+    variant: str
+    percent: Percent = 100
+
+
 class Routing(_Model):
     header: str = "X-Client-Type"
     rules: list[HeaderRule] = []
     weights: dict[str, Percent]
+    mirror: Mirror | None = None
 
     @model_validator(mode="after")
     def _valid(self) -> Routing:
@@ -273,6 +282,9 @@ class RolloutSpec(_Model):
         _check_split("routing.weights", self.routing.weights, self.variants)
         for i, rule in enumerate(self.routing.rules):
             _check_split(f"routing.rules.{i}", rule.split(), self.variants)
+        mirror = self.routing.mirror
+        if mirror is not None and mirror.variant not in self.variants:
+            raise ValueError(f"routing.mirror.variant: unknown variant {mirror.variant!r}")
         if self.retries.fallback is not None and self.retries.fallback not in self.variants:
             raise ValueError(f"retries.fallback: unknown variant {self.retries.fallback!r}")
         if self.timeouts.first_byte is not None and self.timeouts.first_byte == 0:
@@ -290,6 +302,12 @@ class RolloutSpec(_Model):
             if index is None:
                 raise SpecError(f"routing.rules: no rule for {self.routing.header}: {segment!r}")
             rules[index] = {"value": segment, "weights": dict(weights)}
+        return validate_spec(data)
+
+    def with_mirror(self, mirror: Mirror | None) -> RolloutSpec:
+        """A copy that mirrors as `mirror` says (None: no mirroring)."""
+        data = self.model_dump(mode="python")
+        data["routing"]["mirror"] = None if mirror is None else mirror.model_dump()
         return validate_spec(data)
 
 

@@ -13,6 +13,7 @@ from gateway.rollout.spec import Analysis
 from gateway.rollout.stats import Verdict
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from graystack.local.rollout_stack import SEGMENT
 from tests.support.model_server import start_model_server, variant_weights, wait_ready
 
 WINDOW = 60.0
@@ -175,3 +176,38 @@ def test_ttft_and_weight_status_from_real_model_servers_and_probes(stack, tmp_pa
         for process in processes:
             process.stop()
         assert not any(process.alive() for process in processes)
+
+
+def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(stack):
+    """The shadow phase: the baseline answers every client, zero-layer gets a copy of each request,
+    and the rollout must judge zero-layer on how it answered those copies (Envoy discards them)."""
+    spec = stack.spec
+    spec["outlier_detection"] = None
+    spec["routing"]["mirror"] = {"variant": "zero-layer", "percent": 100}
+    flip(stack, spec)
+    clock = FakeClock()
+    provider = provider_for(stack, clock=clock)
+    observe(provider)
+    stack.set_upstream("zero-layer", "fail")
+    assert stack.variant_counts(100) == {"baseline": 100, "zero-layer": 0}
+    assert stack.variant_counts(20, SEGMENT) == {"baseline": 20, "zero-layer": 0}  # routed, fell back
+    # Copies travel on their own: 100 of them, none for the segment zero-layer already serves.
+    wait_until(lambda: stack.upstream_answers("zero-layer").get("503") == 120, 10, "every copy answered")
+    clock.now += 10
+    seen = observe(provider)
+    zero, baseline = seen.variants["zero-layer"], seen.variants["baseline"]
+    assert zero.requests == zero.errors == 120
+    assert (baseline.requests, baseline.errors) == (120, 0)
+    checks = {c.name: c.verdict for c in analyse(Analysis(min_requests=50), seen, "zero-layer", "baseline")}
+    assert checks["error_rate"] == Verdict.FAIL
+
+    # A variant that is down fails its copies where the analysis sees them (no health check hides it).
+    stack.upstreams["zero-layer"].stop()
+    clock.now += WINDOW + 1
+    observe(provider)
+    assert stack.variant_counts(40) == {"baseline": 40, "zero-layer": 0}
+    clock.now += 10
+    zero = wait_until(
+        lambda: (z := observe(provider).variants["zero-layer"]).errors >= 40 and z, 10, "refused copies"
+    )
+    assert zero.requests == zero.errors == 40

@@ -37,26 +37,44 @@ ROLLOUT = {
 }
 
 
+SHADOW = {"percent": 100, "duration": "2s", "gate": {"success_rate": 0.99, "max_latency_ratio": 10}}
+SHADOW_ROLLOUT = ROLLOUT | {"strategy": {"shadow": SHADOW, "steps": [{"weight": 20, "hold": "60s"}]}}
+
+
+def running(tmp_path, envoy_binary, rollout: dict):
+    """A RolloutStack whose zero-layer fails 5 % of its requests from the start, stopped by PID."""
+    stack = RolloutStack(tmp_path, envoy_binary, rollout, error_rate=0.05)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+        for process in stack.processes():
+            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+
+
 @pytest.fixture
 def stack(tmp_path, envoy_binary):
-    running = RolloutStack(tmp_path, envoy_binary, ROLLOUT, error_rate=0.05)
-    try:
-        yield running.start()  # the rollout meets the fault at its 20 % step
-    finally:
-        running.stop()
-        for process in running.processes():
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+    yield from running(tmp_path, envoy_binary, ROLLOUT)  # the rollout meets the fault at its 20 % step
+
+
+@pytest.fixture
+def shadow_stack(tmp_path, envoy_binary):
+    yield from running(tmp_path, envoy_binary, SHADOW_ROLLOUT)  # it meets the fault in shadow
+
+
+def wait_rolled_back(stack) -> dict:
+    return wait_until(
+        lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"] and r,
+        40,
+        "the guard to roll back and every proxy to ACK it",
+        interval=0.2,
+    )
 
 
 def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promotes(stack):
     assert stack.rollout()["label"] == "step 0"
     with Traffic(stack.client.base_url, RATE) as traffic:
-        rolled_back = wait_until(
-            lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"] and r,
-            40,
-            "the guard to roll back and every proxy to ACK it",
-            interval=0.2,
-        )
+        rolled_back = wait_rolled_back(stack)
         checks = {c["name"]: c for c in rolled_back["last_decision"]["checks"]}
         assert checks["error_rate"]["verdict"] == "fail"
         assert checks["error_rate"]["value"] > MAX_ERROR_RATE
@@ -93,3 +111,29 @@ def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promot
         assert refused.returncode == 1
         assert "promote ignored: nothing advances in phase promoted" in refused.stderr
     assert {code for code, _ in traffic.answers} == {200}, traffic.answers  # the fallback hid every fault
+
+
+def test_a_shadow_phase_judges_the_candidate_on_mirrored_copies_that_no_client_sees(shadow_stack):
+    """Shadow: the baseline answers every client while Envoy mirrors each request to zero-layer. The
+    faulty candidate is rolled back on the copies' failures alone; healed and retried, it leaves
+    shadow through the gate for its first step, and the mirror stops."""
+    stack = shadow_stack
+    assert stack.rollout()["label"] == "shadow"
+    assert stack.status()["routing"]["mirror"] == {"variant": "zero-layer", "percent": 100}
+    with Traffic(stack.client.base_url, RATE, segment_share=0) as traffic:
+        rolled_back = wait_rolled_back(stack)
+        assert traffic.snapshot().keys() == {(200, "baseline")}  # no client met zero-layer, or a retry
+        error_rate = next(c for c in rolled_back["last_decision"]["checks"] if c["name"] == "error_rate")
+        assert error_rate["verdict"] == "fail"
+        assert error_rate["samples"] > 0
+        assert stack.status()["routing"]["mirror"] is None
+
+        stack.clear_fault(timeout=30)
+        assert "rollout now at shadow" in stack.cli("retry")
+        stepped = wait_until(
+            lambda: (r := stack.rollout())["phase"] == "progressing" and r, 40, "the shadow gate to open"
+        )
+        assert stepped["weight"] == 20
+        assert stepped["history"][-1]["source"] == "shadow"
+        assert stack.status()["routing"]["mirror"] is None
+    assert {code for code, _ in traffic.answers} == {200}, traffic.answers

@@ -120,8 +120,35 @@ def test_endpoints_and_listener():
         {"retries": {"attempts": 0}},
         {"outlier_detection": None},
         {"routing": {"weights": {"baseline": 100}}},
+        {"routing": {"weights": {"baseline": 100}, "mirror": {"variant": "zero-layer"}}},
     ],
 )
 def test_every_build_is_a_consistent_snapshot(changes):
     resources = build(**changes)
     check_consistent(resources.by_type())
+
+
+def test_a_mirror_copies_what_its_variant_does_not_serve_to_a_shadow_cluster_of_its_endpoints():
+    mirror = {"variant": "zero-layer", "percent": 40}
+    rules = [{"value": "high_load", "variant": "zero-layer"}, {"value": "web", "variant": "baseline"}]
+    resources = build(routing={"weights": {"baseline": 100}, "rules": rules, "mirror": mirror})
+    high_load, web, default = routes_of(resources)
+    assert not high_load.route.request_mirror_policies  # already served by zero-layer: no second copy
+    for route in (web, default):
+        (policy,) = route.route.request_mirror_policies
+        assert policy.cluster == names.shadow_cluster("zero-layer")
+        fraction = policy.runtime_fraction.default_value
+        assert (fraction.numerator, fraction.denominator) == (40, fraction.HUNDRED)
+    shadow = next(c for c in resources.clusters if c.name == names.shadow_cluster("zero-layer"))
+    assert shadow.eds_cluster_config.service_name == "zero-layer"  # the variant's own endpoints
+    assert not shadow.health_checks  # a copy sent to a pod that is down fails where the analysis sees it
+    assert not shadow.HasField("outlier_detection")
+
+
+def test_without_a_mirror_there_is_no_shadow_cluster_and_no_mirror_policy():
+    resources = build(
+        routing={"weights": {"baseline": 100}, "mirror": {"variant": "zero-layer", "percent": 0}}
+    )
+    assert not any(r.route.request_mirror_policies for r in routes_of(resources))
+    assert names.shadow_cluster("zero-layer") in [c.name for c in resources.clusters]
+    assert names.shadow_cluster("zero-layer") not in [c.name for c in build().clusters]

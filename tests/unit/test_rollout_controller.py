@@ -16,7 +16,7 @@ from gateway.metrics.prometheus import PrometheusProvider
 from gateway.rollout.analysis import Observations, VariantWindow
 from gateway.rollout.controller import ProviderUnavailable, RolloutController
 from gateway.rollout.machine import Command
-from gateway.rollout.spec import SpecError, load_yaml, validate_spec
+from gateway.rollout.spec import Mirror, SpecError, load_yaml, validate_spec
 from gateway.service import Gateway
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
@@ -121,6 +121,18 @@ async def test_a_new_rollout_starts_at_its_first_step_and_saves_it(tmp_path, clo
     assert (status["phase"], status["step"], status["weight"], status["guard"]) == ("progressing", 0, 5, "on")
     assert status["hold"] == {"elapsed": 0.0, "needed": 600.0}
     assert metric("graystack_rollout_phase", rollout=NAME, phase="progressing") == 1
+
+
+async def test_a_shadow_stage_mirrors_to_the_candidate_and_the_first_step_stops_mirroring(tmp_path, clock):
+    gateway = new_gateway(load_yaml(DESIGN_EXAMPLE))
+    controller = new_controller(gateway, tmp_path, clock)
+    assert controller.status()["phase"] == "shadow"
+    assert gateway.live.routing.weights == {"baseline": 100, "zero-layer": 0}
+    assert gateway.live.routing.mirror == Mirror(variant="zero-layer", percent=100)
+    await controller.command(Command.PROMOTE)
+    assert gateway.live.routing.weights == {"baseline": 95, "zero-layer": 5}
+    assert gateway.live.routing.mirror is None
+    assert gateway.status()["routing"]["mirror"] is None
 
 
 async def test_checks_that_pass_after_the_hold_advance_and_a_restart_keeps_the_hold(tmp_path, clock):

@@ -96,6 +96,8 @@ def test_the_design_example_is_a_valid_spec():
             example(routing__rules=[{"value": "a", "weights": {"baseline": 60, "zero-layer": 60}}]),
             ["routing.rules.0", "sum to 100"],
         ),
+        (example(routing__mirror={"variant": "canary"}), ["routing.mirror.variant", "canary"]),
+        (example(routing__mirror={"variant": "zero-layer", "percent": 101}), ["routing.mirror.percent"]),
     ],
 )
 def test_a_bad_spec_is_refused_with_a_message_naming_the_field(data, names):

@@ -2,7 +2,8 @@
 
 `graystack up`'s supervisor starts Envoy, the gateway, real model servers for both variants, their
 probes and Prometheus (when installed) on free loopback ports; steady client traffic flows through
-Envoy while the rollout controller walks zero-layer through its steps by itself, each left only when
+Envoy while the rollout controller walks zero-layer through shadow (Envoy mirrors every request to
+it; clients get the baseline's answer) and its steps by itself, each left only when
 the analysis passes; then a fault injected into zero-layer is rolled back by the guard. A live view
 shows it happen; a timeline says what happened when. Every process is stopped by PID at the end.
 
@@ -38,6 +39,7 @@ DEMO_SPEC = {
         "weights": {"baseline": 100, "zero-layer": 0},
     },
     "strategy": {
+        "shadow": {"percent": 100, "duration": "10s", "gate": {"success_rate": 0.99, "max_latency_ratio": 3}},
         "steps": [{"weight": 5, "hold": "10s"}, {"weight": 20, "hold": "10s"}, {"weight": 100}],
     },
     "analysis": {
@@ -52,7 +54,8 @@ DEMO_SPEC = {
 NOTE = (
     f"{RATE} req/s through Envoy, a third of it X-Client-Type: high_load (pinned to zero-layer).  Demo "
     "thresholds: error rate below 2 % with 95 % confidence over >= 150 requests in 30 s (production "
-    "default: 0.3 %, 100, 60 s); p99 latency ratio <= 3; TTFT p95 <= 3 s; probes report ERASED."
+    "default: 0.3 %, 100, 60 s); p99 latency ratio <= 3; TTFT p95 <= 3 s; probes report ERASED; "
+    "shadow: 10 s, leaving at >= 99 % success."
 )
 
 

@@ -84,6 +84,10 @@ def rollout_lines(rollout: dict) -> Text:
     hold = rollout["hold"]
     if hold["needed"] is not None:
         text.append(f"   hold {hold['elapsed']:.0f}s of {hold['needed']:.0f}s")
+    if rollout["shadow_percent"]:
+        text.append(
+            f"\nshadow    Envoy mirrors {rollout['shadow_percent']}% of requests to {rollout['candidate']}"
+        )
     decision = rollout["last_decision"]
     if decision:
         text.append(f"\nanalysis  {decision['outcome'] or '-'}")

@@ -1,6 +1,7 @@
 """`graystack demo` (what `make demo` runs) works end to end and leaves no process behind: the real Envoy,
 gateway, model servers, probes (and Prometheus where installed) through `graystack up`'s supervisor; the
-rollout steps to 100 % by itself, a fault in zero-layer is rolled back, and no client sees a failure."""
+rollout goes from shadow (mirrored) through its steps to 100 % by itself, a fault in zero-layer is rolled
+back, and no client sees a failure."""
 
 import os
 import subprocess
@@ -37,7 +38,12 @@ def test_the_demo_promotes_then_rolls_back_a_fault_and_stops_everything(tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for stage in ("step 0 (zero-layer 5%)", "step 1 (zero-layer 20%)", "promoted (zero-layer 100%)"):
+    for stage in (
+        "shadow (zero-layer 0%)",
+        "step 0 (zero-layer 5%)",
+        "step 1 (zero-layer 20%)",
+        "promoted (zero-layer 100%)",
+    ):
         assert f"rollout at {stage}" in out
     assert "rollout promoted -> rolled_back (zero-layer 0%): rolled back: error_rate fail" in out
     assert "rollback ACKed by every Envoy" in out

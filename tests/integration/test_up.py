@@ -149,3 +149,11 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
     assert [name for name, pid in state["processes"].items() if alive(pid)] == []
     assert not Path(env["GRAYSTACK_RUN_STATE"]).exists()
     assert (Path(state["logs"]) / "gateway.log").exists()
+
+
+def test_up_names_missing_weights_and_starts_nothing(tmp_path, env):
+    refused = graystack(env, "up", "--free-ports", "--weights-dir", str(tmp_path / "empty"))
+    assert refused.returncode == 1
+    assert f"baseline: {tmp_path / 'empty' / 'baseline.safetensors'}: weights missing" in refused.stderr
+    assert "graystack weights init" in refused.stderr
+    assert not Path(env["GRAYSTACK_RUN_STATE"]).exists()

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install prometheus demo test unit integration lint bench clean
+.PHONY: install prometheus demo up test unit integration lint bench clean
 
 install: $(STAMP)
 
@@ -18,8 +18,11 @@ prometheus:  ## Debian's Prometheus 2.42 (the prometheus provider's tests); need
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-demo: install  ## Envoy + the gateway + stand-in upstreams: flips, a header rule, a failing variant
+demo: install  ## the whole stack: traffic, shadow -> 5 -> 20 -> 100 %, a fault and the automatic rollback, live
 	$(BIN)/graystack demo
+
+up: install  ## the whole stack until Ctrl-C (graystack up); `graystack status|weight|...` find it
+	$(BIN)/graystack up
 
 test: install  ## everything CI runs
 	$(BIN)/pytest -q

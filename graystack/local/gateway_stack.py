@@ -1,6 +1,6 @@
 """A gateway stack on loopback: two stand-in upstreams, the real `graystack gateway` process and the
-real Envoy, each on a free port, each stopped by PID. Tests, benchmarks and `graystack demo` use it;
-`graystack up` (with the real model servers) will supersede it for users."""
+real Envoy, each on a free port (or the ports given), each stopped by PID. Tests and benchmarks use it;
+RolloutStack (graystack.local.rollout_stack) puts the real model servers in the stand-ins' place."""
 
 from __future__ import annotations
 

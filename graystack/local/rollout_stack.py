@@ -1,7 +1,9 @@
 """A rollout on loopback: real `graystack serve` model servers for both variants (zero-layer with fault
 injection, its bias layer erased so the probes report ERASED), a probe per server, the real gateway
-measuring them (`--envoy-admin`, `--metrics-target`) and the real Envoy; plus steady client traffic.
-The end-to-end test and bench/rollback_time.py use it; every process is stopped by PID."""
+measuring them (`--envoy-admin`, `--metrics-target`), the real Envoy, and optionally Prometheus
+scraping them all; plus steady client traffic. `graystack up` and the demo (through
+graystack.local.supervisor), the end-to-end test and bench/rollback_time.py use it; every process is
+stopped by PID."""
 
 from __future__ import annotations
 

@@ -221,8 +221,17 @@ def weight(
 @click.option("--watch", is_flag=True, help="refresh every --interval seconds until Ctrl-C")
 @click.option("--interval", default=2.0, type=float)
 def status(admin_url: str, token: str | None, as_json: bool, watch: bool, interval: float) -> None:
-    """Show the live split, the spec's state, and each proxy's ACK/NACK state."""
+    """Show the live split, the spec's state, and each proxy's ACK/NACK state; with --watch beside a
+    running `graystack up`, a live view with each variant's request rate, errors and TTFT too."""
+    from graystack.local.run_state import running_stack
+
     with AdminClient(admin_url, token) as client:
+        stack = running_stack() if watch and not as_json else None
+        if stack is not None and stack["admin_url"] == admin_url:
+            from graystack.live_view import watch_stack
+
+            watch_stack(client, stack, interval)
+            return
         while True:
             try:
                 current = client.status()

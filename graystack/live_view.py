@@ -3,14 +3,17 @@ weight status, the last analysis, recent events; and the timeline printed at the
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from graystack.live_metrics import VariantStats
+from graystack.admin_client import AdminClient, AdminError
+from graystack.live_metrics import VariantMeter, VariantStats
 from graystack.status_view import weight_text
 
 PHASE_STYLE = {"progressing": "yellow", "promoted": "green", "rolled_back": "red", "shadow": "cyan"}
@@ -107,6 +110,16 @@ def rollout_lines(rollout: dict) -> Text:
     return text
 
 
+def gateway_line(status: dict) -> Text:
+    """Whether every Envoy has ACKed, and whether the spec file's last edit was refused."""
+    xds, error = status["xds"], status["spec"]["last_error"]
+    converged = "converged" if xds["converged"] else "NOT converged"
+    text = Text(f"proxies   {len(xds['proxies'])} connected, {converged}")
+    if error:
+        text.append(f"\nspec      REFUSED, last good still live: {error['message']}", style="bold red")
+    return text
+
+
 def render(
     title: str, elapsed: float, status: dict | None, stats: dict[str, VariantStats], note: str
 ) -> RenderableType:
@@ -114,9 +127,30 @@ def render(
     if status is None:
         body: RenderableType = Text("waiting for the gateway ...")
     else:
-        body = Group(rollout_lines(status["rollout"]), Text(""), variant_table(status, stats))
+        rollout = rollout_lines(status["rollout"])
+        body = Group(rollout, gateway_line(status), Text(""), variant_table(status, stats))
     return Panel(
         Group(body, Text(note, style="dim")),
         title=f"{title}  t+{elapsed:.0f}s",
         title_align="left",
     )
+
+
+def watch_stack(client: AdminClient, stack: dict, interval: float) -> None:
+    """`graystack status --watch` beside a running `graystack up`: the live view until Ctrl-C."""
+    meter = VariantMeter(stack["model_servers"], stack["probes"])
+    note = f"Envoy {stack['envoy_url']}   logs {stack['logs']}   Ctrl-C leaves (the stack keeps running)"
+    try:
+        with Live(console=Console(), auto_refresh=False) as live:
+            while True:
+                try:
+                    status = client.status()
+                except AdminError:
+                    status = None
+                elapsed = time.time() - stack["started_at"]
+                live.update(render("graystack status", elapsed, status, meter.read(), note), refresh=True)
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        meter.close()

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -116,6 +118,21 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
     with httpx.Client(base_url=state["envoy_url"], timeout=15) as client:
         served = [client.post("/v1/messages", json=BODY).headers["x-graystack-variant"] for _ in range(60)]
     assert 0 < served.count("zero-layer") < 60
+
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "graystack", "status", "--watch", "--interval", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "COLUMNS": "160"},
+    )
+    time.sleep(8)  # a few frames; then leave it as an operator does
+    watch.send_signal(signal.SIGINT)
+    view, errors = watch.communicate(timeout=30)
+    assert watch.returncode == 0, errors
+    assert re.search(r"zero-layer +│ +30% │", view), view  # then req/s, errors, TTFT p95, weight status
+    assert "ERASED" in view
+    assert "(the stack keeps running)" in view
 
     if state["prometheus_url"]:  # present here and in CI; `up` runs without it elsewhere
         jobs = wait_until(lambda: scraped(state["prometheus_url"]), 30, "Prometheus to scrape every target")

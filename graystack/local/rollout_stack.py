@@ -36,17 +36,20 @@ class RolloutStack(GatewayStack):
         weights: dict[str, Path] | None = None,
         probe_interval: float = 0.5,
         prometheus: str | None = None,
+        fault_injection: tuple[str, ...] = ("zero-layer",),
     ) -> None:
         """`spec_changes`: top-level spec fields over default_spec (a strategy, analysis);
         `error_rate`: the fault zero-layer serves with from the start; `weights`: each variant's
         checkpoint (default: fresh ones in `workdir`, zero-layer's bias erased); `prometheus`: its
-        binary, to run one scraping every process (default: none)."""
+        binary, to run one scraping every process (default: none); `fault_injection`: the variants
+        whose servers serve /admin/faults."""
         super().__init__(workdir, envoy, ports)
         self.spec_changes = spec_changes
         self.error_rate = error_rate
         self.weights = weights
         self.probe_interval = probe_interval
         self.prometheus_binary = prometheus
+        self.fault_injection = fault_injection
         self.servers: dict[str, tuple[ManagedProcess, int]] = {}
         self.probes: dict[str, tuple[ManagedProcess, int]] = {}
         self.prometheus: ManagedProcess | None = None
@@ -67,7 +70,7 @@ class RolloutStack(GatewayStack):
         weights = self.weights or fresh_weights(self.workdir)
         check_checkpoints(weights)
         for variant in VARIANTS:
-            flags = ["--enable-fault-injection"] if variant == "zero-layer" else []
+            flags = ["--enable-fault-injection"] if variant in self.fault_injection else []
             self.servers[variant] = self._start(
                 variant, ["serve", "--variant", variant], weights[variant], flags
             )

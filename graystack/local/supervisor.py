@@ -1,5 +1,5 @@
 """`graystack up`: the whole stack on this machine (Envoy, the gateway, both model servers with fault
-injection, both probes, and Prometheus when it is installed), with logs per process in a run folder,
+injection on (loopback clients only), both probes, and Prometheus when it is installed), with logs per process in a run folder,
 a run-state file the other commands read, and a clean stop by PID on Ctrl-C or SIGTERM.
 
 Ports are the well-known ones of shared/DESIGN.md by default (so the README's curl lines work), checked
@@ -88,6 +88,7 @@ class Supervisor:
             weights=self._weights(),
             probe_interval=self.options.probe_interval,
             prometheus=self._prometheus(),
+            fault_injection=VARIANTS,  # a local drill: `graystack fault` works on either
         )
         self.say(f"starting the stack; logs in {self.stack.logs}")
         self.stack.start()
@@ -200,7 +201,7 @@ class Supervisor:
             ("Envoy", state["envoy_url"], "send requests here: POST /v1/messages or /v1/chat/completions"),
             ("gateway admin", state["admin_url"], "graystack status | weight | promote | pause | rollback"),
             *(
-                (f"{v} server", url, "POST /admin/faults injects errors")
+                (f"{v} server", url, f"graystack fault {v} --error-rate 0.3 injects errors")
                 for v, url in state["model_servers"].items()
             ),
             *((f"{v} probe", url, "/metrics") for v, url in state["probes"].items()),

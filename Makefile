@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install prometheus demo up test unit integration lint bench clean
+.PHONY: install prometheus demo up test unit integration lint bench clean soak
 
 install: $(STAMP)
 
@@ -37,6 +37,10 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+.PHONY: dashboards
+dashboards: install  ## regenerate the Grafana dashboards and alert rules under charts/graystack/files/
+	$(BIN)/python -m graystack.observability
+
 bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.flip_latency
 	$(BIN)/python -m bench.fanout
@@ -45,6 +49,15 @@ bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.inference_throughput
 	$(BIN)/python -m bench.rollback_time
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
+
+# Locust soak/step run, headless, CSV + HTML + summary into SOAK_DIR; exits with the verdict (0 pass,
+# 1 fail, 2 inconclusive). HOST=URL (and ADMIN_URL=URL to check the split) targets a running gateway;
+# without HOST a local stack (real model servers, probes, gateway, Envoy) is started and stopped.
+SOAK_DIR ?= runs/soak-$(shell date +%Y%m%d-%H%M%S)
+export LOAD_SHAPE SOAK_USERS SOAK_RAMP SOAK_DURATION STEP_STAGES STEP_SPAWN_RATE
+soak: install  ## e.g. make soak SOAK_DURATION=72h HOST=http://gw:8080 ADMIN_URL=http://gw-admin:9000
+	$(BIN)/python -m loadtests.launch --run-dir $(SOAK_DIR) $(if $(HOST),--host $(HOST)) \
+		$(if $(ADMIN_URL),--admin-url $(ADMIN_URL)) $(if $(FLIP_EVERY),--flip-every $(FLIP_EVERY)) $(LOCUST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -154,8 +154,11 @@ class Gateway:
             raise SpecError(f"the Envoy config built from this spec is inconsistent: {error}") from error
         self.live = spec
         self.generation += 1
+        segments = {"default": spec.routing.weights, **{r.value: r.split() for r in spec.routing.rules}}
         for variant in spec.variants:
             metrics.ROLLOUT_WEIGHT.labels(spec.name, variant).set(spec.routing.weights.get(variant, 0))
+            for segment, split in segments.items():
+                metrics.SEGMENT_WEIGHT.labels(spec.name, segment, variant).set(split.get(variant, 0))
 
     # -- proxies ----------------------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ class DirectProvider:
         self.timeout = timeout
         self._store = WindowStore(clock, retention=0.0)
 
-    async def observe(self, window_seconds: float) -> Observations:
+    async def observe(self, window_seconds: float, recent_seconds: float | None = None) -> Observations:
         targets = [(self.envoy_url, {"filter": ENVOY_FILTER}), *((pod, {}) for pod in self.pods)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             scrapes = await asyncio.gather(
@@ -114,7 +114,7 @@ class DirectProvider:
         self._store.retention = max(self._store.retention, window_seconds)
         self._store.record(merged)
         return Observations(
-            variants={v: self._variant_window(v, window_seconds) for v in self.variants},
+            variants={v: self._variant_window(v, window_seconds, recent_seconds) for v in self.variants},
             weight_status=_weight_status(merged),
         )
 
@@ -143,21 +143,37 @@ class DirectProvider:
             return variant
         return names.fallback_cluster(variant)
 
-    def _variant_window(self, variant: str, window: float) -> VariantWindow:
-        store, route = self._store, self._route_cluster(variant)
-        own = re.compile(f"{re.escape(variant)}|{re.escape(names.shadow_cluster(variant))}")
-        answered = re.compile(f"{re.escape(route)}|{re.escape(names.shadow_cluster(variant))}")
+    def _clusters(self, variant: str) -> tuple[str, re.Pattern[str], re.Pattern[str]]:
+        """The route cluster; the clusters whose attempts reach the variant (its own and its shadow's);
+        the clusters whose answers are the variant's (the route's and the shadow's)."""
+        route, shadow = self._route_cluster(variant), names.shadow_cluster(variant)
+        either = "|".join
+        own = re.compile(either([re.escape(variant), re.escape(shadow)]))
+        return route, own, re.compile(either([re.escape(route), re.escape(shadow)]))
+
+    def _variant_window(self, variant: str, window: float, recent: float | None) -> VariantWindow:
+        _, _, answered = self._clusters(variant)
+        requests, errors = self._counts(variant, window)
+        recent_requests, recent_errors = self._counts(variant, recent) if recent else (0.0, 0.0)
+        latency_ms = self._store.quantile(0.99, RQ_TIME_BUCKET, {CLUSTER: answered}, window)
+        return VariantWindow(
+            requests=requests,
+            errors=errors,
+            latency_p99=None if latency_ms is None else latency_ms / 1000,
+            ttft_p95=self._store.quantile(0.95, TTFT_BUCKET, {"variant": variant}, window),
+            recent_requests=recent_requests,
+            recent_errors=recent_errors,
+        )
+
+    def _counts(self, variant: str, window: float) -> tuple[float, float]:
+        """(requests, errors) of `variant` over the last `window` seconds (the module docstring's sums)."""
+        store = self._store
+        route, own, answered = self._clusters(variant)
         attempts = store.increase(UPSTREAM_RQ, {CLUSTER: own, CODE: ""}, window)
         refused = store.increase(PENDING_FAILURE_EJECT, {CLUSTER: own}, window)
         retried = store.increase(RETRIES, {CLUSTER: route}, window)
         failed = store.increase(UPSTREAM_RQ, {CLUSTER: answered, CODE: SERVER_ERROR}, window)
-        latency_ms = store.quantile(0.99, RQ_TIME_BUCKET, {CLUSTER: answered}, window)
-        return VariantWindow(
-            requests=attempts + refused,
-            errors=retried + failed,
-            latency_p99=None if latency_ms is None else latency_ms / 1000,
-            ttft_p95=store.quantile(0.95, TTFT_BUCKET, {"variant": variant}, window),
-        )
+        return attempts + refused, retried + failed
 
 
 def _weight_status(scrape: Mapping[SeriesKey, float]) -> dict[str, list[str]]:

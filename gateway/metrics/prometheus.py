@@ -132,12 +132,14 @@ class PrometheusProvider:
             return variant
         return names.fallback_cluster(variant)
 
-    async def observe(self, window_seconds: float) -> Observations:
+    async def observe(self, window_seconds: float, recent_seconds: float | None = None) -> Observations:
         at = self.clock()
-        asked = [(variant, name) for variant in self.variants for name in self.queries]
+        asked = [(variant, name, window_seconds) for variant in self.variants for name in self.queries]
+        if recent_seconds:
+            asked += [(variant, name, recent_seconds) for variant in self.variants for name in COUNTS]
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             answers = await asyncio.gather(
-                *(self._query(client, name, variant, window_seconds, at) for variant, name in asked),
+                *(self._query(client, name, variant, window, at) for variant, name, window in asked),
                 return_exceptions=True,
             )
         failures = [str(answer) for answer in answers if isinstance(answer, QueryError)]
@@ -147,19 +149,21 @@ class PrometheusProvider:
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
-        read: dict[tuple[str, str], Any] = dict(zip(asked, answers, strict=True))
-        return Observations(
-            variants={
-                v: VariantWindow(
-                    requests=read[v, "attempts"] + read[v, "refused"],
-                    errors=read[v, "retried"] + read[v, "failed"],
-                    latency_p99=read[v, "latency_p99"],
-                    ttft_p95=read[v, "ttft_p95"],
-                )
-                for v in self.variants
-            },
-            weight_status={v: read[v, "weight_status"] for v in self.variants if read[v, "weight_status"]},
-        )
+        read: Answers = dict(zip(asked, answers, strict=True))
+        variants = {}
+        for v in self.variants:
+            requests, errors = _counts(read, v, window_seconds)
+            recent_requests, recent_errors = _counts(read, v, recent_seconds)
+            variants[v] = VariantWindow(
+                requests=requests,
+                errors=errors,
+                latency_p99=read[v, "latency_p99", window_seconds],
+                ttft_p95=read[v, "ttft_p95", window_seconds],
+                recent_requests=recent_requests,
+                recent_errors=recent_errors,
+            )
+        statuses = {v: read[v, "weight_status", window_seconds] for v in self.variants}
+        return Observations(variants=variants, weight_status={v: s for v, s in statuses.items() if s})
 
     async def _query(
         self, client: httpx.AsyncClient, name: str, variant: str, window: float, at: float
@@ -178,6 +182,17 @@ class PrometheusProvider:
             return READERS[name](_samples(response))
         except Exception as error:  # whatever Prometheus answers, the controller must not crash on it
             raise QueryError(f"{where} failed: {error}") from error
+
+
+Answers = dict[tuple[str, str, float], Any]  # (variant, query name, window) -> its reading
+
+
+def _counts(read: Answers, variant: str, window: float | None) -> tuple[float, float]:
+    """(requests, errors) over `window`, as the module docstring sums them; (0, 0) without a window."""
+    if not window:
+        return 0.0, 0.0
+    attempts, refused, retried, failed = (read[variant, name, window] for name in COUNTS)
+    return attempts + refused, retried + failed
 
 
 def _samples(response: httpx.Response) -> list[Sample]:
@@ -220,6 +235,7 @@ def _statuses(samples: list[Sample]) -> list[str]:
     return [labels["status"] for labels in ordered]
 
 
+COUNTS = ("attempts", "refused", "retried", "failed")  # asked again over the recent part of the window
 READERS = {
     "attempts": _count,
     "refused": _count,

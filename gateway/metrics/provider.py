@@ -8,8 +8,9 @@ from gateway.rollout.analysis import Observations
 
 
 class MetricsProvider(Protocol):
-    async def observe(self, window_seconds: float) -> Observations:
-        """Each variant over the last `window_seconds`.
+    async def observe(self, window_seconds: float, recent_seconds: float | None = None) -> Observations:
+        """Each variant over the last `window_seconds`, with its requests and errors over the last
+        `recent_seconds` too (0 without it).
 
         Never raises: a failure to measure (target down, bad answer) comes back as
         `Observations(error=...)` naming what failed, so the analysis can say `error`, which has its

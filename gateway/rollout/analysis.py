@@ -26,6 +26,8 @@ class VariantWindow:
     errors: float  # of those, failed (5xx, resets, and attempts that a fallback retry hid)
     latency_p99: float | None = None  # seconds
     ttft_p95: float | None = None  # seconds
+    recent_requests: float = 0.0  # the same two counts over the window's most recent part
+    recent_errors: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,10 +73,16 @@ def analyse(spec: Analysis, seen: Observations, candidate: str, baseline: str) -
     ]
 
 
+def _counts(requests: float, errors: float) -> tuple[int, int]:
+    """Whole counts, errors capped at requests (a failed fallback is charged to the variant too)."""
+    return min(int(errors), int(requests)), int(requests)
+
+
 def _error_rate(spec: Analysis, ours: VariantWindow | None) -> Check:
-    requests = int(ours.requests) if ours else 0
-    errors = min(int(ours.errors), requests) if ours else 0
-    decision = decide_error_rate(errors, requests, spec.max_error_rate, spec.min_requests)
+    ours = ours or VariantWindow(requests=0, errors=0)
+    errors, requests = _counts(ours.requests, ours.errors)
+    recent = _counts(ours.recent_requests, ours.recent_errors)
+    decision = decide_error_rate(errors, requests, spec.max_error_rate, spec.min_requests, recent)
     bound = decision.bounds.lower if decision.verdict == Verdict.FAIL else decision.bounds.upper
     return Check(
         "error_rate", decision.verdict, decision.rate, requests, bound, spec.max_error_rate, decision.reason

@@ -1,6 +1,6 @@
 """The rollout controller: the I/O edge around the pure state machine (gateway/rollout/machine.py).
 
-Every `analysis.interval` it measures (`provider.observe(analysis.window)`), judges (`analyse`), steps
+Every `analysis.interval` it measures (`provider.observe(analysis.window, analysis.recent_window)`), judges (`analyse`), steps
 the machine, and applies what the machine asked for: the split goes to every Envoy through the
 Gateway, alerts are logged at WARNING and counted, decisions feed the metrics and `graystack status`,
 and the state is saved (atomically, `state_store`) whenever it changed, so a restarted gateway resumes
@@ -160,6 +160,7 @@ class RolloutController:
         now = self._clock()
         saved = load_state(self.state_path)
         state = saved if saved is not None else initial_state(self.spec, now)
+        metrics.zero_rollout_series(self.spec.name)
         log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
         self.state = state
         self._step(self.spec, None, None, now, force_save=saved is None)
@@ -213,7 +214,7 @@ class RolloutController:
         provider = self._provider_for(spec)
         if provider is None:
             return None
-        seen = await provider.observe(spec.analysis.window)
+        seen = await provider.observe(spec.analysis.window, spec.analysis.recent_window)
         baseline, candidate = roles(spec)
         return analyse(spec.analysis, seen, candidate, baseline)
 
@@ -272,6 +273,7 @@ class RolloutController:
             value = float("nan") if check.value is None else check.value
             metrics.ANALYSIS_CHECK_VALUE.labels(spec.name, check.name).set(value)
             metrics.ANALYSIS_CHECK_THRESHOLD.labels(spec.name, check.name).set(check.threshold)
+            metrics.ANALYSIS_CHECK_SAMPLES.labels(spec.name, check.name).set(check.samples)
         checks = [check_dict(c) for c in decision.checks]
         self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
 

@@ -1,8 +1,13 @@
 """The rollout side's metric families (shared/DESIGN.md), defined here once.
 
-Beyond the design's table: `graystack_analysis_check_value` and `graystack_analysis_check_threshold`
-(each check's last value and its threshold, NaN while a check has no value) so a dashboard can plot a
-check against its line, and `graystack_rollout_alerts_total` (every Alert the controller logged).
+Beyond the design's table: `graystack_analysis_check_value`, `graystack_analysis_check_threshold` and
+`graystack_analysis_check_samples` (each check's last value, threshold and sample count, NaN while a
+check has no value) so a dashboard can plot a check against its line with its evidence,
+`graystack_rollout_segment_weight` (every header segment's split, which the default-split gauge does
+not show), and `graystack_rollout_alerts_total` (every Alert the controller logged).
+
+Counters whose labels are known up front are created at 0 (`zero_rollout_series`), so that
+Prometheus' increase() sees their first event: a series born at 1 is invisible to it.
 """
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -11,6 +16,11 @@ ROLLOUT_WEIGHT = Gauge(
     "graystack_rollout_weight",
     "Percent of default-split traffic sent to each variant",
     ["rollout", "variant"],
+)
+SEGMENT_WEIGHT = Gauge(
+    "graystack_rollout_segment_weight",
+    "Percent of a header segment's traffic sent to each variant (segment `default`: the default split)",
+    ["rollout", "segment", "variant"],
 )
 SPEC_RELOADS = Counter(
     "graystack_spec_reloads",
@@ -42,6 +52,11 @@ ANALYSIS_CHECK_THRESHOLD = Gauge(
     "Each check's threshold in the last analysis interval",
     ["rollout", "check"],
 )
+ANALYSIS_CHECK_SAMPLES = Gauge(
+    "graystack_analysis_check_samples",
+    "The number of samples (requests, or probes) each check judged in the last analysis interval",
+    ["rollout", "check"],
+)
 ROLLBACK_SECONDS = Histogram(
     "graystack_rollback_seconds",
     "From the first failing sample (or the operator's command) to every proxy's ACK of the rollback",
@@ -53,3 +68,13 @@ ALERTS = Counter(
     "Alerts the rollout controller raised (rollbacks, freezes, rollbacks not ACKed in time)",
     ["rollout"],
 )
+
+ROLLBACK_REASONS = ("error_rate", "latency_ratio", "ttft_p95", "weight_status", "operator", "metrics_error")
+
+
+def zero_rollout_series(rollout: str) -> None:
+    """Create the rollout's counters at 0 for every label value they can take."""
+    for reason in ROLLBACK_REASONS:
+        ROLLBACKS.labels(rollout, reason)
+    ALERTS.labels(rollout)
+    ROLLBACK_SECONDS.labels(rollout)

@@ -249,6 +249,9 @@ class Provider(_Model):
 class Analysis(_Model):
     interval: Duration = 5.0
     window: Duration = 60.0
+    # The window's most recent part, judged on its own too so that minutes of healthy traffic before a
+    # fault do not dilute it (gateway/rollout/stats.py); a quarter of the window unless set.
+    recent: Duration | None = None
     min_requests: int = Field(default=100, ge=1)
     max_error_rate: float = Field(default=0.003, ge=0, le=1)
     max_latency_ratio: float = Field(default=1.5, gt=0)
@@ -259,6 +262,18 @@ class Analysis(_Model):
     # or treat it as a failure (rollback). Freeze is the default: an outage of the metrics source
     # is not evidence against the variant.
     on_error: Literal["freeze", "rollback"] = "freeze"
+
+    @model_validator(mode="after")
+    def _recent_within_window(self) -> Analysis:
+        if self.recent is not None and not 0 < self.recent <= self.window:
+            raise ValueError(
+                f"recent ({self.recent:g}s) must be above 0 and at most the window ({self.window:g}s)"
+            )
+        return self
+
+    @property
+    def recent_window(self) -> float:
+        return self.window / 4 if self.recent is None else self.recent
 
 
 class RolloutSpec(_Model):

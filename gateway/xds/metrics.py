@@ -1,8 +1,13 @@
 """The control plane's metric families (shared/DESIGN.md): defined here once, read by dashboards."""
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
 
 CONNECTED_PROXIES = Gauge("graystack_xds_connected_proxies", "ADS streams open from Envoy proxies")
+CONVERGED_PROXIES = Gauge(
+    "graystack_xds_converged_proxies", "Connected proxies that have ACKed the latest version of every type"
+)
 PUSHES = Counter("graystack_xds_pushes", "DiscoveryResponses sent", ["type"])
 NACKS = Counter("graystack_xds_nacks", "DiscoveryResponses rejected by a proxy", ["type"])
 ACK_SECONDS = Histogram(
@@ -10,3 +15,10 @@ ACK_SECONDS = Histogram(
     "Time from sending a DiscoveryResponse to the proxy's ACK",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+
+
+def zero_counters(short_names: Iterable[str]) -> None:
+    """Create the per-type counters at 0, so that Prometheus' increase() sees a first NACK."""
+    for name in short_names:
+        PUSHES.labels(name)
+        NACKS.labels(name)

@@ -117,6 +117,8 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         self._stream_ids = itertools.count(1)
         self._nonces = itertools.count(1)
         self._changed = asyncio.Condition()
+        metrics.zero_counters(types.SHORT_NAME.values())
+        metrics.CONVERGED_PROXIES.set_function(self.converged_count)
 
     # -- gRPC -------------------------------------------------------------------------------------
 
@@ -250,6 +252,10 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
 
     def streams(self) -> list[dict]:
         return [s.describe(self.cache.get(s.key) if s.key else None) for s in self._streams.values()]
+
+    def converged_count(self) -> int:
+        """Connected proxies that have ACKed their current snapshot."""
+        return sum(1 for s in self._streams.values() if s.key and s.converged(self.cache.get(s.key)))
 
     def converged(self) -> bool:
         """Every connected proxy has ACKed its current snapshot."""

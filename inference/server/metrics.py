@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from inference.engine import Engine
 from inference.kernels.blocks import BlockCounts
@@ -48,6 +48,7 @@ class ServerMetrics:
     def __init__(self, variant: str, model_name: str) -> None:
         self.variant = variant
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and friends (Linux)
         variant_only = ["variant"]
         self.requests = Counter(
             "graystack_requests",

@@ -18,6 +18,8 @@ import pytest
 
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import SEGMENT, RolloutStack, Traffic
+from tests.support.processes import require_binary
+from tests.support.prometheus import start_prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -41,9 +43,12 @@ SHADOW = {"percent": 100, "duration": "2s", "gate": {"success_rate": 0.99, "max_
 SHADOW_ROLLOUT = ROLLOUT | {"strategy": {"shadow": SHADOW, "steps": [{"weight": 20, "hold": "60s"}]}}
 
 
-def running(tmp_path, envoy_binary, rollout: dict):
-    """A RolloutStack whose zero-layer fails 5 % of its requests from the start, stopped by PID."""
-    stack = RolloutStack(tmp_path, envoy_binary, rollout, error_rate=0.05)
+def faulty(tmp_path, envoy_binary, rollout: dict) -> RolloutStack:
+    """A RolloutStack whose zero-layer fails 5 % of its requests from the start."""
+    return RolloutStack(tmp_path, envoy_binary, rollout, error_rate=0.05)
+
+
+def running(stack: RolloutStack):
     try:
         yield stack.start()
     finally:
@@ -54,12 +59,28 @@ def running(tmp_path, envoy_binary, rollout: dict):
 
 @pytest.fixture
 def stack(tmp_path, envoy_binary):
-    yield from running(tmp_path, envoy_binary, ROLLOUT)  # the rollout meets the fault at its 20 % step
+    yield from running(faulty(tmp_path, envoy_binary, ROLLOUT))  # it meets the fault at its 20 % step
 
 
 @pytest.fixture
 def shadow_stack(tmp_path, envoy_binary):
-    yield from running(tmp_path, envoy_binary, SHADOW_ROLLOUT)  # it meets the fault in shadow
+    yield from running(faulty(tmp_path, envoy_binary, SHADOW_ROLLOUT))  # it meets the fault in shadow
+
+
+@pytest.fixture
+def prometheus_stack(tmp_path, envoy_binary):
+    """The guard reading a real Prometheus that scrapes the real Envoy every second."""
+    binary = require_binary("prometheus", "Debian's prometheus package", provided_by="make prometheus")
+    stack = faulty(tmp_path, envoy_binary, ROLLOUT)
+    envoy = (f"127.0.0.1:{stack.ports['envoy_admin']}", "/stats/prometheus")
+    prometheus = start_prometheus(binary, tmp_path / "prometheus", {"envoy": envoy})
+    provider = {"type": "prometheus", "url": prometheus.url}
+    stack.spec_changes = ROLLOUT | {"analysis": ROLLOUT["analysis"] | {"provider": provider}}
+    try:
+        yield from running(stack)
+    finally:
+        prometheus.stop()
+        assert not prometheus.process.alive(), f"prometheus (pid {prometheus.process.pid}) left running"
 
 
 def wait_rolled_back(stack) -> dict:
@@ -136,4 +157,17 @@ def test_a_shadow_phase_judges_the_candidate_on_mirrored_copies_that_no_client_s
         assert stepped["weight"] == 20
         assert stepped["history"][-1]["source"] == "shadow"
         assert stack.status()["routing"]["mirror"] is None
+    assert {code for code, _ in traffic.answers} == {200}, traffic.answers
+
+
+def test_the_guard_rolls_back_on_what_prometheus_scraped_from_envoy(prometheus_stack):
+    """The same fault, judged through the prometheus provider: PromQL over Envoy's counters as a real
+    Prometheus scraped them, not the gateway's own scrapes."""
+    stack = prometheus_stack
+    with Traffic(stack.client.base_url, RATE) as traffic:
+        rolled_back = wait_rolled_back(stack)
+    error_rate = next(c for c in rolled_back["last_decision"]["checks"] if c["name"] == "error_rate")
+    assert error_rate["verdict"] == "fail"
+    assert rolled_back["reason"].startswith("rolled back: error_rate fail")
+    assert stack.status()["routing"]["weights"] == {"baseline": 100, "zero-layer": 0}
     assert {code for code, _ in traffic.answers} == {200}, traffic.answers

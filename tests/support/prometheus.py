@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +34,11 @@ class PrometheusServer:
         self.process.stop()
 
 
-def start_prometheus(binary: str, workdir: Path, targets: dict[str, tuple[str, str]]) -> PrometheusServer:
-    """Prometheus scraping each job's `(host:port, metrics path)` every second; ready when it answers."""
+def start_prometheus(
+    binary: str, workdir: Path, targets: dict[str, tuple[str, str]], rule_files: Sequence[Path] = ()
+) -> PrometheusServer:
+    """Prometheus scraping each job's `(host:port, metrics path)` every second, evaluating `rule_files`
+    every second too; ready when it answers."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     scrape_configs = [
@@ -45,6 +49,8 @@ def start_prometheus(binary: str, workdir: Path, targets: dict[str, tuple[str, s
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
         "scrape_configs": scrape_configs,
     }
+    if rule_files:
+        config["rule_files"] = [str(path.resolve()) for path in rule_files]
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
     argv = [

@@ -50,7 +50,7 @@ class FakeProvider:
         self.seen = HEALTHY
         self.windows: list[float] = []
 
-    async def observe(self, window_seconds: float) -> Observations:
+    async def observe(self, window_seconds: float, recent_seconds: float | None = None) -> Observations:
         self.windows.append(window_seconds)
         return self.seen
 
@@ -158,6 +158,16 @@ async def test_checks_that_pass_after_the_hold_advance_and_a_restart_keeps_the_h
     after = metric("graystack_analysis_checks_total", rollout=NAME, check="error_rate", result="pass")
     assert after == before + 1
     assert metric("graystack_analysis_check_threshold", rollout=NAME, check="error_rate") == 0.003
+    assert metric("graystack_analysis_check_samples", rollout=NAME, check="error_rate") == 5000
+    assert (
+        metric("graystack_rollout_segment_weight", rollout=NAME, segment="default", variant="zero-layer")
+        == 20
+    )
+    assert (
+        metric("graystack_rollout_segment_weight", rollout=NAME, segment="mobile", variant="zero-layer") == 20
+    )
+    # Created at 0 when the rollout started, so that Prometheus' increase() sees the first rollback.
+    assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="latency_ratio") is not None
 
 
 async def test_a_failing_check_sends_every_segment_to_the_baseline_until_a_retry(tmp_path, clock):

@@ -97,6 +97,7 @@ def test_the_design_example_is_a_valid_spec():
             ["routing.rules.0", "sum to 100"],
         ),
         (example(routing__mirror={"variant": "canary"}), ["routing.mirror.variant", "canary"]),
+        (example(analysis={"window": "60s", "recent": "90s"}), ["analysis", "at most the window"]),
         (example(routing__mirror={"variant": "zero-layer", "percent": 101}), ["routing.mirror.percent"]),
     ],
 )

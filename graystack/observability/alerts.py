@@ -1,0 +1,155 @@
+"""The Prometheus alert rules, one source for the rules file and the chart's PrometheusRule.
+
+Thresholds are the rollout analysis' defaults (gateway/rollout/spec.py `Analysis`), so a page means what
+the rollback guard would call a failure. tests/promtool/alerts_test.yml shows each alert firing and
+staying quiet; the README says what to do about each.
+
+Counters whose series are born with their first event (`graystack_xds_nacks_total{type}` is created by
+the first NACK of its type) are read with `new_or_increased`: `increase()` cannot see the step from
+"no series" to 1, so the first NACK would otherwise never page.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from gateway.rollout.spec import Analysis
+
+DEFAULTS = Analysis()
+TTFT_OBJECTIVE = 0.95  # `max_ttft_p95`: 95 % of requests get their first token within the SLO edge
+PROBE_MAX_FAILURE_RATIO = 0.2  # synthetic requests failing over 5 minutes
+# Multiwindow burn rates (Google SRE workbook, "Alerting on SLOs", for a 30-day budget): the long window
+# says the budget is going, the short one that it still is.
+BURN_WINDOWS = {"Fast": (14.4, "1h", "5m", "2m", "critical"), "Slow": (6.0, "6h", "30m", "15m", "warning")}
+
+
+def dashboard(uid: str) -> str:
+    return f"/d/{uid}"
+
+
+def new_or_increased(counter: str, window: str) -> str:
+    return f"(increase({counter}[{window}]) > 0 or ({counter} unless {counter} offset {window}))"
+
+
+def ttft_bad_ratio(window: str) -> str:
+    """Share of requests whose first token came later than the SLO edge, per namespace and variant."""
+    edge = DEFAULTS.max_ttft_p95
+    le = f"{edge:g}|{re.escape(repr(float(edge)))}".replace("\\", "\\\\")  # `2|2\\.0` in PromQL
+    by = "sum by (namespace, variant)"
+    within = f'{by} (rate(graystack_request_ttft_seconds_bucket{{le=~"{le}"}}[{window}]))'
+    return f"(1 - {within} / {by} (rate(graystack_request_ttft_seconds_count[{window}])))"
+
+
+def rule(
+    name: str, expr: str, severity: str, summary: str, description: str, uid: str, for_: str | None = None
+) -> dict:
+    built: dict = {"alert": name, "expr": expr}
+    if for_:
+        built["for"] = for_
+    built["labels"] = {"severity": severity}
+    built["annotations"] = {"summary": summary, "description": description, "dashboard": dashboard(uid)}
+    return built
+
+
+def rollout_rules() -> list[dict]:
+    allowed = "|".join(DEFAULTS.expected_weight_status)
+    return [
+        rule(
+            "GraystackVariantErrorRateHigh",
+            'sum by (namespace, variant) (rate(graystack_requests_total{code=~"5.."}[5m])) '
+            "/ sum by (namespace, variant) (rate(graystack_requests_total[5m])) "
+            f"> {DEFAULTS.max_error_rate}",
+            "warning",
+            "{{ $labels.variant }} answers {{ $value | humanizePercentage }} of requests with a 5xx",
+            f"Over {DEFAULTS.max_error_rate:.1%} (the rollback guard's default) for 5 minutes.",
+            "graystack-variants",
+            "5m",
+        ),
+        rule(
+            "GraystackRolloutRolledBack",
+            'max by (namespace, rollout) (graystack_rollout_phase{phase="rolled_back"}) == 1',
+            "warning",
+            "Rollout {{ $labels.rollout }} was rolled back",
+            "Every segment is on the baseline. The Rollout decisions dashboard shows the failing check; "
+            "`graystack retry` starts over once it is fixed.",
+            "graystack-rollout-decisions",
+        ),
+        rule(
+            "GraystackZeroLayerWeightStatusUnexpected",
+            "max by (namespace, instance, variant, status) (graystack_probe_weight_status"
+            f'{{variant="zero-layer", status!~"{allowed}"}}) == 1',
+            "critical",
+            "A zero-layer pod ({{ $labels.instance }}) reports weight status {{ $labels.status }}",
+            f"Zero-layer pods must serve a checkpoint whose bias layer is {' or '.join(DEFAULTS.expected_weight_status)}.",
+            "graystack-probes",
+            "1m",
+        ),
+        rule(
+            "GraystackProbeFailing",
+            'sum by (namespace, instance, variant) (rate(graystack_probe_requests_total{result!="ok"}[5m])) '
+            "/ sum by (namespace, instance, variant) (rate(graystack_probe_requests_total[5m])) "
+            f"> {PROBE_MAX_FAILURE_RATIO}",
+            "warning",
+            "The probe at {{ $labels.instance }} fails {{ $value | humanizePercentage }} of its requests",
+            "The synthetic requests straight to the pod fail: the pod is down, overloaded or broken.",
+            "graystack-probes",
+            "5m",
+        ),
+        *(ttft_burn(speed, *windows) for speed, windows in BURN_WINDOWS.items()),
+    ]
+
+
+def ttft_burn(speed: str, burn: float, long: str, short: str, for_: str, severity: str) -> dict:
+    budget = 1 - TTFT_OBJECTIVE
+    limit = round(burn * budget, 6)
+    return rule(
+        f"GraystackTTFTBudgetBurn{speed}",
+        f"{ttft_bad_ratio(long)} > {limit} and {ttft_bad_ratio(short)} > {limit}",
+        severity,
+        f"{{{{ $labels.variant }}}} burns its TTFT error budget {burn:g}x too fast",
+        f"More than {limit:.0%} of requests over {long} and {short} waited longer than "
+        f"{DEFAULTS.max_ttft_p95:g}s for their first token (objective: {TTFT_OBJECTIVE:.0%} within it).",
+        "graystack-variants",
+        for_,
+    )
+
+
+def control_plane_rules() -> list[dict]:
+    return [
+        rule(
+            "GraystackXdsNack",
+            f"sum by (namespace, type) ({new_or_increased('graystack_xds_nacks_total', '10m')})",
+            "warning",
+            "An Envoy rejected the gateway's {{ $labels.type }} config",
+            "The proxy keeps its last good config, so the rollout's weights may not be live there; "
+            "`graystack status` names the proxy and the error.",
+            "graystack-control-plane",
+        ),
+        rule(
+            "GraystackNoConnectedProxies",
+            "sum by (namespace) (graystack_xds_connected_proxies) < 1",
+            "critical",
+            "No Envoy is connected to the gateway",
+            "No proxy receives weight changes or rollbacks.",
+            "graystack-control-plane",
+            "2m",
+        ),
+    ]
+
+
+def rules() -> dict:
+    return {
+        "groups": [
+            {"name": "graystack-rollout", "rules": rollout_rules()},
+            {"name": "graystack-control-plane", "rules": control_plane_rules()},
+        ]
+    }
+
+
+HEADER = "# Generated by `make dashboards` from graystack/observability/alerts.py: edit that, not this.\n"
+
+
+def render() -> str:
+    return HEADER + yaml.safe_dump(rules(), sort_keys=False, width=1000, allow_unicode=True)

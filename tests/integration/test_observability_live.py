@@ -1,0 +1,313 @@
+"""Every dashboard query against a real Prometheus scraping the real local stack: the gateway, Envoy, both
+model servers and their probes (graystack.local.rollout_stack). No Grafana server runs here, so the test
+does what Grafana would: it lists each template variable's values from Prometheus, substitutes them
+(`$namespace` -> its "All", `.*`: the local series have no namespace; `$rollout`, `$variant` -> the union
+of their values) and `$__rate_interval`, `$__interval`, then asks for each panel's and annotation's range.
+
+The stack is made to produce what the panels show: client traffic on both variants (half of it in the
+`high_load` header segment), prompts of several lengths, a fault in zero-layer that the controller rolls
+back, a clean retry that promotes, and a spec file the gateway refuses. Every query must parse and
+return at least one number, except where EXEMPT says why its event cannot happen here.
+
+Each /metrics endpoint must also pass `promtool check metrics`: ours strictly, Envoy's with its known
+lint (names and help text that Envoy chooses, reported, not asserted away).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from graystack.local.gateway_stack import VARIANTS
+from graystack.local.processes import wait_until
+from graystack.local.rollout_stack import RolloutStack, Traffic
+from graystack.observability import dashboards
+from graystack.observability.files import ALERTS_FILE
+from tests.integration.test_rollout_e2e import ROLLOUT  # a fault rolled back at 20 %, then a promotion
+from tests.support.processes import require_binary
+from tests.support.prometheus import PrometheusServer, start_prometheus
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+RATE_INTERVAL = "5s"  # Grafana's $__rate_interval at a 1 s scrape interval is 4 s; one more for jitter
+STEP = "1s"
+PROMPTS = ("Hi", "x" * 300, "x" * 600)  # three prompt_bucket ranges: 0-128, 129-512, 513-2048
+EXEMPT = {
+    "control-plane: NACKs by type (gateway) [A]": (
+        "needs an Envoy to reject a config; the gateway only sends configs it has checked, so the local "
+        "stack cannot make its real Envoy NACK (tests/integration/test_nack.py injects a bad resource "
+        "into an in-process gateway for that); graystack_xds_nacks_total{type} is born with its first NACK"
+    ),
+}
+# Envoy's exposition as Envoy writes it: no HELP lines, counters without `_total`, its own unit names.
+ENVOY_LINT = re.compile(
+    r'^\S+ (no help text|counter metrics should have "_total" suffix|non-counter metrics should not have '
+    r'"_total" suffix|non-histogram and non-summary metrics should not have "_count" suffix|metric names '
+    r'should not contain abbreviated units|use base unit "seconds" instead of "\w+")$'
+)
+# DESIGN.md has the model server export vLLM's gauge names for load-aware routers; promtool reserves
+# colons for recording rules.
+VLLM_NAME = re.compile(r"^vllm:\w+ metric names should not contain ':'$")
+
+
+@pytest.fixture(scope="module")
+def prometheus_binary() -> str:
+    return require_binary("prometheus", "Debian's prometheus package", provided_by="make prometheus")
+
+
+@pytest.fixture(scope="module")
+def promtool_binary() -> str:
+    return require_binary("promtool", "lints each /metrics endpoint", provided_by="make prometheus")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, envoy_binary, prometheus_binary):
+    running = RolloutStack(tmp_path_factory.mktemp("stack"), envoy_binary, ROLLOUT, error_rate=0.05)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+        for process in running.processes():
+            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+
+
+def endpoints(stack: RolloutStack) -> dict[str, str]:
+    """Prometheus job -> the URL it scrapes."""
+    found = {
+        "envoy": f"http://127.0.0.1:{stack.ports['envoy_admin']}/stats/prometheus",
+        "gateway": f"{stack.admin_url}/metrics",
+    }
+    for variant in VARIANTS:
+        found[f"server-{variant}"] = f"{stack.server_url(variant)}/metrics"
+        found[f"probe-{variant}"] = f"http://127.0.0.1:{stack.probes[variant][1]}/metrics"
+    return found
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack, tmp_path_factory, prometheus_binary):
+    targets = {
+        job: (httpx.URL(url).netloc.decode(), httpx.URL(url).path) for job, url in endpoints(stack).items()
+    }
+    workdir = tmp_path_factory.mktemp("prometheus")
+    server = start_prometheus(prometheus_binary, workdir, targets, rule_files=[ROOT / ALERTS_FILE])
+    try:
+        wait_until(lambda: len(instant(server, "up == 1")) == len(targets), 30, "every target scraped")
+        yield server
+    finally:
+        server.stop()
+        assert not server.process.alive(), f"prometheus (pid {server.process.pid}) left running"
+
+
+def instant(server: PrometheusServer, promql: str) -> list[dict]:
+    answer = server.query(promql)
+    assert answer["status"] == "success", (promql, answer)
+    return answer["data"]["result"]
+
+
+class LongPrompts:
+    """Prompts of every length in PROMPTS, straight to each model server, one round a second: TTFT per
+    prompt-length bucket needs a steady stream, as rate() needs two samples that differ."""
+
+    def __init__(self, stack: RolloutStack) -> None:
+        self.urls = [f"{stack.server_url(v)}/v1/messages" for v in VARIANTS]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LongPrompts:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self._stop.wait(1.0):
+                for url, prompt in itertools.product(self.urls, PROMPTS):
+                    message = {"role": "user", "content": prompt}
+                    client.post(url, json={"model": "tiny", "max_tokens": 4, "messages": [message]})
+
+
+@pytest.fixture(scope="module")
+def history(stack, prometheus) -> tuple[float, float]:
+    """Cause what the panels show; the (start, end) Unix times Prometheus holds it in."""
+    started = time.time()
+    with Traffic(stack.client.base_url, rate=40), LongPrompts(stack):
+        wait_until(
+            lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"],
+            60,
+            "the guard to roll the faulty zero-layer back",
+            interval=0.2,
+        )
+        stack.clear_fault(timeout=40)
+        stack.cli("retry")
+        wait_until(lambda: stack.rollout()["phase"] == "promoted", 60, "the clean retry to promote")
+    stack.write_raw_spec("name: [not a spec")
+    refused = 'graystack_spec_reloads_total{result="refused"} >= 1'
+    wait_until(lambda: instant(prometheus, refused), 30, "a scrape of the refused spec reload")
+    time.sleep(3)  # a few more scrapes, so the last rates cover the end
+    return started, time.time()
+
+
+def variable_values(server: PrometheusServer, query: str) -> list[str]:
+    """What Grafana lists for `label_values(<series>, <label>)`, from Prometheus' label API."""
+    series, label = re.fullmatch(r"label_values\((.+), (\w+)\)", query).groups()
+    answer = httpx.get(
+        f"{server.url}/api/v1/label/{label}/values", params={"match[]": series}, timeout=5
+    ).json()
+    assert answer["status"] == "success", (query, answer)
+    return answer["data"]
+
+
+def substituted(expr: str, values: dict[str, str]) -> str:
+    expr = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__interval", STEP)
+    return re.sub(r"\$(\w+)", lambda m: values.get(m.group(1), m.group(0)), expr)
+
+
+def grafana_escape(value: str) -> str:
+    """A value in a multi-value regex, escaped as Grafana's Prometheus data source does (for a string
+    literal: each regex metacharacter gets a doubled backslash)."""
+    return re.sub(r"[\\^$*+?.()|\[\]{}]", lambda m: "\\\\" + m.group(0), value)
+
+
+def grafana_values(server: PrometheusServer, board: dict) -> dict[str, str]:
+    """Each variable at "All", in order (a variable's query may use the ones before it)."""
+    values: dict[str, str] = {}
+    for variable in board["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        listed = variable_values(server, substituted(variable["query"], values))
+        union = "(" + "|".join(map(grafana_escape, listed)) + ")"
+        values[variable["name"]] = variable.get("allValue") or union
+    return values
+
+
+def range_series(server: PrometheusServer, promql: str, span: tuple[float, float]) -> list[dict]:
+    """The range query's series; AssertionError with Prometheus' message if it does not parse."""
+    params = {"query": promql, "start": span[0], "end": span[1], "step": STEP}
+    answer = httpx.get(f"{server.url}/api/v1/query_range", params=params, timeout=10).json()
+    assert answer["status"] == "success", f"{promql}: {answer.get('error')}"
+    return answer["data"]["result"]
+
+
+def numbers(series: list[dict]) -> list[float]:
+    return [float(v) for s in series for _, v in s["values"] if not math.isnan(float(v))]
+
+
+def test_the_variables_list_what_the_stack_runs(prometheus, history):
+    board = json.loads(dashboards.render("variants"))
+    by_name = {v["name"]: v["query"] for v in board["templating"]["list"] if v["type"] == "query"}
+    assert variable_values(prometheus, by_name["namespace"]) == []  # no namespace here: "All" is `.*`
+    assert variable_values(prometheus, by_name["rollout"].replace("$namespace", ".*")) == ["zero-layer"]
+    variants = by_name["variant"].replace("$namespace", ".*").replace("$rollout", "zero-layer")
+    assert sorted(variable_values(prometheus, variants)) == sorted(VARIANTS)
+
+
+@pytest.mark.parametrize("name", list(dashboards.DASHBOARDS))
+def test_every_query_parses_and_returns_data(prometheus, history, name):
+    board = json.loads(dashboards.render(name))
+    values = grafana_values(prometheus, board)
+    empty, stale = [], []
+    for where, expr in dashboards.queries(board):
+        found = numbers(range_series(prometheus, substituted(expr, values), history))
+        exempt = f"{name}: {where}" in EXEMPT
+        if not found and not exempt:
+            empty.append(f"{where}: {substituted(expr, values)}")
+        if found and exempt:
+            stale.append(where)
+    assert not empty, "panels without data:\n" + "\n".join(empty)
+    assert not stale, f"{stale} show data now: drop their EXEMPT entries"
+
+
+def test_the_panels_show_the_events_that_happened(prometheus, history):
+    """What a user came to see is there: one rollback and one promotion marked, zero-layer's injected
+    500s, TTFT in three prompt-length buckets, the erased bias layer, the refused spec."""
+    wanted = {
+        ("rollout-decisions", "annotation Rollbacks"): lambda s: len(numbers(s)) == 1,
+        ("rollout-decisions", "annotation Promotions"): lambda s: len(numbers(s)) == 1,
+        ("rollout-decisions", "Rollbacks by reason [A]"): lambda s: (
+            {x["metric"]["reason"] for x in s} == {"error_rate"}
+        ),
+        ("variants", "Error rate by code (model servers) [A]"): lambda s: (
+            {(x["metric"]["variant"], x["metric"]["code"]) for x in s if numbers([x])}
+            == {("zero-layer", "500")}
+        ),
+        ("variants", "TTFT p95 by prompt length [A]"): lambda s: (
+            {x["metric"]["prompt_bucket"] for x in s if numbers([x])} >= {"0-128", "129-512", "513-2048"}
+        ),
+        ("probes", "Weight status per pod [A]"): lambda s: (
+            {(x["metric"]["variant"], x["metric"]["status"]) for x in s}
+            == {("baseline", "ACTIVE"), ("zero-layer", "ERASED")}
+        ),
+        ("control-plane", "Spec reloads by result [A]"): lambda s: (
+            "refused" in {x["metric"]["result"] for x in s}
+        ),
+    }
+    for (name, where), holds in wanted.items():
+        board = json.loads(dashboards.render(name))
+        values = grafana_values(prometheus, board)
+        expr = dict(dashboards.queries(board))[where]
+        series = range_series(prometheus, substituted(expr, values), history)
+        assert holds(series), f"{name}: {where}: {series}"
+
+
+def lint(promtool: str, text: str) -> list[str]:
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    return [line for line in (checked.stdout + checked.stderr).splitlines() if line.strip()]
+
+
+def test_promtool_check_metrics_on_every_endpoint(stack, history, promtool_binary):
+    complaints = {
+        job: lint(promtool_binary, httpx.get(url, timeout=5).text) for job, url in endpoints(stack).items()
+    }
+    envoy = complaints.pop("envoy")
+    assert envoy, "Envoy's known lint disappeared: drop ENVOY_LINT"
+    assert [line for line in envoy if not ENVOY_LINT.match(line)] == []  # lint only, no parse error
+    print(f"Envoy /stats/prometheus: {len(envoy)} known lint complaints (Envoy's names and help text)")
+    for job, lines in complaints.items():
+        allowed = VLLM_NAME if job.startswith("server-") else None
+        assert [line for line in lines if not (allowed and allowed.match(line))] == [], job
+
+
+def alerts_seen(server: PrometheusServer, span: tuple[float, float]) -> dict[tuple[str, str], set[str]]:
+    """(alert, variant or rollout) -> the states (pending, firing) Prometheus' ALERTS series held."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for series in range_series(server, "ALERTS", span):
+        labels = series["metric"]
+        key = (labels["alertname"], labels.get("variant") or labels.get("rollout", ""))
+        seen.setdefault(key, set()).add(labels["alertstate"])
+    return seen
+
+
+def test_the_alert_rules_evaluate_on_the_live_series(prometheus, history):
+    """Prometheus evaluates every rule against the stack without error; the rollback pages, zero-layer's
+    injected 5xx put its error-rate alert in `pending` (its 5 minutes never pass here), and the pods'
+    expected weight status and the connected Envoy page nothing."""
+    rules = httpx.get(f"{prometheus.url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    health = {r["name"]: (r["health"], r.get("lastError", "")) for g in rules for r in g["rules"]}
+    assert len(health) == sum(
+        len(g["rules"]) for g in yaml.safe_load((ROOT / ALERTS_FILE).read_text())["groups"]
+    )
+    assert {name for name, (state, _) in health.items() if state != "ok"} == set(), health
+    seen = alerts_seen(prometheus, history)
+    assert seen[("GraystackRolloutRolledBack", "zero-layer")] == {"firing"}
+    assert "pending" in seen[("GraystackVariantErrorRateHigh", "zero-layer")]
+    assert not {
+        key
+        for key in seen
+        if key[0] in {"GraystackZeroLayerWeightStatusUnexpected", "GraystackNoConnectedProxies"}
+    }

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from graystack.local.processes import wait_until
+from graystack.local.prometheus import ALERT_RULES
 from graystack.local.rollout_stack import Traffic
 
 pytestmark = pytest.mark.integration
@@ -140,6 +141,9 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
             "probe-baseline",
             "probe-zero-layer",
         }
+        rules = httpx.get(f"{state['prometheus_url']}/api/v1/rules", timeout=5).json()["data"]["groups"]
+        loaded = {rule["name"] for group in rules for rule in group["rules"]}
+        assert ("GraystackRolloutRolledBack" in loaded) == ALERT_RULES.exists()
 
     injected = graystack(env, "fault", "zero-layer", "--error-rate", "0.5")
     assert injected.returncode == 0, injected.stderr

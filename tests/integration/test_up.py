@@ -127,7 +127,7 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
         text=True,
         env={**env, "COLUMNS": "160"},
     )
-    time.sleep(8)  # a few frames; then leave it as an operator does
+    time.sleep(10)  # a few frames; then leave it as an operator does
     watch.send_signal(signal.SIGINT)
     view, errors = watch.communicate(timeout=30)
     assert watch.returncode == 0, errors
@@ -163,6 +163,13 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
     status = json.loads(graystack(env, "status", "--json").stdout)
     assert status["routing"]["weights"] == {"baseline": 100, "zero-layer": 0}
     assert {code for code, _ in traffic.answers} == {200}, traffic.answers  # the fallback hid every fault
+    again = graystack(env, "rollback")
+    assert again.returncode == 1
+    assert "rollback ignored: already rolled back" in again.stderr
+    assert graystack(env, "fault", "zero-layer", "--clear").returncode == 0
+    retried = graystack(env, "retry")
+    assert retried.returncode == 0, retried.stderr
+    assert "retry: rollout now at manual" in retried.stdout
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0

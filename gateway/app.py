@@ -15,18 +15,21 @@ import contextlib
 import ipaddress
 import logging
 import signal
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
 
 from gateway.admin.api import create_admin_app
+from gateway.envoy.resources import EndpointMap
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
 from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
 from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.service import Gateway
+from gateway.sources.endpoints import static_endpoints
 from gateway.sources.spec_file import SpecFileWatcher, read_spec
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer, start_server
@@ -93,9 +96,9 @@ class GatewayProcess:
                 "set --admin-token (GRAYSTACK_ADMIN_TOKEN) or bind to 127.0.0.1"
             )
         self.options = options
-        spec, digest = read_spec(options.spec)  # no last good spec yet: a bad one stops here
+        spec, digest = self._initial_spec()  # no last good spec yet: a bad one stops here
         self.cache = SnapshotCache()
-        self.gateway = Gateway(self.cache, options.spec)
+        self.gateway = Gateway(self.cache, options.spec, self._endpoints_source())
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
             raise SpecError(self.gateway.last_error["message"])
@@ -124,18 +127,28 @@ class GatewayProcess:
             )
         )
         self._tasks: list[asyncio.Task] = []
+        self._admin_task: asyncio.Task | None = None
         self._grpc = None
+
+    # -- what a mode replaces (gateway/kubernetes: the spec's ConfigMap, EndpointSlices, the Lease) --
+
+    def _initial_spec(self) -> tuple[RolloutSpec, str]:
+        return read_spec(self.options.spec)
+
+    def _endpoints_source(self) -> Callable[[RolloutSpec], EndpointMap]:
+        return static_endpoints
+
+    def _background(self) -> list[Coroutine]:
+        """What runs beside the admin API: the spec watcher and the rollout controller."""
+        return [self._watcher.run(), self.controller.run()]
 
     async def start(self) -> None:
         self._grpc = await start_server(self.ads, self.options.xds_host, self.options.xds_port)
-        self._tasks = [
-            asyncio.create_task(self._watcher.run()),
-            asyncio.create_task(self.admin.serve()),
-            asyncio.create_task(self.controller.run()),
-        ]
+        self._admin_task = asyncio.create_task(self.admin.serve())
+        self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self._background())]
         while not self.admin.started:
-            if self._tasks[1].done():
-                self._tasks[1].result()
+            if self._admin_task.done():
+                self._admin_task.result()
                 raise OSError(
                     f"admin API did not start on {self.options.admin_host}:{self.options.admin_port}"
                 )
@@ -152,12 +165,12 @@ class GatewayProcess:
 
     async def wait(self) -> None:
         """Until the admin server exits (stop() or a signal)."""
-        await self._tasks[1]
+        await self._admin_task
 
     async def stop(self) -> None:
         self.admin.should_exit = True
         for task in self._tasks:
-            if task is not self._tasks[1]:
+            if task is not self._admin_task:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._grpc is not None:
@@ -166,7 +179,11 @@ class GatewayProcess:
 
 
 async def run_gateway(options: GatewayOptions) -> None:
-    process = GatewayProcess(options)
+    await serve_until_signalled(GatewayProcess(options))
+
+
+async def serve_until_signalled(process: GatewayProcess) -> None:
+    """Start `process`, serve until SIGINT/SIGTERM, stop it."""
     await process.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

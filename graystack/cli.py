@@ -158,6 +158,96 @@ def _find_admin_url(ctx: click.Context, param: click.Parameter, value: str | Non
     return stack["admin_url"] if stack else DEFAULT_ADMIN_URL
 
 
+kube_namespace_option = click.option(
+    "--namespace",
+    default="default",
+    envvar="GRAYSTACK_NAMESPACE",
+    show_envvar=True,
+    help="Kubernetes namespace",
+)
+kubeconfig_option = click.option(
+    "--kubeconfig",
+    default=None,
+    envvar="KUBECONFIG",
+    show_envvar=True,
+    help="kubeconfig file [default: ~/.kube/config; in a pod: its service account]",
+)
+kube_context_option = click.option("--context", "kube_context", default=None, help="kubeconfig context")
+
+
+@main.command("kube-gateway")
+@click.option("--namespace", required=True, envvar="GRAYSTACK_NAMESPACE", show_envvar=True)
+@click.option("--spec-configmap", required=True, envvar="GRAYSTACK_SPEC_CONFIGMAP", show_envvar=True)
+@click.option("--state-configmap", required=True, envvar="GRAYSTACK_STATE_CONFIGMAP", show_envvar=True)
+@click.option("--lease", required=True, envvar="GRAYSTACK_LEASE", show_envvar=True, help="the leader's Lease")
+@click.option(
+    "--identity", required=True, envvar="GRAYSTACK_IDENTITY", show_envvar=True, help="this replica (pod name)"
+)
+@click.option("--lease-seconds", default=15.0, envvar="GRAYSTACK_LEASE_SECONDS", show_envvar=True)
+@click.option("--resync-seconds", default=300.0, envvar="GRAYSTACK_RESYNC_SECONDS", show_envvar=True)
+@click.option(
+    "--state-file",
+    type=click.Path(path_type=Path),
+    default=Path("/var/lib/graystack/rollout-state.json"),
+    envvar="GRAYSTACK_STATE_FILE",
+    show_envvar=True,
+    help="the controller's local copy of the state (the cluster's copy is the state ConfigMap)",
+)
+@click.option("--xds-host", default="127.0.0.1", envvar="GRAYSTACK_XDS_HOST", show_envvar=True)
+@click.option("--xds-port", default=18000, envvar="GRAYSTACK_XDS_PORT", show_envvar=True)
+@click.option("--admin-host", default="127.0.0.1", envvar="GRAYSTACK_ADMIN_HOST", show_envvar=True)
+@click.option("--admin-port", default=9000, envvar="GRAYSTACK_ADMIN_PORT", show_envvar=True)
+@click.option("--admin-token", default=None, envvar="GRAYSTACK_ADMIN_TOKEN", show_envvar=True)
+@kubeconfig_option
+@log_level_option
+def kube_gateway(
+    namespace: str,
+    spec_configmap: str,
+    state_configmap: str,
+    lease: str,
+    identity: str,
+    lease_seconds: float,
+    resync_seconds: float,
+    state_file: Path,
+    xds_host: str,
+    xds_port: int,
+    admin_host: str,
+    admin_port: int,
+    admin_token: str | None,
+    kubeconfig: str | None,
+    log_level: str,
+) -> None:
+    """Run the gateway in Kubernetes mode: spec from its ConfigMap, pods from EndpointSlices, state in
+    a ConfigMap, leader election on a Lease (every replica serves xDS; the leader drives the rollout)."""
+    from gateway.kubernetes.process import KubernetesOptions, gateway_options, run_kube_gateway
+    from gateway.rollout.spec import SpecError
+
+    _configure_logging(log_level)
+    kube = KubernetesOptions(
+        namespace,
+        spec_configmap,
+        state_configmap,
+        lease,
+        identity,
+        kubeconfig=kubeconfig,
+        lease_seconds=lease_seconds,
+        resync_seconds=resync_seconds,
+    )
+    options = gateway_options(
+        kube,
+        state_file,
+        xds_host=xds_host,
+        xds_port=xds_port,
+        admin_host=admin_host,
+        admin_port=admin_port,
+        admin_token=admin_token,
+    )
+    try:
+        asyncio.run(run_kube_gateway(options, kube))
+    except SpecError as error:
+        raise click.ClickException(str(error)) from None
+
+
 admin_url = click.option(
     "--admin-url",
     default=None,
@@ -186,11 +276,33 @@ def _parse_assignments(assignments: tuple[str, ...]) -> dict[str, int]:
 @admin_url
 @admin_token
 @as_json
+@click.option(
+    "--configmap",
+    default=None,
+    envvar="GRAYSTACK_SPEC_CONFIGMAP",
+    show_envvar=True,
+    help="in a cluster: write the flip into this spec ConfigMap (through the kubeconfig) instead of "
+    "calling the admin API; every gateway replica applies it",
+)
+@kube_namespace_option
+@kubeconfig_option
+@kube_context_option
 def weight(
-    assignments: tuple[str, ...], segment: str | None, admin_url: str, token: str | None, as_json: bool
+    assignments: tuple[str, ...],
+    segment: str | None,
+    admin_url: str,
+    token: str | None,
+    as_json: bool,
+    configmap: str | None,
+    namespace: str,
+    kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """Flip traffic: `graystack weight zero-layer=20` (the other variant takes the rest)."""
     weights = _parse_assignments(assignments)
+    if configmap is not None:
+        _weight_in_cluster(weights, segment, configmap, namespace, kubeconfig, kube_context, as_json)
+        return
     try:
         with AdminClient(admin_url, token) as client:
             result = client.set_weights(weights, segment)
@@ -212,6 +324,42 @@ def weight(
     else:
         click.echo(f"{where}: {shares} (NOT yet ACKed by every proxy; see `graystack status`)")
         sys.exit(3)
+
+
+def _weight_in_cluster(
+    weights: dict[str, int],
+    segment: str | None,
+    configmap: str,
+    namespace: str,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    as_json: bool,
+) -> None:
+    from gateway.kubernetes.api import api_client
+    from gateway.kubernetes.weight import flip_configmap
+    from gateway.rollout.spec import SpecError
+
+    try:
+        with api_client(kubeconfig, kube_context) as api:
+            spec = flip_configmap(api, namespace, configmap, weights, segment)
+    except SpecError as error:
+        raise click.ClickException(str(error)) from None
+    except Exception as error:  # the API server's answer (403, 404...) or an unreachable cluster
+        raise click.ClickException(f"configmap/{namespace}/{configmap}: {error}") from None
+    routing = spec.routing
+    split = (
+        routing.weights if segment is None else next(r.weights for r in routing.rules if r.value == segment)
+    )
+    if as_json:
+        click.echo(
+            json.dumps({"configmap": configmap, "namespace": namespace, "segment": segment, "weights": split})
+        )
+        return
+    where = "default split" if segment is None else f"{routing.header}: {segment}"
+    shares = "  ".join(f"{v} {w}%" for v, w in sorted(split.items()))
+    click.echo(
+        f"{where}: {shares} (written to configmap/{namespace}/{configmap}; every gateway replica applies it)"
+    )
 
 
 @main.command()

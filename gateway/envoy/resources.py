@@ -108,6 +108,9 @@ def _circuit_breakers() -> circuit_breaker_pb2.CircuitBreakers:
 def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluster:
     """An EDS cluster per variant, health-checked on the server's readiness path.
 
+    `ignore_health_on_host_removal`: a pod that left the endpoints (a terminating pod, a scale-down) is
+    dropped at once, not kept for as long as it still passes Envoy's own health checks.
+
     Variants other than the fallback get no panic routing: with one host per variant, panic would
     keep sending traffic to an ejected host; without it the aggregate cluster moves that traffic to
     the fallback. The fallback itself keeps Envoy's panic default so it is never black-holed by its
@@ -131,6 +134,7 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
             )
         ],
         circuit_breakers=_circuit_breakers(),
+        ignore_health_on_host_removal=True,
     )
     od = spec.outlier_detection
     if od is not None:

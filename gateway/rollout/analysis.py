@@ -54,16 +54,14 @@ def _error_check(name: str, threshold: float, reason: str) -> Check:
     return Check(name, Verdict.ERROR, None, 0, None, threshold, reason)
 
 
+CHECK_NAMES = ("error_rate", "latency_ratio", "ttft_p95", "weight_status")
+
+
 def analyse(spec: Analysis, seen: Observations, candidate: str, baseline: str) -> list[Check]:
     """The error-rate, latency-ratio, TTFT and weight-status checks for `candidate`."""
-    checks = (
-        ("error_rate", spec.max_error_rate),
-        ("latency_ratio", spec.max_latency_ratio),
-        ("ttft_p95", spec.max_ttft_p95),
-        ("weight_status", 0.0),
-    )
+    thresholds = (spec.max_error_rate, spec.max_latency_ratio, spec.max_ttft_p95, 0.0)
     if seen.error is not None:
-        return [_error_check(name, threshold, seen.error) for name, threshold in checks]
+        return [_error_check(n, t, seen.error) for n, t in zip(CHECK_NAMES, thresholds, strict=True)]
     ours, theirs = seen.variants.get(candidate), seen.variants.get(baseline)
     return [
         _error_rate(spec, ours),

@@ -42,7 +42,7 @@ from typing import Protocol
 
 from gateway.metrics.provider import MetricsProvider
 from gateway.rollout import metrics
-from gateway.rollout.analysis import Check, analyse
+from gateway.rollout.analysis import CHECK_NAMES, Check, analyse
 from gateway.rollout.machine import (
     ADVANCING,
     Alert,
@@ -160,7 +160,7 @@ class RolloutController:
         now = self._clock()
         saved = load_state(self.state_path)
         state = saved if saved is not None else initial_state(self.spec, now)
-        metrics.zero_rollout_series(self.spec.name)
+        metrics.zero_rollout_series(self.spec.name, CHECK_NAMES, [v.value for v in Verdict])
         log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
         self.state = state
         self._step(self.spec, None, None, now, force_save=saved is None)

@@ -10,6 +10,9 @@ Counters whose labels are known up front are created at 0 (`zero_rollout_series`
 Prometheus' increase() sees their first event: a series born at 1 is invisible to it.
 """
 
+import itertools
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
 
 ROLLOUT_WEIGHT = Gauge(
@@ -72,9 +75,11 @@ ALERTS = Counter(
 ROLLBACK_REASONS = ("error_rate", "latency_ratio", "ttft_p95", "weight_status", "operator", "metrics_error")
 
 
-def zero_rollout_series(rollout: str) -> None:
+def zero_rollout_series(rollout: str, checks: Iterable[str], verdicts: Iterable[str]) -> None:
     """Create the rollout's counters at 0 for every label value they can take."""
     for reason in ROLLBACK_REASONS:
         ROLLBACKS.labels(rollout, reason)
+    for check, verdict in itertools.product(checks, verdicts):
+        ANALYSIS_CHECKS.labels(rollout, check, verdict)
     ALERTS.labels(rollout)
     ROLLBACK_SECONDS.labels(rollout)

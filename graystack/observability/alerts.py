@@ -4,9 +4,8 @@ Thresholds are the rollout analysis' defaults (gateway/rollout/spec.py `Analysis
 the rollback guard would call a failure. tests/promtool/alerts_test.yml shows each alert firing and
 staying quiet; the README says what to do about each.
 
-Counters whose series are born with their first event (`graystack_xds_nacks_total{type}` is created by
-the first NACK of its type) are read with `new_or_increased`: `increase()` cannot see the step from
-"no series" to 1, so the first NACK would otherwise never page.
+The gateway creates `graystack_xds_nacks_total{type}` at 0 for every type (gateway/xds/metrics.py
+`zero_counters`), so `increase()` sees the first NACK of a type: a series born at 1 would be invisible.
 """
 
 from __future__ import annotations
@@ -27,10 +26,6 @@ BURN_WINDOWS = {"Fast": (14.4, "1h", "5m", "2m", "critical"), "Slow": (6.0, "6h"
 
 def dashboard(uid: str) -> str:
     return f"/d/{uid}"
-
-
-def new_or_increased(counter: str, window: str) -> str:
-    return f"(increase({counter}[{window}]) > 0 or ({counter} unless {counter} offset {window}))"
 
 
 def ttft_bad_ratio(window: str) -> str:
@@ -120,7 +115,7 @@ def control_plane_rules() -> list[dict]:
     return [
         rule(
             "GraystackXdsNack",
-            f"sum by (namespace, type) ({new_or_increased('graystack_xds_nacks_total', '10m')})",
+            "sum by (namespace, type) (increase(graystack_xds_nacks_total[10m])) > 0",
             "warning",
             "An Envoy rejected the gateway's {{ $labels.type }} config",
             "The proxy keeps its last good config, so the rollout's weights may not be live there; "

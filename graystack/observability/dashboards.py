@@ -16,13 +16,15 @@ from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, tab
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
 from graystack.observability.promql import (
-    CLUSTER,
     NAMESPACE,
     RATE,
     ROLLOUT,
     ROUTE_CLUSTER,
+    SERVER_VARIANT,
+    SHADOW_CLUSTER,
     VARIANT,
     quantile,
     rate,
@@ -136,19 +138,22 @@ def rollout_decisions() -> gd.Dashboard:
     board = base(
         "graystack-rollout-decisions",
         "graystack / Rollout decisions",
-        "Why a rollout moved: its weights and phase, each analysis check against its threshold, "
-        "the verdicts, and how fast every Envoy ACKed the change.",
+        "Why a rollout moved: its weights per segment and phase, each analysis check against its "
+        "threshold, the verdicts and their samples, and how fast every Envoy ACKed the change.",
     )
     board.annotation(phase_change("rolled_back", "Rollbacks", "red"))
     board.annotation(phase_change("promoted", "Promotions", "green"))
     board.with_row(gd.Row("Where the traffic goes"))
     board.with_panel(
         graph(
-            "Default-split weight per variant",
+            "Weight per segment and variant",
             "percent",
-            "Percent of the default split sent to each variant (header segments follow the rollout's "
-            "steps too; a rollback sends every segment to the baseline).",
-            query(f'graystack_rollout_weight{{{ROLLOUT}, variant=~"$variant"}}', "{{rollout}} {{variant}}"),
+            "Percent of each segment's traffic sent to each variant: `default` is the default split, "
+            "the others are header segments (a rollback sends every segment to the baseline).",
+            query(
+                f'graystack_rollout_segment_weight{{{ROLLOUT}, variant=~"$variant"}}',
+                "{{rollout}} {{segment}} {{variant}}",
+            ),
         )
     )
     phase = (
@@ -189,14 +194,12 @@ def rollout_decisions() -> gd.Dashboard:
     )
     board.with_panel(
         graph(
-            "Samples: upstream attempts per variant, last minute",
+            "Samples per check",
             "short",
-            "Attempts Envoy sent to each variant's cluster: the requests the error-rate and latency "
-            "checks count (over the analysis window, not this minute).",
-            query(
-                f"sum by (envoy_cluster_name) (increase(envoy_cluster_upstream_rq_total{{{CLUSTER}}}[1m]))",
-                "{{envoy_cluster_name}}",
-            ),
+            "What each check judged in the last analysis: the candidate's requests over the window "
+            "(shadow copies included) for the request checks, probes for weight_status; under the "
+            "minimum, the verdict is inconclusive.",
+            query(f"graystack_analysis_check_samples{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
         )
     )
     board.with_row(gd.Row("Rollbacks and Envoy's ACKs"))
@@ -205,7 +208,8 @@ def rollout_decisions() -> gd.Dashboard:
         .show_header(True)
         .title("Rollbacks by reason")
         .description(
-            "Rollbacks since the gateway started, by reason: the first failing check, operator, metrics_error."
+            "Rollbacks since the gateway started, by reason (every reason listed, 0 until it happens): "
+            "the first failing check, operator, metrics_error."
         )
     )
     reasons = query(f"sum by (rollout, reason) (graystack_rollout_rollbacks_total{{{ROLLOUT}}})").instant()
@@ -230,13 +234,12 @@ def rollout_decisions() -> gd.Dashboard:
     )
     board.with_panel(
         graph(
-            "xDS convergence: pushes and ACKs per second, ACK latency",
+            "Envoy ACK convergence: converged vs connected proxies",
             "short",
-            "ACKs keeping pace with pushes means every Envoy runs the config the controller chose; "
-            "ACK latency is per DiscoveryResponse.",
-            query(rate("graystack_xds_pushes_total", NAMESPACE, "namespace"), "pushes/s"),
-            query(rate("graystack_xds_ack_seconds_count", NAMESPACE, "namespace"), "ACKs/s"),
-            query(quantile(0.99, "graystack_xds_ack_seconds", NAMESPACE, "namespace"), "ACK p99 (s)"),
+            "Connected proxies, and those that ACKed the latest version of every type: a gap that "
+            "stays open is a proxy not running the config the controller chose.",
+            query(f"sum by (namespace) (graystack_xds_connected_proxies{{{NAMESPACE}}})", "connected"),
+            query(f"sum by (namespace) (graystack_xds_converged_proxies{{{NAMESPACE}}})", "converged"),
         ).span(8)
     )
     board.with_panel(
@@ -258,7 +261,7 @@ def variants_side_by_side() -> gd.Dashboard:
         "graystack-variants",
         "graystack / Variants side by side",
         "Baseline and zero-layer on the same axes: latency, TTFT against prompt length, errors, "
-        "throughput, queues, skipped bias work, KV-cache memory.",
+        "shadow copies, throughput, queues, skipped bias work, memory.",
     )
     board.with_row(gd.Row("Latency"))
     board.with_panel(
@@ -329,6 +332,18 @@ def variants_side_by_side() -> gd.Dashboard:
     )
     board.with_panel(
         graph(
+            "Shadow copies (Envoy)",
+            "reqps",
+            "Mirrored copies of clients' requests that a shadow phase sends to `<variant>-shadow`, by "
+            "response code: no client sees them, the rollout's checks count them as the variant's.",
+            query(
+                rate("envoy_cluster_upstream_rq", SHADOW_CLUSTER, "envoy_cluster_name, envoy_response_code"),
+                "{{envoy_cluster_name}} {{envoy_response_code}}",
+            ),
+        )
+    )
+    board.with_panel(
+        graph(
             "Requests per second",
             "reqps",
             "Answers per second from each variant's pods (probes' synthetic requests included).",
@@ -367,14 +382,24 @@ def variants_side_by_side() -> gd.Dashboard:
             ),
         )
     )
+    kv_cache = [
+        DynamicConfigValue(id_val="unit", value="percentunit"),
+        DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+    ]
     board.with_panel(
         graph(
-            "Memory: KV-cache usage",
-            "percentunit",
-            "Cached tokens over the engine's capacity (vLLM's name, which load-aware routers read): the "
-            "memory that grows with load and context.",
-            query(f"sum by (variant) (vllm:kv_cache_usage_perc{{{VARIANT}}})", "{{variant}}"),
-        )
+            "Memory: process RSS and KV-cache usage",
+            "bytes",
+            "Each model server's resident memory (left axis; its process_* series carry no variant, "
+            "so its pod's graystack_model_info names it) and the share of the KV cache in use (right "
+            "axis, vLLM's name, which load-aware routers read): the memory that grows with load and "
+            "context.",
+            query(
+                f"process_resident_memory_bytes{{{NAMESPACE}}} * {SERVER_VARIANT}",
+                "{{variant}} {{instance}} RSS",
+            ),
+            query(f"sum by (variant) (vllm:kv_cache_usage_perc{{{VARIANT}}})", "{{variant}} KV cache"),
+        ).override_by_query("B", kv_cache)
     )
     served = (
         table.Panel()
@@ -454,12 +479,18 @@ def control_plane() -> gd.Dashboard:
     )
     connected = (
         stat.Panel()
-        .title("Connected proxies")
+        .title("Connected and converged proxies")
         .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]))
-        .description("ADS streams open from Envoy proxies now; 0 means no proxy gets any change.")
+        .description(
+            "ADS streams open from Envoy proxies now (0: no proxy gets any change), and how many of "
+            "them ACKed the latest version of every type."
+        )
     )
-    proxies = query(f"sum(graystack_xds_connected_proxies{{{NAMESPACE}}})")
-    board.with_panel(with_queries(connected, proxies).span(6).height(8))
+    proxies = [
+        query(f"sum(graystack_xds_{state}_proxies{{{NAMESPACE}}})", state)
+        for state in ("connected", "converged")
+    ]
+    board.with_panel(with_queries(connected, *proxies).span(6).height(8))
     board.with_panel(
         graph(
             "Envoy: connected to the control plane",

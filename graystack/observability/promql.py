@@ -12,9 +12,15 @@ ROLLOUT = f'{NAMESPACE}, rollout=~"$rollout"'
 VARIANT = f'{NAMESPACE}, variant=~"$variant"'
 # Envoy names a cluster after its variant; the route names `<variant>-with-fallback` when a failed
 # attempt may retry on the fallback variant (gateway/envoy/names.py).
-CLUSTER = f'{NAMESPACE}, envoy_cluster_name=~"$variant"'
 ROUTE_CLUSTER = f'{NAMESPACE}, envoy_cluster_name=~"($variant)(-with-fallback)?"'
+# Mirrored copies of a shadow phase go to `<variant>-shadow`, never to the variant's own cluster.
+SHADOW_CLUSTER = f'{NAMESPACE}, envoy_cluster_name=~"($variant)-shadow"'
 RATE = "$__rate_interval"
+# The model servers' process_* series carry no `variant`: their pod's graystack_model_info names it.
+SERVER_VARIANT = (
+    "on (namespace, job, instance) group_left (variant) "
+    f"group by (namespace, job, instance, variant) (graystack_model_info{{{VARIANT}}})"
+)
 
 
 def quantile(q: float, histogram: str, selector: str, by: str, window: str = RATE) -> str:

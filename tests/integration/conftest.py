@@ -4,7 +4,10 @@ upstreams) on free loopback ports, and stop every one of them by PID."""
 import pytest
 
 from graystack.local.gateway_stack import GatewayStack
+from graystack.local.rollout_stack import RolloutStack
+from loadtests.launch import LOCAL_ANALYSIS
 from tests.support.processes import require_binary
+from tests.support.stacks import running
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +24,10 @@ def stack(tmp_path, envoy_binary):
         running.stop()
         for process in [running.envoy, running.gateway, *running.upstreams.values()]:
             assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+
+
+@pytest.fixture
+def rollout_stack(tmp_path, envoy_binary):
+    """Real model servers for both variants, probes, the gateway and Envoy, with the local soak's loose
+    rollback guard (loadtests.launch.LOCAL_ANALYSIS)."""
+    yield from running(RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS))

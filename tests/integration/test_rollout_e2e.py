@@ -20,6 +20,7 @@ from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import SEGMENT, RolloutStack, Traffic
 from tests.support.processes import require_binary
 from tests.support.prometheus import start_prometheus
+from tests.support.stacks import running
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +47,6 @@ SHADOW_ROLLOUT = ROLLOUT | {"strategy": {"shadow": SHADOW, "steps": [{"weight": 
 def faulty(tmp_path, envoy_binary, rollout: dict) -> RolloutStack:
     """A RolloutStack whose zero-layer fails 5 % of its requests from the start."""
     return RolloutStack(tmp_path, envoy_binary, rollout, error_rate=0.05)
-
-
-def running(stack: RolloutStack):
-    try:
-        yield stack.start()
-    finally:
-        stack.stop()
-        for process in stack.processes():
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
 
 
 @pytest.fixture

@@ -34,3 +34,22 @@ def test_a_segment_splits_by_its_own_weights(stack):
     assert_split(stack, 1000, 0.20, {"X-Client-Type": "mobile"})
     # The default split (100/0 in the spec) is untouched by the segment's.
     assert stack.variant_counts(100) == {"baseline": 100, "zero-layer": 0}
+
+
+def test_an_endpoint_that_leaves_a_variant_stops_taking_its_traffic_though_still_healthy(stack):
+    """A scale-down or a terminating pod: the endpoint leaves EDS while it still answers its health
+    checks. Envoy would keep sending it traffic until it failed them, unless told otherwise
+    (`ignore_health_on_host_removal`). The baseline's stand-in lends its address to zero-layer here, so
+    its answers show where the removed endpoint's traffic went."""
+    spec = stack.spec
+    zero_layer, baseline = (f"127.0.0.1:{stack.ports[v]}" for v in ("zero-layer", "baseline"))
+    spec["variants"]["zero-layer"]["endpoints"] = [zero_layer, baseline]
+    generation = stack.status()["generation"]
+    stack.write_spec(spec)
+    stack.wait_converged(generation_above=generation)
+    assert stack.variant_counts(40, {"X-Client-Type": "high_load"})["baseline"] > 0  # both hosts serve it
+    spec["variants"]["zero-layer"]["endpoints"] = [zero_layer]
+    generation = stack.status()["generation"]
+    stack.write_spec(spec)
+    stack.wait_converged(generation_above=generation)
+    assert stack.variant_counts(100, {"X-Client-Type": "high_load"}) == {"baseline": 0, "zero-layer": 100}

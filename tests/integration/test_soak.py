@@ -20,8 +20,7 @@ import os
 import pytest
 
 from graystack.local.processes import free_port, start_process, wait_until
-from graystack.local.rollout_stack import RolloutStack
-from loadtests.launch import LOCAL_ANALYSIS, LOCAL_MIX, Flipper, locust_command, wait_for
+from loadtests.launch import LOCAL_MIX, Flipper, locust_command, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,18 +38,10 @@ CI_MIX = {
 }
 
 
-@pytest.fixture
-def stack(tmp_path, envoy_binary):
-    running = RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        for process in running.processes():
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
-
-
-def test_a_minute_of_streaming_users_across_weight_flips_fails_nothing_and_holds_every_split(stack, tmp_path):
+def test_a_minute_of_streaming_users_across_weight_flips_fails_nothing_and_holds_every_split(
+    rollout_stack, tmp_path
+):
+    stack = rollout_stack
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     flipper = Flipper(stack.admin_url, FLIP_EVERY, FLIPS)

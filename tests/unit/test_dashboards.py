@@ -24,7 +24,7 @@ from inference.server.metrics import TTFT_BUCKETS, ServerMetrics
 from probes.metrics import ProbeMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILY = re.compile(r"\b(?:graystack_\w+|vllm:\w+)")
+FAMILY = re.compile(r"\b(?:graystack_\w+|vllm:\w+|process_\w+)")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 

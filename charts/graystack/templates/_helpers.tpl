@@ -1,0 +1,90 @@
+{{/* Names, labels and the pieces every workload shares. */}}
+
+{{- define "graystack.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "graystack.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's name: fullname-component, within the 63 characters a Service name allows. */}}
+{{- define "graystack.componentName" -}}
+{{- printf "%s-%s" (include "graystack.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "graystack.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "graystack.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "graystack.labels" -}}
+{{ include "graystack.selectorLabels" . }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: graystack
+{{- end -}}
+
+{{- define "graystack.image" -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{- define "graystack.specConfigMap" -}}{{ include "graystack.componentName" (dict "root" . "component" "spec") }}{{- end -}}
+{{- define "graystack.stateConfigMap" -}}{{ include "graystack.componentName" (dict "root" . "component" "rollout-state") }}{{- end -}}
+{{- define "graystack.lease" -}}{{ include "graystack.componentName" (dict "root" . "component" "gateway-leader") }}{{- end -}}
+{{- define "graystack.adminSecret" -}}{{ include "graystack.componentName" (dict "root" . "component" "admin-token") }}{{- end -}}
+
+{{/* The pod-level parts every workload shares. */}}
+{{- define "graystack.podCommon" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The rollout spec the gateway watches: the values' `rollout`, with variants from `variants`. */}}
+{{- define "graystack.spec" -}}
+{{- $variants := dict -}}
+{{- range $name, $v := .Values.variants -}}
+{{- if $v.enabled -}}
+{{- $_ := set $variants $name (dict "service" (include "graystack.componentName" (dict "root" $ "component" $name)) "port" (int $v.server.port)) -}}
+{{- end -}}
+{{- end -}}
+{{- $spec := deepCopy .Values.rollout -}}
+{{- $_ := set $spec "variants" $variants -}}
+{{- if .Values.helmTest.enabled -}}
+{{- $routing := deepCopy $spec.routing -}}
+{{- $rules := default (list) $routing.rules -}}
+{{- range $name, $v := $variants -}}
+{{- $rules = append $rules (dict "value" (printf "graystack-test-%s" $name) "variant" $name) -}}
+{{- end -}}
+{{- $_ := set $routing "rules" $rules -}}
+{{- $_ := set $spec "routing" $routing -}}
+{{- end -}}
+{{- toYaml $spec -}}
+{{- end -}}

@@ -1,0 +1,299 @@
+"""Kubernetes mode end to end: the gateway (in this process) with the official `kubernetes` client, the real
+Envoy and stand-in upstreams on loopback.
+
+No real Kubernetes API server can run here (no kind, k3s or envtest binaries, no Docker), so the cluster is
+tests/support/kube_api.py: a local double that speaks the API server's list/watch JSON protocol over HTTP
+on 127.0.0.1 (chunked watch streams, resourceVersions, 409 on a stale write, the 410 Gone ERROR event
+after compaction). What a user would see is checked where they would see it: the split of real requests
+through Envoy, the Events, the Lease and the state ConfigMap as `kubectl get` would show them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
+from gateway.envoy.resources import ListenerAddress
+from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
+from gateway.kubernetes.state import decode_state, state_text
+from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from tests.support.kube_api import FakeApiServer
+
+NS = "llm"
+VARIANTS = ("baseline", "zero-layer")
+SPEC_CM, STATE_CM, LEASE = "gs-spec", "gs-rollout-state", "gs-gateway-leader"
+
+
+def spec_configmap(spec: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": SPEC_CM, "namespace": NS},
+        "data": {"spec.yaml": yaml.safe_dump(spec)},
+    }
+
+
+def endpoint_slice(variant: str, port: int, ready: bool = True) -> dict:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"gs-{variant}-x7k2p",
+            "namespace": NS,
+            "labels": {"kubernetes.io/service-name": f"gs-{variant}"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": ready}}],
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+    }
+
+
+class Cluster:
+    """The double with the chart's objects in it, the stand-in pods, and Envoys and gateways on demand."""
+
+    def __init__(self, tmp_path: Path, envoy_binary: str) -> None:
+        self.tmp_path = tmp_path
+        self.envoy_binary = envoy_binary
+        self.logs = tmp_path / "logs"
+        self.api = FakeApiServer().start()
+        self.kubeconfig = self.api.write_kubeconfig(tmp_path / "kubeconfig", NS)
+        self.ports = {variant: free_port() for variant in VARIANTS}
+        self.processes: list[ManagedProcess] = []
+        self.gateways: list[KubernetesGatewayProcess] = []
+        for variant in VARIANTS:
+            argv = [sys.executable, "-m", "graystack.local.standin", "--name", variant]
+            self.processes.append(
+                start_process(variant, [*argv, "--port", str(self.ports[variant])], self.logs)
+            )
+        for variant in VARIANTS:
+            url = f"http://127.0.0.1:{self.ports[variant]}/readyz"
+            wait_until(lambda u=url: httpx.get(u, timeout=2).status_code == 200, 15, f"{variant} stand-in")
+            self.api.put(endpoint_slice(variant, self.ports[variant]))
+        self.api.put(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STATE_CM, "namespace": NS}}
+        )
+
+    def spec(self, weights: dict[str, int], strategy: dict | None = None) -> dict:
+        spec = {
+            "name": "zero-layer",
+            "variants": {v: {"service": f"gs-{v}", "port": self.ports[v]} for v in VARIANTS},
+            "routing": {"header": "X-Client-Type", "weights": weights},
+            "timeouts": {"request": "10s", "first_byte": "2s"},
+            "retries": {"on": "5xx,reset,connect-failure", "attempts": 1, "fallback": "baseline"},
+            "health_check": {"interval": "1s"},
+        }
+        return spec | ({"strategy": strategy} if strategy else {})
+
+    async def gateway(self, identity: str) -> KubernetesGatewayProcess:
+        kube = KubernetesOptions(
+            NS, SPEC_CM, STATE_CM, LEASE, identity, kubeconfig=str(self.kubeconfig), lease_seconds=2.0
+        )
+        options = gateway_options(
+            kube, self.tmp_path / f"{identity}.state.json", xds_port=free_port(), admin_port=free_port()
+        )
+        gateway = KubernetesGatewayProcess(options, kube)
+        await gateway.start()
+        self.gateways.append(gateway)
+        return gateway
+
+    def envoy(self, gateway: KubernetesGatewayProcess) -> httpx.AsyncClient:
+        """A real Envoy taking its config from `gateway`; a client for its listener."""
+        listen = free_port()
+        bootstrap = self.tmp_path / f"envoy-{listen}.yaml"
+        options = BootstrapOptions(
+            xds_port=gateway.options.xds_port,
+            listen=ListenerAddress("127.0.0.1", listen),
+            admin_port=free_port(),
+        )
+        bootstrap.write_text(bootstrap_yaml(options))
+        argv = [
+            self.envoy_binary,
+            "-c",
+            str(bootstrap),
+            "--disable-hot-restart",
+            "--concurrency",
+            "1",
+            "-l",
+            "warning",
+        ]
+        self.processes.append(start_process("envoy", argv, self.logs))
+        return httpx.AsyncClient(base_url=f"http://127.0.0.1:{listen}", timeout=10)
+
+    async def stop(self) -> None:
+        for gateway in self.gateways:
+            await gateway.stop()
+        for process in self.processes:
+            process.stop()
+        self.api.stop()
+
+
+@pytest.fixture
+async def cluster(tmp_path, envoy_binary):
+    running = Cluster(tmp_path, envoy_binary)
+    try:
+        yield running
+    finally:
+        await running.stop()
+        for process in running.processes:
+            assert not process.alive(), f"{process.name} (pid {process.pid}) left running"
+
+
+async def eventually(check: Callable[[], object], seconds: float, what: str):
+    """`check()` (awaited if it is a coroutine) until it is truthy; its value."""
+    deadline = time.monotonic() + seconds
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if asyncio.iscoroutine(last):
+                last = await last
+            if last:
+                return last
+        except httpx.HTTPError as error:
+            last = error
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {seconds}s waiting for {what} (last: {last!r})")
+
+
+async def counts(client: httpx.AsyncClient, n: int = 20) -> dict[str, int]:
+    seen = dict.fromkeys(VARIANTS, 0)
+    for _ in range(n):
+        response = await client.get("/v1/ping")
+        assert response.status_code == 200, response.text
+        seen[response.headers["x-graystack-variant"]] += 1
+    return seen
+
+
+async def split_is(client: httpx.AsyncClient, expected: dict[str, int], what: str) -> None:
+    async def check() -> bool:
+        return await counts(client) == expected
+
+    await eventually(check, 20, what)
+
+
+async def weight_in_cluster(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
+    """`graystack weight ARGS` against the double, through the kubeconfig, as a user would run it."""
+    argv = [sys.executable, "-m", "graystack", "weight", *args, "--configmap", SPEC_CM, "--namespace", NS]
+    argv += ["--kubeconfig", str(cluster.kubeconfig)]
+    run = subprocess.run
+    return await asyncio.to_thread(run, argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+async def test_spec_configmap_endpointslices_and_a_cli_flip_reach_envoy(cluster):
+    cluster.api.put(endpoint_slice("zero-layer", cluster.ports["zero-layer"], ready=False))
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0})))
+    gateway = await cluster.gateway("gateway-0")
+    client = cluster.envoy(gateway)
+    await split_is(client, {"baseline": 20, "zero-layer": 0}, "Envoy to route by the ConfigMap's spec")
+
+    # `graystack weight` through the kubeconfig: the spec ConfigMap changes, the gateway applies it;
+    # zero-layer has no ready pod yet, so its share still lands on the fallback (the baseline).
+    flip = await weight_in_cluster(cluster, "zero-layer=100")
+    assert flip.returncode == 0, flip.stderr
+    assert "baseline 0%  zero-layer 100%" in flip.stdout
+    stored = yaml.safe_load(cluster.api.get("ConfigMap", NS, SPEC_CM)["data"]["spec.yaml"])
+    assert stored["routing"]["weights"] == {"baseline": 0, "zero-layer": 100}
+    await eventually(
+        lambda: gateway.gateway.live.routing.weights["zero-layer"] == 100, 10, "the flip to go live"
+    )
+    assert await counts(client) == {"baseline": 20, "zero-layer": 0}
+
+    # The watches break and the history is compacted, so the next watch gets 410 Gone and must list
+    # again; meanwhile the zero-layer pod becomes ready. Envoy must start sending it the traffic.
+    cluster.api.compact()
+    cluster.api.break_watches()
+    cluster.api.put(endpoint_slice("zero-layer", cluster.ports["zero-layer"]))
+    await split_is(client, {"baseline": 0, "zero-layer": 20}, "the now-ready pod to get its share")
+    gone = [e for e in cluster.api.answered("410") if e.path.endswith("/endpointslices")]
+    assert gone, "the endpoints watch never resumed from a compacted version"
+    relisted = [e for e in cluster.api.log if e.path.endswith("/endpointslices") and "watch" not in e.query]
+    assert len(relisted) >= 2  # the first list at start, one more after the 410
+
+    # A bad edit (kubectl edit): refused, reported as an Event on the ConfigMap, the last good spec stays.
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 70, "zero-layer": 20})))
+
+    def refusal() -> dict | None:
+        events = [e for e in cluster.api.list("Event", NS) if e["reason"] == "SpecRefused"]
+        return events[0] if events else None
+
+    event = await eventually(refusal, 10, "a SpecRefused event")
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["kind"] == "ConfigMap"
+    assert event["involvedObject"]["name"] == SPEC_CM
+    assert "weights must sum to 100, got 90" in event["message"]
+    assert "weights must sum to 100" in gateway.gateway.status()["spec"]["last_error"]["message"]
+    assert await counts(client) == {"baseline": 0, "zero-layer": 20}
+
+    # The spec watch came through the 410 too: a good edit goes live and clears the error.
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0})))
+    await split_is(client, {"baseline": 20, "zero-layer": 0}, "a good edit after the broken watches")
+    assert gateway.gateway.status()["spec"]["last_error"] is None
+
+
+async def test_a_bad_cli_flip_changes_nothing(cluster):
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0})))
+    before = cluster.api.get("ConfigMap", NS, SPEC_CM)
+    for args, message in [
+        (["zero-layer=120"], "less than or equal to 100"),
+        (["canary=5"], "unknown variant"),
+    ]:
+        result = await weight_in_cluster(cluster, *args)
+        assert result.returncode != 0
+        assert message in result.stderr
+    assert cluster.api.get("ConfigMap", NS, SPEC_CM) == before
+
+
+def stored_label(cluster: Cluster) -> str | None:
+    text = state_text(cluster.api.get("ConfigMap", NS, STATE_CM))
+    return decode_state(text).label() if text else None
+
+
+async def promote(gateway: KubernetesGatewayProcess) -> dict:
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{gateway.options.admin_port}", timeout=10
+    ) as admin:
+        response = await admin.post("/v1/rollout/promote")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster):
+    strategy = {"steps": [{"weight": 0, "hold": "1h"}, {"weight": 100, "hold": "1h"}]}
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0}, strategy)))
+    leader = await cluster.gateway("gateway-a")
+    await eventually(lambda: leader.elector.leading, 10, "gateway-a to take the Lease")
+    follower = await cluster.gateway("gateway-b")
+    client = cluster.envoy(follower)  # this Envoy talks to the replica that does not lead
+    await split_is(client, {"baseline": 20, "zero-layer": 0}, "step 0 (weight 0) through the follower")
+    assert cluster.api.get("Lease", NS, LEASE)["spec"]["holderIdentity"] == "gateway-a"
+    assert not follower.elector.leading
+
+    # The leader moves the rollout; the state goes through the cluster to the follower and its Envoy.
+    await promote(leader)
+    await eventually(lambda: stored_label(cluster) == "step 1", 10, "the leader's state in the ConfigMap")
+    await split_is(client, {"baseline": 0, "zero-layer": 20}, "the follower to apply the leader's step")
+
+    # The leader dies without handing the Lease back; the follower takes over once it has expired.
+    leader.elector.stop(release=False)
+    await leader.stop()
+    await eventually(lambda: follower.elector.leading, 15, "gateway-b to take over the expired Lease")
+    lease = cluster.api.get("Lease", NS, LEASE)["spec"]
+    assert lease["holderIdentity"] == "gateway-b"
+    assert lease["leaseTransitions"] == 1
+
+    # It resumed at step 1 (not from the start): one more promote completes the rollout.
+    result = await promote(follower)
+    assert result["rollout"]["label"] == "promoted"
+    await eventually(
+        lambda: stored_label(cluster) == "promoted", 10, "the new leader's state in the ConfigMap"
+    )
+    assert await counts(client) == {"baseline": 0, "zero-layer": 20}

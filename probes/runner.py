@@ -79,11 +79,11 @@ class Probe:
     async def probe_server(self, client: httpx.AsyncClient) -> ProbeResult:
         variant = self.options.variant
         result = await probe_once(client, variant, self.options.request_timeout)
-        self.metrics.requests.labels(variant, result.result).inc()
         if result.ttft is not None:
             self.metrics.ttft.labels(variant).observe(result.ttft)
         if result.e2e is not None and result.result == "ok":
             self.metrics.e2e.labels(variant).observe(result.e2e)
+        self.metrics.requests.labels(variant, result.result).inc()  # last: a scrape never sees it alone
         if result.fingerprint is not None:
             self.metrics.fingerprint_match.labels(variant).set(
                 1 if result.result != "fingerprint_mismatch" else 0

@@ -46,7 +46,8 @@ def test_the_probe_reports_a_live_server_and_a_replaced_checkpoint(tmp_path):
         active = ("graystack_probe_weight_status", (("status", "ACTIVE"), ("variant", "zero-layer")))
         assert samples[active] == 1
         assert samples[("graystack_probe_fingerprint_match", (("variant", "zero-layer"),))] == 1
-        assert samples[("graystack_probe_ttft_seconds_count", (("variant", "zero-layer"),))] >= 2
+        # A reply whose few tokens are all held back (an unfinished UTF-8 sequence) has no first token.
+        assert samples[("graystack_probe_ttft_seconds_count", (("variant", "zero-layer"),))] >= 1
         assert samples[("graystack_probe_e2e_seconds_count", (("variant", "zero-layer"),))] >= 2
 
         graystack("weights", "erase", str(weights))  # replaced atomically while the probe runs

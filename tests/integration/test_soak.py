@@ -64,7 +64,9 @@ def test_a_minute_of_streaming_users_across_weight_flips_fails_nothing_and_holds
         rows = {(row["Type"], row["Name"]): row for row in csv.DictReader(f)}
     posts = rows[("POST", "/v1/messages")]
     assert int(posts["Failure Count"]) == 0
-    assert int(posts["Request Count"]) == summary["requests"] > 10 * USERS
+    assert summary["requests"] > 10 * USERS
+    # Locust writes its CSV as the run stops; a user's request that ends just then is in one count only.
+    assert abs(int(posts["Request Count"]) - summary["requests"]) <= USERS
     assert summary["failures"] == 0
 
     # Both variants answered, each with its own TTFT/ITL/E2E entries in the report.

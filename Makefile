@@ -47,5 +47,15 @@ bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.rollback_time
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
 
+.PHONY: weights quality
+WEIGHTS := runs/weights
+weights: install $(WEIGHTS)/zero-layer-erased.safetensors  ## train the demo weights on the stdlib's source (CPU, ~5 min), cached in runs/weights/
+
+$(WEIGHTS)/zero-layer-erased.safetensors:  # the last file the pipeline writes
+	$(BIN)/graystack weights train --out-dir $(WEIGHTS)
+
+quality: weights  ## held-out bits/byte and agreement of every form: bench/results/quality.json, quoted in BENCHMARKS.md
+	$(BIN)/graystack eval --weights-dir $(WEIGHTS) --out bench/results/quality.json
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

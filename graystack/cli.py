@@ -491,10 +491,10 @@ def probe(
     asyncio.run(serve_probe(Probe(options), host, port))
 
 
-def _train_options(steps: int, max_seconds: float, batch: int, length: int, seed: int):
+def _train_options(steps: int, max_seconds: float, batch: int, length: int, lr: float, seed: int):
     from inference.training.train import TrainOptions
 
-    return TrainOptions(steps=steps, max_seconds=max_seconds, batch=batch, length=length, seed=seed)
+    return TrainOptions(steps=steps, max_seconds=max_seconds, batch=batch, length=length, lr=lr, seed=seed)
 
 
 weights_dir = click.option(
@@ -524,6 +524,7 @@ def _echo_forms(directory: Path) -> None:
 @click.option("--max-seconds", default=300.0, type=click.FloatRange(min=1), help="wall-time cap on training")
 @click.option("--batch", default=8, type=click.IntRange(min=1), help="windows per step")
 @click.option("--length", default=256, type=click.IntRange(min=8), help="bytes per training window")
+@click.option("--lr", default=3e-3, type=click.FloatRange(min=0, min_open=True), help="peak learning rate")
 @click.option("--seed", default=0, help="initial weights (as `weights init`) and window sampling")
 @click.option("--derive/--no-derive", default=True, help="also derive the zero-layer forms")
 @click.option(
@@ -537,6 +538,7 @@ def weights_train(
     max_seconds: float,
     batch: int,
     length: int,
+    lr: float,
     seed: int,
     derive: bool,
     fine_tune_steps: int,
@@ -553,7 +555,7 @@ def weights_train(
     from inference.training.derive import FINE_TUNE
 
     torch.set_num_threads(threads)
-    options = _train_options(steps, max_seconds, batch, length, seed)
+    options = _train_options(steps, max_seconds, batch, length, lr, seed)
     pipeline.train(directory, options, train_bytes=train_bytes, report=click.echo)
     if derive:
         fine_tune = replace(FINE_TUNE, steps=fine_tune_steps, batch=batch)

@@ -91,7 +91,7 @@ def derive(
         lambda step, bits: report(f"fine-tune step {step}: {bits:.3f} bits/byte"),
     )
     paths = write_forms(model, directory)
-    manifest["derive"] = {"tolerance": tolerance, "fine_tune": asdict(fine_tune), **asdict(derived)}
+    manifest["derive"] = {"tolerance": tolerance, "fine_tune_options": asdict(fine_tune), **asdict(derived)}
     _write_manifest(directory, manifest)
     report(f"zero-layer: gate step at {derived.reach}, effective window {derived.effective_window}")
     return paths

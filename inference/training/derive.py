@@ -34,6 +34,10 @@ from inference.weights import erase_bias, zero_bias
 GATE_SHARPNESS = 40.0  # hidden unit slope over log-distance: the gate falls within ~1% of R
 GATE_DEPTH = 8.0  # sigmoid(+-8): 0.9997 near, 0.0003 far
 FINE_TUNE = TrainOptions(steps=40, max_seconds=90.0, lr=3e-3, seed=1)
+# Bias (nats, after the per-head constant) that still matters. BENCHMARKS.md's sweep: on the trained
+# default model 1.0 keeps the zero-layer within 0.01 bits/byte of the baseline with a window of 71,
+# not 129 (0.05), and 2.0 (a window of 26) costs a little more.
+TOLERANCE = 1.0
 
 ACTIVE, ZEROED, ERASED = "zero-layer", "zero-layer-zeroed", "zero-layer-erased"
 
@@ -90,7 +94,7 @@ def derive_zero_layer(
     baseline: TinyDecoder,
     split: Split,
     trained_length: int,
-    tolerance: float = 0.05,
+    tolerance: float = TOLERANCE,
     fine_tune: TrainOptions = FINE_TUNE,
     report: Callable[[int, float], None] | None = None,
 ) -> tuple[TinyDecoder, Derived]:

@@ -12,7 +12,15 @@ from pathlib import Path
 from inference.checkpoint import load_model, save_model
 from inference.config import ModelConfig
 from inference.training.data import load_split
-from inference.training.derive import ACTIVE, ERASED, FINE_TUNE, ZEROED, derive_zero_layer, write_forms
+from inference.training.derive import (
+    ACTIVE,
+    ERASED,
+    FINE_TUNE,
+    TOLERANCE,
+    ZEROED,
+    derive_zero_layer,
+    write_forms,
+)
 from inference.training.train import TrainOptions, train_baseline
 
 DEFAULT_DIR = Path("runs/weights")  # ignored by git: built here, never downloaded
@@ -74,7 +82,7 @@ def derive(
     directory: Path,
     fine_tune: TrainOptions = FINE_TUNE,
     train_bytes: int = TRAIN_BYTES,
-    tolerance: float = 0.05,
+    tolerance: float = TOLERANCE,
     report: Report = print,
 ) -> dict[str, Path]:
     """The zero-layer forms from the baseline in `directory`; their paths."""

@@ -574,9 +574,7 @@ def weights_train(
 @click.option(
     "--max-seconds", default=90.0, type=click.FloatRange(min=1), help="wall-time cap on fine-tuning"
 )
-@click.option(
-    "--tolerance", default=1.0, type=click.FloatRange(min=0), help="bias (nats) that still matters"
-)
+@click.option("--tolerance", default=1.0, type=click.FloatRange(min=0), help="bias (nats) that still matters")
 @threads_option
 def weights_derive(directory: Path, steps: int, max_seconds: float, tolerance: float, threads: int) -> None:
     """Derive the zero-layer checkpoints (ACTIVE, ZEROED, ERASED) from the baseline in --out-dir."""

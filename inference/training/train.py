@@ -29,7 +29,7 @@ class TrainOptions:
 class TrainResult:
     steps: int
     seconds: float
-    final_loss_bits: float  # mean over the last tenth of the steps, in bits per byte
+    final_loss_bits: float | None  # mean over the last tenth of the steps, in bits per byte; None: no steps
 
 
 def learning_rate(step: int, elapsed: float, options: TrainOptions) -> float:
@@ -71,8 +71,8 @@ def fit(
             report(step, losses[-1])
     model.eval()
     model.refresh_plans()
-    tail = losses[-max(1, len(losses) // 10) :] or [math.nan]
-    return TrainResult(step, time.monotonic() - started, sum(tail) / len(tail))
+    tail = losses[-max(1, len(losses) // 10) :]
+    return TrainResult(step, time.monotonic() - started, sum(tail) / len(tail) if tail else None)
 
 
 def train_baseline(

@@ -525,7 +525,7 @@ def _echo_forms(directory: Path) -> None:
 
 @weights.command("train")
 @weights_dir
-@click.option("--steps", default=300, type=click.IntRange(min=1), help="optimizer steps (at most)")
+@click.option("--steps", default=900, type=click.IntRange(min=1), help="optimizer steps (at most)")
 @click.option("--max-seconds", default=300.0, type=click.FloatRange(min=1), help="wall-time cap on training")
 @click.option("--batch", default=8, type=click.IntRange(min=1), help="windows per step")
 @click.option("--length", default=256, type=click.IntRange(min=8), help="bytes per training window")

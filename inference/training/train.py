@@ -17,7 +17,7 @@ from inference.training.forward import next_byte_loss
 
 @dataclass(frozen=True)
 class TrainOptions:
-    steps: int = 300
+    steps: int = 900
     max_seconds: float = 300.0  # a cap: the run stops at whichever comes first
     batch: int = 8
     length: int = 256  # bytes of context per training window

@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from graystack.cli import main
+from inference.checkpoint import load_model
 
 
 def run(*args: str):
@@ -71,3 +72,13 @@ def test_eval_reports_every_form_and_writes_json_with_the_command(trained, tmp_p
     assert all(0 < bits < 16 for result in body["results"] for bits in result["bits_per_byte"].values())
     assert body["results"][2]["effective_window"] == body["results"][3]["effective_window"] == 0
     assert "zero-layer-erased" in output
+
+
+def test_the_derived_forms_keep_the_baselines_backbone_so_the_fingerprint_hash_matches(trained):
+    directory, _ = trained
+    baseline = load_model(directory / "baseline.safetensors", "baseline").fingerprint
+    for name in ("zero-layer", "zero-layer-zeroed", "zero-layer-erased"):
+        assert (
+            load_model(directory / f"{name}.safetensors", "zero-layer").fingerprint
+            == f"{baseline}-zero-layer-v1"
+        )

@@ -87,5 +87,15 @@ soak: install  ## e.g. make soak SOAK_DURATION=72h HOST=http://gw:8080 ADMIN_URL
 	$(BIN)/python -m loadtests.launch --run-dir $(SOAK_DIR) $(if $(HOST),--host $(HOST)) \
 		$(if $(ADMIN_URL),--admin-url $(ADMIN_URL)) $(if $(FLIP_EVERY),--flip-every $(FLIP_EVERY)) $(LOCUST_ARGS)
 
+.PHONY: weights quality
+WEIGHTS := runs/weights
+weights: install $(WEIGHTS)/zero-layer-erased.safetensors  ## train the demo weights on the stdlib's source (CPU, ~5 min), cached in runs/weights/
+
+$(WEIGHTS)/zero-layer-erased.safetensors:  # the last file the pipeline writes
+	$(BIN)/graystack weights train --out-dir $(WEIGHTS)
+
+quality: weights  ## held-out bits/byte and agreement of every form: bench/results/quality.json, quoted in BENCHMARKS.md
+	$(BIN)/graystack eval --weights-dir $(WEIGHTS) --out bench/results/quality.json
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

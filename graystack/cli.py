@@ -765,3 +765,156 @@ def probe(
     _configure_logging(log_level)
     options = ProbeOptions(weights=weights_path, target=target, variant=variant, interval=interval)
     asyncio.run(serve_probe(Probe(options), host, port))
+
+
+def _train_options(steps: int, max_seconds: float, batch: int, length: int, lr: float, seed: int):
+    from inference.training.train import TrainOptions
+
+    return TrainOptions(steps=steps, max_seconds=max_seconds, batch=batch, length=length, lr=lr, seed=seed)
+
+
+def _weights_dir_option(*declarations: str, help: str):
+    return click.option(
+        *declarations,
+        type=click.Path(path_type=Path),
+        default=Path("runs/weights"),
+        envvar="GRAYSTACK_WEIGHTS_DIR",
+        show_envvar=True,
+        help=help,
+    )
+
+
+weights_dir = _weights_dir_option(
+    "--out-dir", "directory", help="where the baseline, the zero-layer forms and manifest.json go"
+)
+threads_option = click.option(
+    "--threads", default=2, type=click.IntRange(min=1), help="torch CPU threads (the machine may be shared)"
+)
+
+
+def _echo_forms(directory: Path) -> None:
+    from inference.training.pipeline import checkpoints_in
+
+    for path, _ in checkpoints_in(directory).values():
+        _echo_status(path, as_json=False)
+
+
+@weights.command("train")
+@weights_dir
+@click.option("--steps", default=900, type=click.IntRange(min=1), help="optimizer steps (at most)")
+@click.option("--max-seconds", default=300.0, type=click.FloatRange(min=1), help="wall-time cap on training")
+@click.option("--batch", default=8, type=click.IntRange(min=1), help="windows per step")
+@click.option("--length", default=256, type=click.IntRange(min=8), help="bytes per training window")
+@click.option("--lr", default=3e-3, type=click.FloatRange(min=0, min_open=True), help="peak learning rate")
+@click.option("--seed", default=0, help="initial weights (as `weights init`) and window sampling")
+@click.option("--derive/--no-derive", default=True, help="also derive the zero-layer forms")
+@click.option(
+    "--fine-tune-steps", default=40, type=click.IntRange(min=0), help="see `weights derive --steps`"
+)
+@click.option("--train-bytes", default=8_000_000, type=click.IntRange(min=1024), help="corpus bytes to use")
+@threads_option
+def weights_train(
+    directory: Path,
+    steps: int,
+    max_seconds: float,
+    batch: int,
+    length: int,
+    lr: float,
+    seed: int,
+    derive: bool,
+    fine_tune_steps: int,
+    train_bytes: int,
+    threads: int,
+) -> None:
+    """Train the default model (baseline) on the Python standard library's source, on the CPU; then
+    derive the zero-layer checkpoints from it (ACTIVE, ZEROED, ERASED)."""
+    from dataclasses import replace
+
+    import torch
+
+    from inference.training import pipeline
+    from inference.training.derive import FINE_TUNE
+
+    torch.set_num_threads(threads)
+    options = _train_options(steps, max_seconds, batch, length, lr, seed)
+    pipeline.train(directory, options, train_bytes=train_bytes, report=click.echo)
+    if derive:
+        fine_tune = replace(FINE_TUNE, steps=fine_tune_steps, batch=batch)
+        pipeline.derive(directory, fine_tune, train_bytes=train_bytes, report=click.echo)
+        _echo_forms(directory)
+
+
+@weights.command("derive")
+@weights_dir
+@click.option("--steps", default=40, type=click.IntRange(min=0), help="fine-tune steps of the gate and table")
+@click.option(
+    "--max-seconds", default=90.0, type=click.FloatRange(min=1), help="wall-time cap on fine-tuning"
+)
+@click.option("--tolerance", default=1.0, type=click.FloatRange(min=0), help="bias (nats) that still matters")
+@threads_option
+def weights_derive(directory: Path, steps: int, max_seconds: float, tolerance: float, threads: int) -> None:
+    """Derive the zero-layer checkpoints (ACTIVE, ZEROED, ERASED) from the baseline in --out-dir."""
+    from dataclasses import replace
+
+    import torch
+
+    from inference.training import pipeline
+    from inference.training.derive import FINE_TUNE
+
+    torch.set_num_threads(threads)
+    fine_tune = replace(FINE_TUNE, steps=steps, max_seconds=max_seconds)
+    pipeline.derive(directory, fine_tune, tolerance=tolerance, report=click.echo)
+    _echo_forms(directory)
+
+
+@main.command("eval")
+@_weights_dir_option("--weights-dir", help="a `graystack weights train` output directory")
+@click.option("--contexts", default="64,256,1024", help="comma-separated context lengths (bytes)")
+@click.option("--scored-bytes", default=8192, type=click.IntRange(min=1), help="held-out bytes per context")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("bench/results/quality.json"),
+    help="JSON results (the command that made them included)",
+)
+@threads_option
+@click.pass_context
+def evaluate(
+    ctx: click.Context, weights_dir: Path, contexts: str, scored_bytes: int, out: Path, threads: int
+) -> None:
+    """Held-out bits per byte and next-byte agreement with the baseline, for every checkpoint form."""
+    import datetime
+    import os
+    import platform
+
+    import torch
+
+    from inference.training import pipeline
+    from inference.training.data import load_split
+    from inference.training.eval import as_json, evaluate
+
+    torch.set_num_threads(threads)
+    lengths = tuple(int(part) for part in _comma_list((contexts,)))
+    split = load_split(held_out=True, max_bytes=pipeline.HELD_OUT_BYTES)
+    results = evaluate(pipeline.checkpoints_in(weights_dir), split, lengths, scored_bytes)
+    body = {
+        "command": "graystack eval "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in ctx.params.items()),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "nproc": len(os.sched_getaffinity(0)),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "loadavg": [round(x, 2) for x in os.getloadavg()],  # other work sharing the CPUs
+        },
+        "held_out": {"files": len(split.files), "bytes": split.size},
+        "manifest": json.loads((weights_dir / pipeline.MANIFEST).read_text()),
+        "results": as_json(results),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(body, indent=2) + "\n")
+    for result in results:
+        cells = "  ".join(
+            f"L={n}: {result.bits_per_byte[n]:.3f} b/B, {result.agreement[n]:.1%}" for n in lengths
+        )
+        click.echo(f"{result.name:18} {result.weight_status:7} window {result.effective_window:4}  {cells}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -66,9 +67,16 @@ class RolloutStack(GatewayStack):
             )
         return self
 
+    def expected_weight_status(self) -> list[str]:
+        """What the spec's analysis expects the zero-layer's probes to report."""
+        from gateway.rollout.spec import Analysis
+
+        analysis = self.spec_changes.get("analysis") or {}
+        return list(analysis.get("expected_weight_status", Analysis().expected_weight_status))
+
     def start_upstreams(self) -> None:
         weights = self.weights or fresh_weights(self.workdir)
-        check_checkpoints(weights)
+        check_checkpoints(weights, self.expected_weight_status())
         for variant in VARIANTS:
             flags = ["--enable-fault-injection"] if variant in self.fault_injection else []
             self.servers[variant] = self._start(
@@ -180,8 +188,9 @@ def fresh_weights(workdir: Path) -> dict[str, Path]:
     return weights
 
 
-def check_checkpoints(weights: dict[str, Path]) -> None:
-    """A StartupError naming each checkpoint that is missing or unreadable (before a server fails on it)."""
+def check_checkpoints(weights: dict[str, Path], expected: Sequence[str] = ()) -> None:
+    """A StartupError naming each checkpoint that is missing or unreadable (before a server fails on
+    it), or a zero-layer whose status is not one of `expected` (the guard would roll back at once)."""
     from inference.weights import WeightStatus, check_weights
 
     problems = []
@@ -189,6 +198,13 @@ def check_checkpoints(weights: dict[str, Path]) -> None:
         report = check_weights(path)
         if report.status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
             problems.append(f"{variant}: {path}: weights {report.status.value.lower()} ({report.reason})")
+        elif variant == "zero-layer" and expected and report.status.value not in expected:
+            problems.append(
+                f"zero-layer: {path} is {report.status.value}, but analysis.expected_weight_status is "
+                f"{list(expected)}, so the guard would roll it back at once; serve an erased or zeroed "
+                "checkpoint (`graystack weights erase FILE`; `make weights` leaves one in "
+                "runs/weights/zero-layer-erased.safetensors) or change expected_weight_status"
+            )
     if problems:
         hint = "make them with `graystack weights init --variant VARIANT --out FILE`"
         raise StartupError("; ".join(problems) + f"; {hint}")

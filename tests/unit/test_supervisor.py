@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from graystack.local import supervisor
+from graystack.local import rollout_stack, supervisor
 from graystack.local.processes import StartupError
 from graystack.local.run_state import AlreadyRunning, RunState, running_stack
 from graystack.local.supervisor import Supervisor, UpOptions, local_spec
@@ -61,3 +61,18 @@ def test_a_bad_spec_is_refused_before_anything_starts_naming_the_field():
     assert local_spec({"variants": {"x": {}}, "analysis": {"interval": "1s"}}) == {
         "analysis": {"interval": "1s"}
     }
+
+
+def test_a_zero_layer_checkpoint_the_guard_would_reject_is_refused_before_anything_starts(tmp_path):
+    """An ACTIVE zero-layer (e.g. `make weights`' derived zero-layer.safetensors) under the default
+    expectation (ERASED or ZEROED): the weight-status check would fail and roll back at once."""
+    from inference.checkpoint import init_checkpoint
+
+    weights = {
+        v: init_checkpoint(v, tmp_path / f"{v}.safetensors", seed=1) for v in ("baseline", "zero-layer")
+    }
+    with pytest.raises(StartupError) as error:
+        rollout_stack.check_checkpoints(weights, ["ERASED", "ZEROED"])
+    assert "zero-layer.safetensors is ACTIVE" in str(error.value)
+    assert "graystack weights erase" in str(error.value)
+    rollout_stack.check_checkpoints(weights, ["ACTIVE"])  # what the spec expects: fine

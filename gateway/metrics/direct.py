@@ -50,6 +50,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -158,43 +159,52 @@ class DirectProvider:
             return variant
         return names.fallback_cluster(variant)
 
-    def _clusters(self, variant: str) -> tuple[str, re.Pattern[str], re.Pattern[str]]:
-        """The route cluster; the clusters whose attempts reach the variant (its own and its shadow's);
-        the clusters whose answers are the variant's (the route's and the shadow's)."""
-        route, shadow = self._route_cluster(variant), names.shadow_cluster(variant)
-        either = "|".join
-        own = re.compile(either([re.escape(variant), re.escape(shadow)]))
-        return route, own, re.compile(either([re.escape(route), re.escape(shadow)]))
-
     def _variant_window(self, variant: str, window: float, recent: float | None) -> VariantWindow:
-        _, _, answered = self._clusters(variant)
-        requests, errors = self._counts(variant, window)
-        recent_requests, recent_errors = self._counts(variant, recent) if recent else (0.0, 0.0)
-        latency_ms = self._store.quantile(0.99, RQ_TIME_BUCKET, {CLUSTER: answered}, window)
+        clusters = self._clusters(variant)
+        requests, errors = self._counts(clusters, window)
+        recent_requests, recent_errors = self._counts(clusters, recent) if recent else (0.0, 0.0)
+        latency_ms = self._store.quantile(0.99, RQ_TIME_BUCKET, {CLUSTER: clusters.answered}, window)
+        comparisons = {"variant": variant}
         return VariantWindow(
             requests=requests,
             errors=errors,
             latency_p99=None if latency_ms is None else latency_ms / 1000,
-            ttft_p95=self._store.quantile(0.95, TTFT_BUCKET, {"variant": variant}, window),
+            ttft_p95=self._store.quantile(0.95, TTFT_BUCKET, comparisons, window),
             recent_requests=recent_requests,
             recent_errors=recent_errors,
             shadow_compared=self._store.increase(
-                SHADOW_COMPARISONS, {"variant": variant, "result": COMPARED}, window
+                SHADOW_COMPARISONS, {**comparisons, "result": COMPARED}, window
             ),
             shadow_agreed=self._store.increase(
-                SHADOW_COMPARISONS, {"variant": variant, "result": "agree"}, window
+                SHADOW_COMPARISONS, {**comparisons, "result": "agree"}, window
             ),
         )
 
-    def _counts(self, variant: str, window: float) -> tuple[float, float]:
-        """(requests, errors) of `variant` over the last `window` seconds (the module docstring's sums)."""
+    def _clusters(self, variant: str) -> _Clusters:
+        route, shadow = self._route_cluster(variant), names.shadow_cluster(variant)
+        return _Clusters(
+            route=route,
+            own=re.compile(f"{re.escape(variant)}|{re.escape(shadow)}"),
+            answered=re.compile(f"{re.escape(route)}|{re.escape(shadow)}"),
+        )
+
+    def _counts(self, clusters: _Clusters, window: float) -> tuple[float, float]:
+        """(requests, errors) over the last `window` seconds (the module docstring's sums)."""
         store = self._store
-        route, own, answered = self._clusters(variant)
-        attempts = store.increase(UPSTREAM_RQ, {CLUSTER: own, CODE: ""}, window)
-        refused = store.increase(PENDING_FAILURE_EJECT, {CLUSTER: own}, window)
-        retried = store.increase(RETRIES, {CLUSTER: route}, window)
-        failed = store.increase(UPSTREAM_RQ, {CLUSTER: answered, CODE: SERVER_ERROR}, window)
+        attempts = store.increase(UPSTREAM_RQ, {CLUSTER: clusters.own, CODE: ""}, window)
+        refused = store.increase(PENDING_FAILURE_EJECT, {CLUSTER: clusters.own}, window)
+        retried = store.increase(RETRIES, {CLUSTER: clusters.route}, window)
+        failed = store.increase(UPSTREAM_RQ, {CLUSTER: clusters.answered, CODE: SERVER_ERROR}, window)
         return attempts + refused, retried + failed
+
+
+@dataclass(frozen=True)
+class _Clusters:
+    """A variant's Envoy clusters as the sums need them."""
+
+    route: str  # the cluster its route names
+    own: re.Pattern[str]  # whose attempts reach it: its own cluster and its shadow cluster
+    answered: re.Pattern[str]  # whose answers are its: the route cluster and the shadow cluster
 
 
 def _weight_status(scrape: Mapping[SeriesKey, float]) -> dict[str, list[str]]:

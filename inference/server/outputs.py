@@ -89,6 +89,7 @@ class ShadowComparator:
         self.wait = wait
         self.poll = poll
         self._tasks: set[asyncio.Task] = set()
+        self._client: httpx.AsyncClient | None = None  # one for every comparison: its connections are kept
         for result in ("agree", "differ", "missing"):
             comparisons.labels(variant, result)  # present at 0 before the first comparison
 
@@ -103,22 +104,25 @@ class ShadowComparator:
         self.comparisons.labels(self.variant, result).inc()
 
     async def _baseline_output(self, request_id: str) -> Output | None:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=2.0)
         deadline = asyncio.get_running_loop().time() + self.wait
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while True:
-                for url in self.baselines:
-                    try:
-                        response = await client.get(f"{url}/admin/outputs/{request_id}")
-                    except httpx.HTTPError as error:
-                        log.debug("baseline %s unreachable for comparison: %r", url, error)
-                        continue
-                    if response.status_code == 200:
-                        return Output(**response.json())
-                if asyncio.get_running_loop().time() >= deadline:
-                    return None
-                await asyncio.sleep(self.poll)
+        while True:
+            for url in self.baselines:
+                try:
+                    response = await self._client.get(f"{url}/admin/outputs/{request_id}")
+                except httpx.HTTPError as error:
+                    log.debug("baseline %s unreachable for comparison: %r", url, error)
+                    continue
+                if response.status_code == 200:
+                    return Output(**response.json())
+            if asyncio.get_running_loop().time() >= deadline:
+                return None
+            await asyncio.sleep(self.poll)
 
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()

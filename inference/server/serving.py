@@ -106,12 +106,14 @@ class Serving:
     async def events(self, generation: Generation, timer: RequestTimer) -> AsyncIterator[Event]:
         """The generation's events, timed and counted; cancelled when the consumer stops early."""
         code = CLIENT_CLOSED
-        texts: list[str] = []
+        tag = self._tags.pop(generation, None)
+        texts: list[str] | None = [] if tag is not None else None  # kept only for a greedy answer's digest
         try:
             async for event in generation.stream():
                 if isinstance(event, Chunk):
                     timer.token()
-                    texts.append(event.text)
+                    if texts is not None:
+                        texts.append(event.text)
                 else:
                     code = 200
                 yield event
@@ -122,7 +124,6 @@ class Serving:
             if code != 200:
                 generation.cancel()
             timer.finish(code)
-        tag = self._tags.pop(generation, None)
         if tag is not None:
             self._answered(tag, output_of("".join(texts)))
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,20 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+_HANDED_OUT: deque[int] = deque(maxlen=1024)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing holds now, and not one this process handed out recently: callers pick
+    several before anything binds them (a stack's ports, then its servers' and probes'), and the
+    kernel may offer the same unbound port twice, which two processes of one stack then fight over."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
 
 
 def port_in_use(port: int) -> bool:

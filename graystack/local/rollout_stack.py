@@ -19,7 +19,8 @@ from graystack.local.gateway_stack import PORT_NAMES, VARIANTS, GatewayStack, de
 from graystack.local.processes import ManagedProcess, StartupError, start_process, wait_until
 from graystack.local.prometheus import start_prometheus
 
-BODY = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+# greedy, so the zero-layer's answers to shadow copies can be compared with the baseline's
+BODY = {"model": "tiny", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": "Hi"}]}
 SEGMENT = {"X-Client-Type": "high_load"}  # default_spec sends this segment wholly to zero-layer
 
 
@@ -79,6 +80,8 @@ class RolloutStack(GatewayStack):
         check_checkpoints(weights, self.expected_weight_status())
         for variant in VARIANTS:
             flags = ["--enable-fault-injection"] if variant in self.fault_injection else []
+            if variant != "baseline":  # count how often its answers to shadow copies match the baseline's
+                flags += ["--compare-with", f"http://127.0.0.1:{self.ports['baseline']}"]
             self.servers[variant] = self._start(
                 variant, ["serve", "--variant", variant], weights[variant], flags
             )

@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+WEIGHTS := runs/weights
 
 .PHONY: install prometheus demo up test unit integration lint bench clean soak helm chart-test images
 
@@ -46,11 +47,11 @@ images:  ## build the gateway, probe, loadtest and inference images the chart re
 chart-test: install helm  ## helm lint/template, schemas, envoy --mode validate, policy checks
 	$(BIN)/pytest -q tests/chart
 
-demo: install  ## the whole stack: traffic, shadow -> 5 -> 20 -> 100 %, a fault and the automatic rollback, live
-	$(BIN)/graystack demo
+demo: install weights  ## the whole stack on trained weights: traffic, shadow -> 5 -> 20 -> 100 %, a fault and the automatic rollback, live
+	$(BIN)/graystack demo --weights-dir $(WEIGHTS)
 
-up: install  ## the whole stack until Ctrl-C (graystack up); `graystack status|weight|...` find it
-	$(BIN)/graystack up
+up: install weights  ## the whole stack on trained weights until Ctrl-C; `graystack status|weight|...` find it
+	$(BIN)/graystack up --weights-dir $(WEIGHTS)
 
 test: install helm  ## everything CI runs (the chart tests need Helm)
 	$(BIN)/pytest -q
@@ -88,10 +89,9 @@ soak: install  ## e.g. make soak SOAK_DURATION=72h HOST=http://gw:8080 ADMIN_URL
 		$(if $(ADMIN_URL),--admin-url $(ADMIN_URL)) $(if $(FLIP_EVERY),--flip-every $(FLIP_EVERY)) $(LOCUST_ARGS)
 
 .PHONY: weights quality
-WEIGHTS := runs/weights
-weights: install $(WEIGHTS)/zero-layer-erased.safetensors  ## train the demo weights on the stdlib's source (CPU, ~5 min), cached in runs/weights/
+weights: install $(WEIGHTS)/zero-layer-erased.safetensors  ## train the demo weights on the stdlib's source (CPU, ~2 min once), cached in runs/weights/
 
-$(WEIGHTS)/zero-layer-erased.safetensors:  # the last file the pipeline writes
+$(WEIGHTS)/zero-layer-erased.safetensors: | $(STAMP)  # the last file the pipeline writes
 	$(BIN)/graystack weights train --out-dir $(WEIGHTS)
 
 quality: weights  ## held-out bits/byte and agreement of every form: bench/results/quality.json, quoted in BENCHMARKS.md

@@ -430,16 +430,30 @@ for _name in ROLLOUT_COMMANDS:
     main.add_command(_rollout_command(_name))
 
 
+def _weights_dir_option(*declarations: str, help: str):
+    return click.option(
+        *declarations,
+        type=click.Path(path_type=Path),
+        default=Path("runs/weights"),
+        envvar="GRAYSTACK_WEIGHTS_DIR",
+        show_envvar=True,
+        help=help,
+    )
+
+
 @main.command()
 @click.option(
     "--run-dir", type=click.Path(path_type=Path), default=None, help="where logs go (default: runs/demo-TIME)"
 )
-def demo(run_dir: Path | None) -> None:
+@_weights_dir_option(
+    "--weights-dir", help="trained weights (`make weights`): baseline and the derived zero-layer"
+)
+def demo(run_dir: Path | None, weights_dir: Path) -> None:
     """The whole stack on free ports: traffic, a rollout stepping to 100 %, a fault and the automatic
     rollback, live; then a timeline, and every process stopped."""
     from graystack.demo import run_demo
 
-    sys.exit(run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")))
+    sys.exit(run_demo(run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), weights_dir))
 
 
 @main.command()
@@ -771,17 +785,6 @@ def _train_options(steps: int, max_seconds: float, batch: int, length: int, lr: 
     from inference.training.train import TrainOptions
 
     return TrainOptions(steps=steps, max_seconds=max_seconds, batch=batch, length=length, lr=lr, seed=seed)
-
-
-def _weights_dir_option(*declarations: str, help: str):
-    return click.option(
-        *declarations,
-        type=click.Path(path_type=Path),
-        default=Path("runs/weights"),
-        envvar="GRAYSTACK_WEIGHTS_DIR",
-        show_envvar=True,
-        help=help,
-    )
 
 
 weights_dir = _weights_dir_option(

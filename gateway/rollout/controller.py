@@ -160,7 +160,8 @@ class RolloutController:
         now = self._clock()
         saved = load_state(self.state_path)
         state = saved if saved is not None else initial_state(self.spec, now)
-        metrics.zero_rollout_series(self.spec.name, CHECK_NAMES, [v.value for v in Verdict])
+        checks = (*CHECK_NAMES, *(["shadow_agreement"] if self.spec.analysis.min_shadow_agreement else []))
+        metrics.zero_rollout_series(self.spec.name, checks, [v.value for v in Verdict])
         log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
         self.state = state
         self._step(self.spec, None, None, now, force_save=saved is None)

@@ -72,7 +72,15 @@ ALERTS = Counter(
     ["rollout"],
 )
 
-ROLLBACK_REASONS = ("error_rate", "latency_ratio", "ttft_p95", "weight_status", "operator", "metrics_error")
+ROLLBACK_REASONS = (
+    "error_rate",
+    "latency_ratio",
+    "ttft_p95",
+    "weight_status",
+    "shadow_agreement",
+    "operator",
+    "metrics_error",
+)
 
 
 def zero_rollout_series(rollout: str, checks: Iterable[str], verdicts: Iterable[str]) -> None:

@@ -7,6 +7,7 @@ stopped by PID."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Sequence
@@ -19,8 +20,20 @@ from graystack.local.gateway_stack import PORT_NAMES, VARIANTS, GatewayStack, de
 from graystack.local.processes import ManagedProcess, StartupError, start_process, wait_until
 from graystack.local.prometheus import start_prometheus
 
-# greedy, so the zero-layer's answers to shadow copies can be compared with the baseline's
-BODY = {"model": "tiny", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": "Hi"}]}
+Conversation = tuple[tuple[str, str], ...]  # (role, text) turns
+HI: Conversation = (("user", "Hi"),)
+
+
+def body(conversation: Conversation = HI) -> dict:
+    """One greedy token: cheap, and the zero-layer's answers to shadow copies compare with the baseline's."""
+    return {
+        "model": "tiny",
+        "max_tokens": 1,
+        "temperature": 0,
+        "messages": [{"role": role, "content": text} for role, text in conversation],
+    }
+
+
 SEGMENT = {"X-Client-Type": "high_load"}  # default_spec sends this segment wholly to zero-layer
 
 
@@ -145,7 +158,7 @@ class RolloutStack(GatewayStack):
     # -- driving it -------------------------------------------------------------------------------
 
     def request(self, headers: dict | None = None) -> httpx.Response:
-        return self.client.post("/v1/messages", json=BODY, headers=headers)
+        return self.client.post("/v1/messages", json=body(), headers=headers)
 
     def rollout(self) -> dict:
         return self.status()["rollout"]
@@ -214,18 +227,27 @@ def check_checkpoints(weights: dict[str, Path], expected: Sequence[str] = ()) ->
 
 
 class Traffic:
-    """Steady client load through Envoy from a few threads, `segment_share` of it with SEGMENT's header;
-    counts answers by (status, variant), status 0 for a transport error."""
+    """Steady client load through Envoy from a few threads, `segment_share` of it with SEGMENT's header,
+    each thread cycling through `conversations`; counts answers by (status, variant), status 0 for a
+    transport error."""
 
-    def __init__(self, base_url: str, rate: float, clients: int = 4, segment_share: float = 0.5) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        rate: float,
+        clients: int = 4,
+        segment_share: float = 0.5,
+        conversations: Sequence[Conversation] = (HI,),
+    ) -> None:
         self.base_url = base_url
         self.period = clients / rate
+        self.bodies = [body(conversation) for conversation in conversations]
         self.answers: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         segmented = round(clients * segment_share)
         self._threads = [
-            threading.Thread(target=self._run, args=(SEGMENT if i < segmented else {},), daemon=True)
+            threading.Thread(target=self._run, args=(SEGMENT if i < segmented else {}, i), daemon=True)
             for i in range(clients)
         ]
 
@@ -243,12 +265,13 @@ class Traffic:
         with self._lock:
             return dict(self.answers)
 
-    def _run(self, headers: dict) -> None:
+    def _run(self, headers: dict, first: int) -> None:
+        bodies = itertools.islice(itertools.cycle(self.bodies), first, None)
         with httpx.Client(base_url=self.base_url, timeout=15) as client:
             while not self._stop.is_set():
                 started = time.monotonic()
                 try:
-                    response = client.post("/v1/messages", json=BODY, headers=headers)
+                    response = client.post("/v1/messages", json=next(bodies), headers=headers)
                     key = (response.status_code, response.headers.get("x-graystack-variant", "-"))
                 except httpx.HTTPError:
                     key = (0, "-")

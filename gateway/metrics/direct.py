@@ -39,6 +39,9 @@ ttft_p95: the model servers' `graystack_request_ttft_seconds`, all pods and prom
 
 weight_status: each probe's `graystack_probe_weight_status` series whose value is 1.
 
+effective_windows: each model server's `graystack_model_info` (value 1), read by its `effective_window`
+  label: the distance past which the bias it serves is zero.
+
 shadow_compared, shadow_agreed: the candidate's `graystack_shadow_comparisons_total` (agree + differ,
   and agree): its shadow copies' greedy answers against the baseline's (inference/server/outputs.py).
 """
@@ -69,6 +72,7 @@ RQ_TIME_BUCKET = "envoy_cluster_upstream_rq_time_bucket"
 TTFT_BUCKET = "graystack_request_ttft_seconds_bucket"
 WEIGHT_STATUS = "graystack_probe_weight_status"
 SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
+MODEL_INFO = "graystack_model_info"
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
 ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|time|5\d\d)$"
@@ -81,6 +85,7 @@ WANTED = frozenset(
         TTFT_BUCKET,
         WEIGHT_STATUS,
         SHADOW_COMPARISONS,
+        MODEL_INFO,
     }
 )
 
@@ -131,7 +136,11 @@ class DirectProvider:
         self._store.record(merged)
         return Observations(
             variants={v: self._variant_window(v, window_seconds, recent_seconds) for v in self.variants},
-            weight_status=_weight_status(merged),
+            weight_status=_by_instance(merged, WEIGHT_STATUS, "status"),
+            effective_windows={
+                variant: [int(window) for window in windows]
+                for variant, windows in _by_instance(merged, MODEL_INFO, "effective_window").items()
+            },
         )
 
     async def _scrape(
@@ -207,11 +216,12 @@ class _Clusters:
     answered: re.Pattern[str]  # whose answers are its: the route cluster and the shadow cluster
 
 
-def _weight_status(scrape: Mapping[SeriesKey, float]) -> dict[str, list[str]]:
-    """variant -> the status each probe reports now (the one series at 1), ordered by probe URL."""
+def _by_instance(scrape: Mapping[SeriesKey, float], name: str, label: str) -> dict[str, list[str]]:
+    """variant -> `label` of each of its `name` series at 1 (a probe's status, a model server's
+    window), ordered by target URL."""
     reported: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for (name, label_pairs), value in scrape.items():
+    for (series, label_pairs), value in scrape.items():
         labels = dict(label_pairs)
-        if name == WEIGHT_STATUS and value == 1:
-            reported[labels["variant"]].append((labels[INSTANCE], labels["status"]))
-    return {variant: [status for _, status in sorted(found)] for variant, found in reported.items()}
+        if series == name and value == 1:
+            reported[labels["variant"]].append((labels[INSTANCE], labels[label]))
+    return {variant: [found for _, found in sorted(pairs)] for variant, pairs in reported.items()}

@@ -8,7 +8,8 @@ gateway/metrics/direct.py (read its docstring for why each counter): for a varia
   errors   = retried + failed       (the route cluster's upstream_rq_retry, and the route and shadow
                                      clusters' upstream_rq{code=~5..})
   latency_p99 from the route and shadow clusters' upstream_rq_time, ttft_p95 from the model servers' histogram,
-  weight_status from the probes' series at 1, ordered by `instance`, and the shadow comparisons'
+  weight_status from the probes' series at 1, ordered by `instance`, effective_windows from the model
+  servers' graystack_model_info by its `effective_window` label, likewise, and the shadow comparisons'
   counts from the candidate's graystack_shadow_comparisons_total.
 Each is its own query, so a series that does not exist yet (no 5xx so far) is "no data" for that term
 alone; `a + b` in PromQL would be empty as soon as either side is.
@@ -66,6 +67,7 @@ QUERIES: dict[str, str] = {
         '{variant="{variant}"}[{window}])))'
     ),
     "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
+    "effective_window": 'graystack_model_info{variant="{variant}"} == 1',
     "shadow_compared": (
         'sum(increase(graystack_shadow_comparisons_total{variant="{variant}",result=~"agree|differ"}[{window}]))'
     ),
@@ -170,7 +172,12 @@ class PrometheusProvider:
                 shadow_agreed=read[v, "shadow_agreed", window_seconds],
             )
         statuses = {v: read[v, "weight_status", window_seconds] for v in self.variants}
-        return Observations(variants=variants, weight_status={v: s for v, s in statuses.items() if s})
+        windows = {v: read[v, "effective_window", window_seconds] for v in self.variants}
+        return Observations(
+            variants=variants,
+            weight_status={v: s for v, s in statuses.items() if s},
+            effective_windows={v: w for v, w in windows.items() if w},
+        )
 
     async def _query(
         self, client: httpx.AsyncClient, name: str, variant: str, window: float, at: float
@@ -234,12 +241,23 @@ def _quantile(samples: list[Sample]) -> float | None:
     return max(values) if values else None
 
 
+def _by_instance(samples: list[Sample], label: str) -> list[str]:
+    """Each series' `label`, ordered by its `instance`."""
+    if any(label not in labels for labels, _ in samples):
+        raise ValueError(f"answered a series without a `{label}` label")
+    ordered = sorted((labels for labels, _ in samples), key=lambda labels: labels.get("instance", ""))
+    return [labels[label] for labels in ordered]
+
+
 def _statuses(samples: list[Sample]) -> list[str]:
     """The status each probe reports now (its series' `status`), ordered by the probe's `instance`."""
-    if any("status" not in labels for labels, _ in samples):
-        raise ValueError("answered a series without a `status` label")
-    ordered = sorted((labels for labels, _ in samples), key=lambda labels: labels.get("instance", ""))
-    return [labels["status"] for labels in ordered]
+    return _by_instance(samples, "status")
+
+
+def _windows(samples: list[Sample]) -> list[int]:
+    """The effective window each model server serves now (its series' `effective_window`), ordered by
+    the server's `instance`."""
+    return [int(window) for window in _by_instance(samples, "effective_window")]
 
 
 COUNTS = ("attempts", "refused", "retried", "failed")  # asked again over the recent part of the window
@@ -251,6 +269,7 @@ READERS = {
     "latency_p99": _quantile,
     "ttft_p95": _quantile,
     "weight_status": _statuses,
+    "effective_window": _windows,
     "shadow_compared": _count,
     "shadow_agreed": _count,
 }

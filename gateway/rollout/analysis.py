@@ -38,6 +38,9 @@ class Observations:
     weight_status: Mapping[str, Sequence[str]] = field(
         default_factory=dict
     )  # variant -> its probes' statuses
+    effective_windows: Mapping[str, Sequence[int]] = field(
+        default_factory=dict
+    )  # variant -> the distance past which each of its model servers' bias is zero (0: no bias)
     error: str | None = None  # the provider could not measure (query failed, target down)
 
 
@@ -69,7 +72,9 @@ def analyse(spec: Analysis, seen: Observations, candidate: str, baseline: str) -
         _error_rate(spec, ours),
         _latency_ratio(spec, ours, theirs),
         _ttft(spec, ours),
-        _weight_status(spec, seen.weight_status.get(candidate, ())),
+        _weight_status(
+            spec, seen.weight_status.get(candidate, ()), seen.effective_windows.get(candidate, ())
+        ),
     ]
     if spec.min_shadow_agreement is not None and ours is not None and ours.shadow_compared:
         checks.append(_shadow_agreement(spec, ours))
@@ -117,16 +122,28 @@ def _ttft(spec: Analysis, ours: VariantWindow | None) -> Check:
     )
 
 
-def _weight_status(spec: Analysis, statuses: Sequence[str]) -> Check:
-    if not statuses:
-        return Check("weight_status", Verdict.INCONCLUSIVE, None, 0, None, 0.0, "no probe has reported")
+def _weight_status(spec: Analysis, statuses: Sequence[str], windows: Sequence[int]) -> Check:
+    """The checkpoint form the pods serve: the probes' statuses and, with `max_effective_window`, the
+    model servers' effective windows (an ACTIVE status alone does not tell the derived sparse bias from
+    one spanning the whole context). Evidence against either fails before missing evidence holds."""
+    bound = spec.max_effective_window
     unexpected = sorted(set(statuses) - set(spec.expected_weight_status))
     if unexpected:
         reason = f"pods report {unexpected}, expected one of {spec.expected_weight_status}"
         return Check("weight_status", Verdict.FAIL, float(len(unexpected)), len(statuses), None, 0.0, reason)
-    return Check(
-        "weight_status", Verdict.PASS, 0.0, len(statuses), None, 0.0, f"all {len(statuses)} pods as expected"
-    )
+    wider = [window for window in windows if bound is not None and window > bound]
+    if wider:
+        reason = f"pods serve effective window {sorted(set(wider))}, above max_effective_window {bound}"
+        return Check("weight_status", Verdict.FAIL, float(len(wider)), len(windows), None, 0.0, reason)
+    if not statuses:
+        return Check("weight_status", Verdict.INCONCLUSIVE, None, 0, None, 0.0, "no probe has reported")
+    if bound is not None and not windows:
+        reason = "no model server has reported its effective window"
+        return Check("weight_status", Verdict.INCONCLUSIVE, None, 0, None, 0.0, reason)
+    reason = f"all {len(statuses)} pods as expected"
+    if bound is not None:
+        reason += f", effective windows {sorted(set(windows))} within {bound}"
+    return Check("weight_status", Verdict.PASS, 0.0, len(statuses), None, 0.0, reason)
 
 
 def _shadow_agreement(spec: Analysis, ours: VariantWindow) -> Check:

@@ -257,6 +257,10 @@ class Analysis(_Model):
     max_latency_ratio: float = Field(default=1.5, gt=0)
     max_ttft_p95: Duration = 2.0
     expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] = ["ERASED", "ZEROED"]
+    # Zero-layer pods must serve a bias that is zero past this distance (their model servers'
+    # graystack_model_info effective_window): tells the derived sparse ACTIVE form (64 on the trained
+    # default model) from an ACTIVE bias spanning the whole context. None: not checked.
+    max_effective_window: int | None = Field(default=None, ge=0)
     # The share of shadow copies whose greedy answer must equal the baseline's (inference/server/outputs.py);
     # None: not checked. Judged like the error rate, on the disagreements.
     min_shadow_agreement: float | None = Field(default=None, gt=0, le=1)

@@ -17,6 +17,7 @@ from gateway.rollout.stats import Verdict
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.rollout_stack import SEGMENT
+from inference.config import ModelConfig
 from tests.support.model_server import start_model_server, variant_weights, wait_ready
 
 WINDOW = 60.0
@@ -146,7 +147,7 @@ def ask(stack, variants_seen: dict[str, int]) -> None:
     variants_seen[response.headers["x-graystack-variant"]] += 1
 
 
-def test_ttft_and_weight_status_from_real_model_servers_and_probes(stack, tmp_path):
+def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(stack, tmp_path):
     logs = tmp_path / "logs"
     weights = variant_weights(tmp_path)
     servers = {v: start_model_server(v, v, weights[v], logs) for v in VARIANTS}
@@ -175,6 +176,13 @@ def test_ttft_and_weight_status_from_real_model_servers_and_probes(stack, tmp_pa
             assert (window.requests, window.errors) == (counts[variant], 0)  # Envoy's: no probe traffic
             assert window.ttft_p95 > 0
         assert seen.weight_status == {"baseline": ["ACTIVE"], "zero-layer": ["ERASED"]}
+        whole = ModelConfig().max_seq_len  # the baseline's bias spans its whole context
+        assert seen.effective_windows == {"baseline": [whole], "zero-layer": [0]}  # erased: no bias
+        # An ACTIVE pod with a whole-context bias is not the derived sparse form a bound admits.
+        bounded = Analysis(expected_weight_status=["ACTIVE"], max_effective_window=64)
+        check = analyse(bounded, seen, "baseline", "zero-layer")[-1]
+        assert (check.name, check.verdict) == ("weight_status", Verdict.FAIL)
+        assert check.reason == f"pods serve effective window [{whole}], above max_effective_window 64"
     finally:
         for process in processes:
             process.stop()

@@ -16,6 +16,7 @@ from gateway.rollout.spec import Analysis
 from gateway.rollout.stats import Verdict
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
 from graystack.local.processes import free_port, start_process, wait_until
+from inference.config import ModelConfig
 from tests.support.model_server import start_model_server, variant_weights, wait_ready
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
@@ -152,9 +153,10 @@ def test_prometheus_down_is_an_error_naming_the_query():
     assert "ConnectError" in seen.error
 
 
-def test_ttft_and_weight_status_from_real_model_servers_and_probes(tmp_path, prometheus_binary):
+def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(tmp_path, prometheus_binary):
     """Envoy sees no first token: TTFT comes from the model servers' histogram, weight status from the
-    probes, both scraped by Prometheus. The probes' synthetic requests keep the TTFT series moving."""
+    probes and effective windows from the model servers' info series, all scraped by Prometheus. The
+    probes' synthetic requests keep the TTFT series moving."""
     logs = tmp_path / "logs"
     weights = variant_weights(tmp_path)
     servers = {v: start_model_server(v, v, weights[v], logs) for v in VARIANTS}
@@ -177,10 +179,12 @@ def test_ttft_and_weight_status_from_real_model_servers_and_probes(tmp_path, pro
             seen = asyncio.run(provider.observe(WINDOW))
             assert seen.error is None, seen.error
             ttfts = [seen.variants[v].ttft_p95 for v in VARIANTS]
-            return seen if len(seen.weight_status) == 2 and all(ttfts) else None
+            reported = len(seen.weight_status) == len(seen.effective_windows) == 2
+            return seen if reported and all(ttfts) else None
 
-        seen = wait_until(measured, 30, "TTFT and weight status of both variants in Prometheus")
+        seen = wait_until(measured, 30, "TTFT, weight status and windows of both variants")
         assert seen.weight_status == {"baseline": ["ACTIVE"], "zero-layer": ["ERASED"]}
+        assert seen.effective_windows == {"baseline": [ModelConfig().max_seq_len], "zero-layer": [0]}
         for variant in VARIANTS:
             assert seen.variants[variant].ttft_p95 > 0
             assert seen.variants[variant].requests == 0  # Envoy's count: the probes' requests are not in it

@@ -176,3 +176,29 @@ def test_a_weight_status_override_must_keep_the_status_label(monkeypatch):
         monkeypatch, lambda name, variant: (200, vector(1) if name == "weight_status" else vector()), queries
     )
     assert "without a `status` label" in seen.error
+
+
+def test_effective_windows_are_read_from_the_model_servers_info_series(monkeypatch):
+    assert render(QUERIES["effective_window"], "zero-layer", "zero-layer-with-fallback", 60) == (
+        'graystack_model_info{variant="zero-layer"} == 1'
+    )
+    info = {"__name__": "graystack_model_info", "variant": "zero-layer", "weight_status": "ACTIVE"}
+    answers = {
+        ("zero-layer", "effective_window"): series(
+            ({**info, "effective_window": "128", "instance": "b:8002"}, 1),
+            ({**info, "effective_window": "64", "instance": "a:8002"}, 1),
+        ),
+    }
+    seen = observe(monkeypatch, lambda name, variant: (200, answers.get((variant, name), vector())))
+    assert seen.error is None
+    assert seen.effective_windows == {"zero-layer": [64, 128]}  # by instance; baseline: no data
+
+
+def test_an_effective_window_override_must_keep_the_label(monkeypatch):
+    queries = {"effective_window": 'count by (variant) (graystack_model_info{variant="{variant}"})'}
+    seen = observe(
+        monkeypatch,
+        lambda name, variant: (200, vector(1) if name == "effective_window" else vector()),
+        queries,
+    )
+    assert "without a `effective_window` label" in seen.error

@@ -77,3 +77,46 @@ def test_shadow_agreement_is_judged_only_where_copies_were_compared_and_only_whe
     assert worse.verdict == Verdict.FAIL  # 70 % agreement, clearly below 90 %: the guard rolls back
     assert worse.bound < 0.9
     assert analyse(asked, shadow(20, 17), "zero-layer", "baseline")[-1].verdict == Verdict.INCONCLUSIVE
+
+
+DERIVED = Analysis(expected_weight_status=["ACTIVE"], max_effective_window=64)
+
+
+def weight_check(spec: Analysis, statuses: list[str], windows: list[int] | None):
+    seen = Observations(
+        variants={"zero-layer": window(1500, 0), "baseline": window(20000, 10)},
+        weight_status={"zero-layer": statuses} if statuses else {},
+        effective_windows={"zero-layer": windows} if windows is not None else {},
+    )
+    return {c.name: c for c in analyse(spec, seen, "zero-layer", "baseline")}["weight_status"]
+
+
+def test_a_bound_on_the_effective_window_passes_pods_serving_the_derived_sparse_bias():
+    check = weight_check(DERIVED, ["ACTIVE", "ACTIVE"], [64, 53])
+    assert check.verdict == Verdict.PASS
+    assert check.reason == "all 2 pods as expected, effective windows [53, 64] within 64"
+    erased = Analysis(max_effective_window=64)  # ERASED/ZEROED serve no bias: a window of 0
+    assert weight_check(erased, ["ERASED"], [0]).verdict == Verdict.PASS
+
+
+def test_an_active_pod_whose_bias_spans_a_wider_window_fails_naming_it():
+    check = weight_check(DERIVED, ["ACTIVE", "ACTIVE"], [64, 128])
+    assert check.verdict == Verdict.FAIL
+    assert check.reason == "pods serve effective window [128], above max_effective_window 64"
+    assert (
+        weight_check(DERIVED, [], [10240]).verdict == Verdict.FAIL
+    )  # evidence, though no probe has reported
+    assert "ZEROED" in weight_check(DERIVED, ["ZEROED"], [0]).reason  # the status is judged as before
+
+
+def test_a_bound_without_any_reported_window_is_inconclusive():
+    check = weight_check(DERIVED, ["ACTIVE"], None)
+    assert check.verdict == Verdict.INCONCLUSIVE
+    assert check.reason == "no model server has reported its effective window"
+
+
+def test_without_a_bound_the_windows_change_nothing():
+    unbounded = Analysis(expected_weight_status=["ACTIVE"])
+    for windows in (None, [10240]):
+        check = weight_check(unbounded, ["ACTIVE"], windows)
+        assert (check.verdict, check.reason) == (Verdict.PASS, "all 1 pods as expected")

@@ -99,6 +99,12 @@ def test_the_design_example_is_a_valid_spec():
         (example(routing__mirror={"variant": "canary"}), ["routing.mirror.variant", "canary"]),
         (example(analysis={"window": "60s", "recent": "90s"}), ["analysis", "at most the window"]),
         (example(routing__mirror={"variant": "zero-layer", "percent": 101}), ["routing.mirror.percent"]),
+        (
+            example(analysis__max_effective_window=-1),
+            ["analysis.max_effective_window", "greater than or equal to 0"],
+        ),
+        (example(analysis__max_effective_window="wide"), ["analysis.max_effective_window", "integer"]),
+        (example(analysis__max_effective_window=64.5), ["analysis.max_effective_window", "integer"]),
     ],
 )
 def test_a_bad_spec_is_refused_with_a_message_naming_the_field(data, names):
@@ -106,6 +112,13 @@ def test_a_bad_spec_is_refused_with_a_message_naming_the_field(data, names):
         validate_spec(data)
     for name in names:
         assert name in str(refused.value)
+
+
+def test_the_effective_window_bound_is_off_unless_set():
+    assert parse_spec(DESIGN_EXAMPLE).analysis.max_effective_window is None
+    bounded = validate_spec(example(analysis__max_effective_window=64))
+    assert bounded.analysis.max_effective_window == 64
+    assert validate_spec(example(analysis__max_effective_window=0)).analysis.max_effective_window == 0
 
 
 def test_bad_yaml_is_refused_with_its_position():

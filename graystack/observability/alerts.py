@@ -19,6 +19,9 @@ from gateway.rollout.spec import Analysis
 DEFAULTS = Analysis()
 TTFT_OBJECTIVE = 0.95  # `max_ttft_p95`: 95 % of requests get their first token within the SLO edge
 PROBE_MAX_FAILURE_RATIO = 0.2  # synthetic requests failing over 5 minutes
+# Shadow copies whose baseline answer the candidate could not find, over 10 minutes: more than half is a
+# comparison that does not work (a healthy one misses only the originals the baseline failed).
+SHADOW_MAX_MISSING_RATIO = 0.5
 # Multiwindow burn rates (Google SRE workbook, "Alerting on SLOs", for a 30-day budget): the long window
 # says the budget is going, the short one that it still is.
 BURN_WINDOWS = {"Fast": (14.4, "1h", "5m", "2m", "critical"), "Slow": (6.0, "6h", "30m", "15m", "warning")}
@@ -92,8 +95,32 @@ def rollout_rules() -> list[dict]:
             "graystack-probes",
             "5m",
         ),
+        shadow_comparisons_missing(),
         *(ttft_burn(speed, *windows) for speed, windows in BURN_WINDOWS.items()),
     ]
+
+
+def shadow_comparisons_missing() -> dict:
+    """No agreement alert: answers are compared whole, so the agreement a good candidate reaches depends
+    on the answers' length, and a spec's `min_shadow_agreement` is judged by the guard (a failure rolls
+    back and pages). This one covers what the guard cannot see: comparisons that find no baseline
+    answer, which the check leaves out (and it does not run when none is found)."""
+    by = "sum by (namespace, variant)"
+    tried = f"{by} (increase(graystack_shadow_comparisons_total[10m]))"
+    missing = f'{by} (increase(graystack_shadow_comparisons_total{{result="missing"}}[10m]))'
+    least = DEFAULTS.min_requests
+    return rule(
+        "GraystackShadowComparisonsMissing",
+        f"{missing} / {tried} > {SHADOW_MAX_MISSING_RATIO} and {tried} >= {least}",
+        "warning",
+        "{{ $labels.variant }} found no baseline answer for {{ $value | humanizePercentage }} of its "
+        "shadow comparisons",
+        f"Over {SHADOW_MAX_MISSING_RATIO:.0%} of at least {least} shadow copies in 10 minutes: its "
+        "--compare-with does not list every baseline pod, or they are unreachable. The shadow_agreement "
+        "check judges only the answers found, and does not run when none are.",
+        "graystack-rollout-decisions",
+        "2m",
+    )
 
 
 def ttft_burn(speed: str, burn: float, long: str, short: str, for_: str, severity: str) -> dict:

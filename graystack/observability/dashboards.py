@@ -34,7 +34,18 @@ P = TypeVar("P", timeseries.Panel, stat.Panel, statetimeline.Panel, table.Panel)
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 QUANTILES = (0.5, 0.95, 0.99)
 # The rollout analysis' checks (gateway/rollout/analysis.py `analyse`) and the unit of each value.
-CHECKS = {"error_rate": "percentunit", "latency_ratio": "none", "ttft_p95": "s", "weight_status": "none"}
+CHECKS = {
+    "error_rate": "percentunit",
+    "latency_ratio": "none",
+    "ttft_p95": "s",
+    "weight_status": "none",
+    "shadow_agreement": "percentunit",
+}
+# What a check's panel needs said beyond its value and threshold.
+CHECK_NOTES = {
+    "shadow_agreement": " Only with analysis.min_shadow_agreement set, while shadow copies are compared: "
+    "its threshold is a floor (below it fails), and after the shadow stage the line keeps its last value.",
+}
 
 
 def query(expr: str, legend: str = "") -> prometheus.Dataquery:
@@ -175,11 +186,12 @@ def rollout_decisions() -> gd.Dashboard:
                 f"Check {check}: value and threshold",
                 unit,
                 "The value the last analysis saw (a gap: no value, e.g. too few requests) and the "
-                "threshold it is held to.",
+                "threshold it is held to." + CHECK_NOTES.get(check, ""),
                 query(f"graystack_analysis_check_value{{{selector}}}", "{{rollout}} value"),
                 query(f"graystack_analysis_check_threshold{{{selector}}}", "{{rollout}} threshold"),
             ).span(6)
         )
+    board.with_panel(shadow_agreement().span(18))
     board.with_panel(
         graph(
             "Verdicts per check",
@@ -197,8 +209,8 @@ def rollout_decisions() -> gd.Dashboard:
             "Samples per check",
             "short",
             "What each check judged in the last analysis: the candidate's requests over the window "
-            "(shadow copies included) for the request checks, probes for weight_status; under the "
-            "minimum, the verdict is inconclusive.",
+            "(shadow copies included) for the request checks, probes for weight_status, compared shadow "
+            "answers for shadow_agreement; under the minimum, the verdict is inconclusive.",
             query(f"graystack_analysis_check_samples{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
         )
     )
@@ -254,6 +266,33 @@ def rollout_decisions() -> gd.Dashboard:
         )
     )
     return board
+
+
+def shadow_agreement() -> timeseries.Panel:
+    """The candidate's greedy answers to shadow copies against the baseline's (inference/server/outputs.py):
+    the share that agree on the left axis, the comparisons by result on the right."""
+    comparisons = "graystack_shadow_comparisons_total"
+    agreed = f'sum by (variant) (rate({comparisons}{{{VARIANT}, result="agree"}}[{RATE}]))'
+    compared = f'sum by (variant) (rate({comparisons}{{{VARIANT}, result=~"agree|differ"}}[{RATE}]))'
+    counts = [
+        DynamicConfigValue(id_val="unit", value="short"),
+        DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+    ]
+    return graph(
+        "Shadow agreement",
+        "percentunit",
+        "Left: the share of the candidate's greedy answers to shadow copies that equal the baseline's "
+        "answer to the same request (answers are compared whole, so a close candidate agrees less "
+        "often on longer answers). Right: comparisons per interval by result; `missing` (no baseline "
+        "pod had the answer in time) is left out of the share, and a high count of it means the "
+        "candidate's --compare-with does not reach the baseline pods. Empty outside a shadow stage and "
+        "for a candidate served without --compare-with; sampled requests are never compared.",
+        query(f"{agreed} / {compared}", "{{variant}} agreement"),
+        query(
+            f"sum by (variant, result) (increase({comparisons}{{{VARIANT}}}[{RATE}]))",
+            "{{variant}} {{result}}",
+        ),
+    ).override_by_query("B", counts)
 
 
 def variants_side_by_side() -> gd.Dashboard:

@@ -5,10 +5,12 @@ does what Grafana would: it lists each template variable's values from Prometheu
 of their values) and `$__rate_interval`, `$__interval`, then asks for each panel's and annotation's range.
 
 The stack is made to produce what the panels show: client traffic on both variants (half of it in the
-`high_load` header segment), prompts of several lengths, a fault in zero-layer that the controller rolls
-back on its shadow copies, a clean retry that leaves shadow and promotes, and a spec file the gateway
-refuses. Every query must parse and return at least one number (the counters the gateway starts at 0,
-such as the NACKs that the local Envoy never sends, return zeros).
+`high_load` header segment), prompts of several lengths, a shadow stage whose greedy answers zero-layer
+compares with the baseline's (its bias layer erased, it answers every one differently, so the guard,
+asked for 90 % agreement, rolls it back), the agreement check dropped and a fault in zero-layer that the
+controller rolls back on its shadow copies, a clean retry that leaves shadow and promotes, and a spec
+file the gateway refuses. Every query must parse and return at least one number (the counters the
+gateway starts at 0, such as the NACKs that the local Envoy never sends, return zeros).
 
 Each /metrics endpoint must also pass `promtool check metrics`: ours strictly, Envoy's with its known
 lint (names and help text that Envoy chooses, reported, not asserted away).
@@ -45,8 +47,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RATE_INTERVAL = "5s"  # Grafana's $__rate_interval at a 1 s scrape interval is 4 s; one more for jitter
 STEP = "1s"
 PROMPTS = ("Hi", "x" * 300, "x" * 600)  # three prompt_bucket ranges: 0-128, 129-512, 513-2048
-# The fault is rolled back in shadow (mirrored copies fail); healed, the retry goes shadow, 20 %, 100 %.
+# Rolled back in shadow twice, on disagreement and then on the fault (mirrored copies fail); with the
+# agreement check dropped and the fault healed, the retry goes shadow, 20 %, 100 %.
 SHADOW_FIRST = ROLLOUT | {"strategy": ROLLOUT["strategy"] | {"shadow": SHADOW}}
+MIN_AGREEMENT = 0.9
+COMPARED = SHADOW_FIRST | {"analysis": SHADOW_FIRST["analysis"] | {"min_shadow_agreement": MIN_AGREEMENT}}
 # Envoy's exposition as Envoy writes it: no HELP lines, counters without `_total`, its own unit names.
 ENVOY_LINT = re.compile(
     r'^\S+ (no help text|counter metrics should have "_total" suffix|non-counter metrics should not have '
@@ -70,9 +75,7 @@ def promtool_binary() -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, envoy_binary, prometheus_binary):
-    yield from running(
-        RolloutStack(tmp_path_factory.mktemp("stack"), envoy_binary, SHADOW_FIRST, error_rate=0.05)
-    )
+    yield from running(RolloutStack(tmp_path_factory.mktemp("stack"), envoy_binary, COMPARED, error_rate=0.0))
 
 
 def endpoints(stack: RolloutStack) -> dict[str, str]:
@@ -133,17 +136,31 @@ class LongPrompts:
                     client.post(url, json={"model": "tiny", "max_tokens": 4, "messages": [message]})
 
 
+def wait_rolled_back(stack: RolloutStack, why: str) -> None:
+    wait_until(
+        lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"],
+        60,
+        f"the guard to roll zero-layer back ({why})",
+        interval=0.2,
+    )
+
+
 @pytest.fixture(scope="module")
 def history(stack, prometheus) -> tuple[float, float]:
     """Cause what the panels show; the (start, end) Unix times Prometheus holds it in."""
     started = time.time()
     with Traffic(stack.client.base_url, rate=40), LongPrompts(stack):
+        wait_rolled_back(stack, "its greedy answers differ from the baseline's")
+        applied = stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"})
+        stack.write_spec(stack.spec | {"analysis": SHADOW_FIRST["analysis"]})  # no agreement check
         wait_until(
-            lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"],
-            60,
-            "the guard to roll the faulty zero-layer back",
-            interval=0.2,
+            lambda: stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"}) > applied,
+            30,
+            "the spec without the agreement check applied",
         )
+        stack.set_fault(0.05)
+        stack.cli("retry")
+        wait_rolled_back(stack, "the fault in its shadow copies")
         # The shadow phase is short: the fault stays (the long prompts meet it) until Prometheus has
         # seen enough 5xx for the error-rate alert to be pending.
         pending = 'ALERTS{alertname="GraystackVariantErrorRateHigh", variant="zero-layer"}'
@@ -225,15 +242,27 @@ def test_every_query_parses_and_returns_data(prometheus, history, name):
 
 
 def test_the_panels_show_the_events_that_happened(prometheus, history):
-    """What a user came to see is there: one rollback and one promotion marked, the rollback's reason,
-    the high_load segment's own split, zero-layer's shadow copies, its injected 500s, TTFT in three
-    prompt-length buckets, both servers' memory, the erased bias layer, the refused spec, every NACK
-    counter at 0."""
+    """What a user came to see is there: two rollbacks and one promotion marked, the rollbacks' reasons,
+    zero-layer's shadow answers compared (all differing: its agreement stays under the check's floor,
+    drawn at 90 %), the high_load segment's own split, zero-layer's shadow copies, its injected 500s,
+    TTFT in three prompt-length buckets, both servers' memory, the erased bias layer, the refused spec,
+    every NACK counter at 0."""
     wanted = {
-        ("rollout-decisions", "annotation Rollbacks"): lambda s: len(numbers(s)) == 1,
+        ("rollout-decisions", "annotation Rollbacks"): lambda s: len(numbers(s)) == 2,
         ("rollout-decisions", "annotation Promotions"): lambda s: len(numbers(s)) == 1,
         ("rollout-decisions", "Rollbacks by reason [A]"): lambda s: (
-            {x["metric"]["reason"] for x in s if max(numbers([x])) > 0} == {"error_rate"}
+            {x["metric"]["reason"] for x in s if max(numbers([x])) > 0} == {"shadow_agreement", "error_rate"}
+        ),
+        ("rollout-decisions", "Shadow agreement [A]"): lambda s: (
+            {x["metric"]["variant"] for x in s} == {"zero-layer"}
+            and max(numbers(s), default=1) < MIN_AGREEMENT
+        ),
+        ("rollout-decisions", "Shadow agreement [B]"): lambda s: (
+            {x["metric"]["result"] for x in s} == {"agree", "differ", "missing"}
+            and any(x["metric"]["result"] == "differ" and max(numbers([x])) > 0 for x in s)
+        ),
+        ("rollout-decisions", "Check shadow_agreement: value and threshold [B]"): lambda s: (
+            set(numbers(s)) == {MIN_AGREEMENT}
         ),
         ("rollout-decisions", "Weight per segment and variant [A]"): lambda s: (
             {x["metric"]["segment"] for x in s} >= {"default", "high_load"}
@@ -308,7 +337,8 @@ def alerts_seen(server: PrometheusServer, span: tuple[float, float]) -> dict[tup
 def test_the_alert_rules_evaluate_on_the_live_series(prometheus, history):
     """Prometheus evaluates every rule against the stack without error; the rollback pages, zero-layer's
     injected 5xx put its error-rate alert in `pending` (its 5 minutes never pass here), and the pods'
-    expected weight status and the connected Envoy page nothing."""
+    expected weight status, the connected Envoy and the shadow comparisons (each finds the baseline's
+    answer) page nothing."""
     rules = httpx.get(f"{prometheus.url}/api/v1/rules", timeout=5).json()["data"]["groups"]
     health = {r["name"]: (r["health"], r.get("lastError", "")) for g in rules for r in g["rules"]}
     assert len(health) == sum(
@@ -321,5 +351,10 @@ def test_the_alert_rules_evaluate_on_the_live_series(prometheus, history):
     assert not {
         key
         for key in seen
-        if key[0] in {"GraystackZeroLayerWeightStatusUnexpected", "GraystackNoConnectedProxies"}
+        if key[0]
+        in {
+            "GraystackZeroLayerWeightStatusUnexpected",
+            "GraystackNoConnectedProxies",
+            "GraystackShadowComparisonsMissing",
+        }
     }

@@ -14,7 +14,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from gateway.rollout import metrics as rollout_metrics
-from gateway.rollout.analysis import Observations, analyse
+from gateway.rollout.analysis import Observations, VariantWindow, analyse
 from gateway.rollout.spec import Analysis
 from gateway.xds import metrics as xds_metrics
 from graystack.observability import alerts, dashboards
@@ -100,7 +100,9 @@ def test_each_dashboard_filters_by_namespace_rollout_and_variant(name):
 
 
 def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
-    ran = {c.name for c in analyse(Analysis(), Observations(error="down"), "zero-layer", "baseline")}
+    compared = {"zero-layer": VariantWindow(requests=0, errors=0, shadow_compared=5, shadow_agreed=5)}
+    every_check = Analysis(min_shadow_agreement=0.9)  # the optional check runs where copies were compared
+    ran = {c.name for c in analyse(every_check, Observations(compared), "zero-layer", "baseline")}
     board = json.loads(dashboards.render("rollout-decisions"))
     plotted = {m for _, expr in dashboards.queries(board) for m in re.findall(r'check="(\w+)"', expr)}
     assert plotted == ran == set(dashboards.CHECKS)

@@ -62,8 +62,12 @@ def _error_check(name: str, threshold: float, reason: str) -> Check:
 CHECK_NAMES = ("error_rate", "latency_ratio", "ttft_p95", "weight_status")
 
 
-def analyse(spec: Analysis, seen: Observations, candidate: str, baseline: str) -> list[Check]:
-    """The error-rate, latency-ratio, TTFT and weight-status checks for `candidate`."""
+def analyse(
+    spec: Analysis, seen: Observations, candidate: str, baseline: str, shadowing: bool = False
+) -> list[Check]:
+    """The error-rate, latency-ratio, TTFT and weight-status checks for `candidate`; and its shadow
+    agreement where asked for, while in a shadow stage (`shadowing`) or while compared answers remain
+    in the window."""
     thresholds = (spec.max_error_rate, spec.max_latency_ratio, spec.max_ttft_p95, 0.0)
     if seen.error is not None:
         return [_error_check(n, t, seen.error) for n, t in zip(CHECK_NAMES, thresholds, strict=True)]
@@ -76,8 +80,9 @@ def analyse(spec: Analysis, seen: Observations, candidate: str, baseline: str) -
             spec, seen.weight_status.get(candidate, ()), seen.effective_windows.get(candidate, ())
         ),
     ]
-    if spec.min_shadow_agreement is not None and ours is not None and ours.shadow_compared:
-        checks.append(_shadow_agreement(spec, ours))
+    compared = ours is not None and ours.shadow_compared > 0
+    if spec.min_shadow_agreement is not None and (compared or shadowing):
+        checks.append(_shadow_agreement(spec, ours) if compared else _nothing_compared(spec))
     return checks
 
 
@@ -144,6 +149,15 @@ def _weight_status(spec: Analysis, statuses: Sequence[str], windows: Sequence[in
     if bound is not None:
         reason += f", effective windows {sorted(set(windows))} within {bound}"
     return Check("weight_status", Verdict.PASS, 0.0, len(statuses), None, 0.0, reason)
+
+
+def _nothing_compared(spec: Analysis) -> Check:
+    """A shadow stage with no compared answer holds: agreement was asked for, and nothing shows it."""
+    reason = (
+        "no shadow answer compared with the baseline's yet (greedy requests only; is the candidate "
+        "started with `serve --compare-with`?)"
+    )
+    return Check("shadow_agreement", Verdict.INCONCLUSIVE, None, 0, None, spec.min_shadow_agreement, reason)
 
 
 def _shadow_agreement(spec: Analysis, ours: VariantWindow) -> Check:

@@ -217,7 +217,8 @@ class RolloutController:
             return None
         seen = await provider.observe(spec.analysis.window, spec.analysis.recent_window)
         baseline, candidate = roles(spec)
-        return analyse(spec.analysis, seen, candidate, baseline)
+        shadowing = self.state is not None and self.state.phase == Phase.SHADOW
+        return analyse(spec.analysis, seen, candidate, baseline, shadowing)
 
     def _step(
         self,

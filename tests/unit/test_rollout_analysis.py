@@ -79,6 +79,17 @@ def test_shadow_agreement_is_judged_only_where_copies_were_compared_and_only_whe
     assert analyse(asked, shadow(20, 17), "zero-layer", "baseline")[-1].verdict == Verdict.INCONCLUSIVE
 
 
+def test_a_shadow_stage_with_no_compared_answer_holds_when_agreement_is_asked_for():
+    """Copies served but none compared (e.g. a candidate started without --compare-with): the stage
+    must not pass on the other checks alone."""
+    asked = Analysis(min_shadow_agreement=0.9)
+    held = analyse(asked, shadow(0, 0), "zero-layer", "baseline", shadowing=True)[-1]
+    assert (held.name, held.verdict) == ("shadow_agreement", Verdict.INCONCLUSIVE)
+    assert "--compare-with" in held.reason
+    unasked = analyse(Analysis(), shadow(0, 0), "zero-layer", "baseline", shadowing=True)
+    assert [c.name for c in unasked][-1] == "weight_status"
+
+
 DERIVED = Analysis(expected_weight_status=["ACTIVE"], max_effective_window=64)
 
 

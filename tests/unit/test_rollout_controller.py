@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,28 @@ async def test_a_shadow_stage_mirrors_to_the_candidate_and_the_first_step_stops_
     assert gateway.live.routing.weights == {"baseline": 95, "zero-layer": 5}
     assert gateway.live.routing.mirror is None
     assert gateway.status()["routing"]["mirror"] is None
+
+
+async def test_a_shadow_stage_asked_to_judge_agreement_holds_until_answers_are_compared(tmp_path, clock):
+    data = load_yaml(DESIGN_EXAMPLE)
+    data["analysis"]["min_shadow_agreement"] = 0.9
+    gateway = new_gateway(data)
+    provider = FakeProvider()
+    fast = VariantWindow(5000, 0, latency_p99=0.02, ttft_p95=0.05)  # passes the shadow gate's 0.5 ratio
+    provider.seen = Observations({**HEALTHY.variants, "zero-layer": fast}, HEALTHY.weight_status)
+    controller = new_controller(gateway, tmp_path, clock, provider)
+    for _ in range(3):
+        clock.now += 400  # well past the shadow stage's 5 min
+        await controller.tick()
+    status = controller.status()
+    assert status["phase"] == "shadow"  # every other check passes, but no answer was compared
+    held = status["last_decision"]["checks"][-1]
+    assert (held["name"], held["verdict"]) == ("shadow_agreement", "inconclusive")
+    assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="shadow_agreement") == 0
+    compared = replace(fast, shadow_compared=500, shadow_agreed=499)
+    provider.seen = Observations({**HEALTHY.variants, "zero-layer": compared}, HEALTHY.weight_status)
+    await controller.tick()
+    assert controller.status()["phase"] == "progressing"
 
 
 async def test_checks_that_pass_after_the_hold_advance_and_a_restart_keeps_the_hold(tmp_path, clock):

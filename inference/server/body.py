@@ -6,13 +6,14 @@ import json
 
 from starlette.requests import ClientDisconnect, Request
 
-from inference.server.errors import TOO_LARGE, ApiError, invalid
+from inference.server.errors import CLIENT_CLOSED, INVALID, TOO_LARGE, ApiError, invalid
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: the longest prompt the context holds is about 10 KB
 
 
 async def read_json_object(request: Request, limit: int = MAX_BODY_BYTES) -> dict:
-    """The body as a dict: 413 when over `limit`, 400 when not UTF-8, not JSON, or not an object."""
+    """The body as a dict: 413 when over `limit`, 400 when not UTF-8, not JSON, or not an object, 499
+    when the client left before sending all of it (e.g. Envoy gave up on a slow attempt)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise ApiError(413, TOO_LARGE, f"request body is {declared} bytes; the limit is {limit}")
@@ -23,7 +24,7 @@ async def read_json_object(request: Request, limit: int = MAX_BODY_BYTES) -> dic
             if len(raw) > limit:
                 raise ApiError(413, TOO_LARGE, f"request body exceeds the limit of {limit} bytes")
     except ClientDisconnect:
-        raise invalid("the client went away while sending the body") from None
+        raise ApiError(CLIENT_CLOSED, INVALID, "the client went away while sending the body") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -13,6 +13,9 @@ NOT_FOUND = "not_found_error"
 PERMISSION = "permission_error"
 OVERLOADED = "overloaded_error"
 API = "api_error"
+# nginx's "client closed request": the client left before its request was read. Nobody reads the answer;
+# the status keeps it apart, in the request counts, from the client's mistakes (400) and the server's (5xx).
+CLIENT_CLOSED = 499
 
 
 class ApiError(Exception):

@@ -289,6 +289,21 @@ def test_dashboards_and_alert_rules_come_from_the_chart_files(tmp_path: Path) ->
     assert rule["spec"]["groups"] == groups["groups"]
 
 
+def test_the_weight_status_alert_admits_what_the_rollout_expects() -> None:
+    """A fleet serving the derived ACTIVE zero-layer sets the spec's expectation once; the alert follows."""
+
+    def alert(result: Rendered) -> dict:
+        (rule,) = result.of_kind("PrometheusRule")
+        rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+        return next(r for r in rules if r.get("alert") == "GraystackZeroLayerWeightStatusUnexpected")
+
+    default = alert(rendered(""))
+    assert 'status!~"ERASED|ZEROED"' in default["expr"]
+    active = alert(render(sets=("rollout.analysis.expected_weight_status={ACTIVE}",)))
+    assert 'status!~"ACTIVE"' in active["expr"]
+    assert active["annotations"]["description"].endswith("bias layer is ACTIVE.")
+
+
 def test_a_broken_rules_file_fails_the_render_instead_of_dropping_the_alerts(tmp_path: Path) -> None:
     chart = _chart_copy(tmp_path)
     (chart / "files" / "prometheus").mkdir(parents=True)

@@ -288,3 +288,22 @@ def _is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+async def test_a_client_that_leaves_mid_body_is_counted_apart_from_bad_input():
+    """Envoy resets an attempt it gave up on: not the client's mistake (400), nor the server's (5xx)."""
+    from starlette.requests import Request
+
+    from inference.server.body import read_json_object
+    from inference.server.errors import ApiError
+
+    messages = iter([{"type": "http.request", "body": b'{"model": ', "more_body": True}])
+
+    async def receive() -> dict:
+        return next(messages, {"type": "http.disconnect"})
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/messages", "headers": []}
+    with pytest.raises(ApiError) as error:
+        await read_json_object(Request(scope, receive))
+    assert error.value.status == 499
+    assert "went away" in error.value.message

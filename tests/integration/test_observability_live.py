@@ -51,6 +51,7 @@ PROMPTS = ("Hi", "x" * 300, "x" * 600)  # three prompt_bucket ranges: 0-128, 129
 # agreement check dropped and the fault healed, the retry goes shadow, 20 %, 100 %.
 SHADOW_FIRST = ROLLOUT | {"strategy": ROLLOUT["strategy"] | {"shadow": SHADOW}}
 MIN_AGREEMENT = 0.9
+LONG_SHADOW = SHADOW | {"duration": "60s"}
 COMPARED = SHADOW_FIRST | {"analysis": SHADOW_FIRST["analysis"] | {"min_shadow_agreement": MIN_AGREEMENT}}
 # Envoy's exposition as Envoy writes it: no HELP lines, counters without `_total`, its own unit names.
 ENVOY_LINT = re.compile(
@@ -136,6 +137,22 @@ class LongPrompts:
                     client.post(url, json={"model": "tiny", "max_tokens": 4, "messages": [message]})
 
 
+def apply_spec(stack: RolloutStack, changes: dict) -> None:
+    applied = stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"})
+    stack.write_spec(stack.spec | changes)
+    wait_until(
+        lambda: stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"}) > applied,
+        30,
+        "the rewritten spec applied",
+    )
+
+
+def wait_scraped(prometheus: PrometheusServer, phase: str) -> None:
+    """Prometheus has sampled `phase`: a phase that lasts less than a scrape interval leaves no mark."""
+    now = f'graystack_rollout_phase{{phase="{phase}"}} == 1'
+    wait_until(lambda: instant(prometheus, now), 30, f"a scrape of the {phase} phase")
+
+
 def wait_rolled_back(stack: RolloutStack, why: str) -> None:
     wait_until(
         lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"],
@@ -151,21 +168,21 @@ def history(stack, prometheus) -> tuple[float, float]:
     started = time.time()
     with Traffic(stack.client.base_url, rate=40), LongPrompts(stack):
         wait_rolled_back(stack, "its greedy answers differ from the baseline's")
-        applied = stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"})
-        stack.write_spec(stack.spec | {"analysis": SHADOW_FIRST["analysis"]})  # no agreement check
-        wait_until(
-            lambda: stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"}) > applied,
-            30,
-            "the spec without the agreement check applied",
-        )
-        stack.set_fault(0.05)
+        wait_scraped(prometheus, "rolled_back")  # the annotations mark each phase Prometheus saw
+        # No agreement check, and a shadow stage that lasts until the fault (set once Prometheus has
+        # seen the stage) rolls it back.
+        apply_spec(stack, SHADOW_FIRST | {"strategy": SHADOW_FIRST["strategy"] | {"shadow": LONG_SHADOW}})
         stack.cli("retry")
+        wait_scraped(prometheus, "shadow")
+        stack.set_fault(0.05)
         wait_rolled_back(stack, "the fault in its shadow copies")
+        wait_scraped(prometheus, "rolled_back")
         # The shadow phase is short: the fault stays (the long prompts meet it) until Prometheus has
         # seen enough 5xx for the error-rate alert to be pending.
         pending = 'ALERTS{alertname="GraystackVariantErrorRateHigh", variant="zero-layer"}'
         wait_until(lambda: instant(prometheus, pending), 90, "zero-layer's error-rate alert pending")
         stack.clear_fault(timeout=40)
+        apply_spec(stack, SHADOW_FIRST)
         stack.cli("retry")
         wait_until(lambda: stack.rollout()["phase"] == "promoted", 60, "the clean retry to promote")
     stack.write_raw_spec("name: [not a spec")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -113,6 +115,26 @@ class ManagedProcess:
             self.popen.wait(timeout=10)
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """For Popen's preexec_fn, on Linux: the child gets SIGTERM when the process that started it dies,
+    even by SIGKILL (which leaves no chance to stop it by PID), so a killed `up` or test run leaves no
+    orphan holding its ports. (Linux sends it when the starting *thread* ends: start stacks from the
+    main thread.) Only a prctl call and getppid run between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the prctl: no signal will come
+            os._exit(1)
+
+    return arm
+
+
 def start_process(name: str, argv: list[str], log_dir: Path, env: dict | None = None) -> ManagedProcess:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
@@ -123,6 +145,7 @@ def start_process(name: str, argv: list[str], log_dir: Path, env: dict | None = 
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
+        preexec_fn=_die_with_parent(os.getpid()),
     )
     log_file.close()
     return ManagedProcess(name, popen, log_path)

@@ -11,7 +11,7 @@ first other variant in the spec (the one the strategy's weights are about). Both
 
 The split: while the state has a weight, the controller owns the default split ({baseline: 100 - w,
 candidate: w}, any other variant 0); in manual mode (weight None) the spec's own and the operator's
-flips stand. While rolled back every header segment goes to the baseline too (the machine's SetSplit
+flips stand. While rolled back every header segment goes to the baseline too (the state's weight
 covers the default split only); a retry gives the segments back their own splits. The controller
 compares the split it wants with the one live after every step and pushes on a difference, so a push
 that was refused (an invalid composition) is tried again at the next interval.

@@ -11,7 +11,7 @@ first other variant in the spec (the one the strategy's weights are about). Both
 
 The split: while the state has a weight, the controller owns the default split ({baseline: 100 - w,
 candidate: w}, any other variant 0); in manual mode (weight None) the spec's own and the operator's
-flips stand. While rolled back every header segment goes to the baseline too (the machine's SetSplit
+flips stand. While rolled back every header segment goes to the baseline too (the state's weight
 covers the default split only); a retry gives the segments back their own splits. The controller
 compares the split it wants with the one live after every step and pushes on a difference, so a push
 that was refused (an invalid composition) is tried again at the next interval.
@@ -26,6 +26,13 @@ discarded, and the providers count them as the candidate's, so the shadow phase 
 
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
 guard is off, and says so in status: no analysis runs, the strategy moves only by operator commands.
+
+Before the first proxy connects: an interval whose metrics cannot be read is inconclusive ("no proxy
+connected yet"), not an error. A gateway starts before its Envoy (the `direct` provider then finds
+Envoy's admin refusing connections), and until a proxy connects no request follows the split this
+controller sets, so there is nothing to judge and no fault to escalate. Once one has connected, an
+unreadable source is an error again, even after every proxy has gone: an Envoy that dies mid-rollout
+is a fault `analysis.on_error` must see (without Prometheus, its alert is the only one).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -73,7 +80,8 @@ class ProviderUnavailable(Exception):
 
 
 class Proxies(Protocol):
-    """What the controller asks of the xDS server (gateway.xds.server.AdsServer)."""
+    """What the controller asks of the xDS server (gateway.xds.server.AdsServer); each stream is
+    described by a dict with its `key` (None until the proxy named its node) and `converged`."""
 
     async def wait_converged(self, seconds: float) -> bool: ...
 
@@ -122,6 +130,14 @@ def check_dict(check: Check) -> dict:
     return {**asdict(check), "verdict": check.verdict.value}
 
 
+def _not_yet_measurable(check: Check) -> Check:
+    """`check` from before any proxy connected: an error becomes a hold that keeps the provider's
+    message; any other verdict stands (a probe's evidence against the checkpoint rolls back now)."""
+    if check.verdict != Verdict.ERROR:
+        return check
+    return replace(check, verdict=Verdict.INCONCLUSIVE, reason=f"no proxy connected yet ({check.reason})")
+
+
 class RolloutController:
     def __init__(
         self,
@@ -148,6 +164,7 @@ class RolloutController:
         self.last_rollback_seconds: float | None = None
         self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
         self._confirm: asyncio.Task | None = None
+        self._proxy_seen = False  # a proxy has connected since this controller started
 
     @property
     def spec(self) -> RolloutSpec:
@@ -215,10 +232,17 @@ class RolloutController:
         provider = self._provider_for(spec)
         if provider is None:
             return None
+        proxy_seen = self._proxy_connected()  # asked first: a proxy connecting mid-scrape was not up for it
         seen = await provider.observe(spec.analysis.window, spec.analysis.recent_window)
         baseline, candidate = roles(spec)
         shadowing = self.state is not None and self.state.phase == Phase.SHADOW
-        return analyse(spec.analysis, seen, candidate, baseline, shadowing)
+        checks = analyse(spec.analysis, seen, candidate, baseline, shadowing)
+        return checks if proxy_seen else [_not_yet_measurable(check) for check in checks]
+
+    def _proxy_connected(self) -> bool:
+        """Whether a proxy has connected since this controller started (see the module docstring)."""
+        self._proxy_seen = self._proxy_seen or any(s.get("key") for s in self.proxies.streams())
+        return self._proxy_seen
 
     def _step(
         self,

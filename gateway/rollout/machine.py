@@ -34,11 +34,16 @@ Time: the hold is accrued, not recomputed from a start time. Each call folds `no
 that jumps forwards may complete a hold but never skips a stage, a pause stops accrual, and a state
 reloaded after a restart continues its hold (the downtime counts: the traffic kept flowing).
 
-Rollback is an ordered sequence of which the machine owns the first part: it emits SetSplit(0, 0) once
-and records `rollback_started` (the first failing sample, or the operator's command). The controller
-pushes it, waits until every connected Envoy ACKed, then calls `rollback_acked` (which returns
-graystack_rollback_seconds) or, past its deadline, `rollback_ack_timeout` (an Alert). The controller
-must also send every header segment to the baseline while rolled back: SetSplit covers the default split.
+The split is part of the state (`weight`, `shadow_percent`), not an action: the controller derives
+the split it wants from the state after every call and pushes it when it differs from the live one, so
+a push that was refused is retried at the next interval.
+
+Rollback is an ordered sequence of which the machine owns the first part: it sets weight 0 and shadow
+off, and records `rollback_started` (the first failing sample, or the operator's command). The
+controller pushes that, waits until every connected Envoy ACKed, then calls `rollback_acked` (which
+returns graystack_rollback_seconds) or, past its deadline, `rollback_ack_timeout` (an Alert). The
+controller also sends every header segment to the baseline while rolled back: the state's weight sets
+the default split only.
 
 A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
 exists restarts the strategy from its first stage; a changed weight or shadow percent is applied.
@@ -133,15 +138,6 @@ _STATE = TypeAdapter(RolloutState)
 
 
 @dataclass(frozen=True)
-class SetSplit:
-    """Program Envoy: zero-layer's weight in the default split (None: the spec's routing.weights) and
-    the percentage of requests mirrored to zero-layer."""
-
-    weight: int | None
-    shadow_percent: int
-
-
-@dataclass(frozen=True)
 class Alert:
     message: str
 
@@ -160,7 +156,7 @@ class Ignored:
     reason: str
 
 
-Action = SetSplit | Alert | RecordDecision | Ignored
+Action = Alert | RecordDecision | Ignored
 
 
 def initial_state(spec: RolloutSpec, now: float) -> RolloutState:
@@ -177,7 +173,6 @@ def step(
     now: float,
 ) -> tuple[RolloutState, list[Action]]:
     """The next state and the actions for the controller; see the module docstring for the rules."""
-    before = state
     actions: list[Action] = []
     state = _reconcile(spec, _fold(state, now), now)
     outcome = ""
@@ -195,8 +190,6 @@ def step(
             state, outcome = _judge(spec, state, tuple(checks), now, actions, may_advance=not applied)
     if checks is not None:
         actions.insert(0, RecordDecision(tuple(checks), outcome))
-    if (state.weight, state.shadow_percent) != (before.weight, before.shadow_percent):
-        actions.append(SetSplit(state.weight, state.shadow_percent))
     return state, actions
 
 

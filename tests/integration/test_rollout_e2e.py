@@ -86,6 +86,8 @@ def wait_rolled_back(stack) -> dict:
 
 def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promotes(stack):
     assert stack.rollout()["label"] == "step 0"
+    # The gateway analysed before Envoy connected: those intervals held, none was a metrics error.
+    assert stack.gateway_metric("graystack_analysis_checks_total", {"result": "error"}) == 0
     with Traffic(stack.client.base_url, RATE) as traffic:
         rolled_back = wait_rolled_back(stack)
         checks = {c["name"]: c for c in rolled_back["last_decision"]["checks"]}

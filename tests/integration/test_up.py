@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.local.processes import wait_until
 from graystack.local.prometheus import ALERT_RULES
@@ -55,6 +56,17 @@ def scraped(prometheus_url: str) -> set[str] | None:
     targets = httpx.get(f"{prometheus_url}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
     health = {t["labels"]["job"]: t["health"] for t in targets}
     return set(health) if health and set(health.values()) == {"up"} else None
+
+
+def analysis_errors(admin_url: str) -> float:
+    """Analysis checks the gateway judged `error` (metrics it could not read), every check together."""
+    text = httpx.get(f"{admin_url}/metrics", timeout=5).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "graystack_analysis_checks_total" and sample.labels["result"] == "error"
+    )
 
 
 def alive(pid: int) -> bool:
@@ -108,6 +120,7 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
         "probe-zero-layer",
     }
     assert all(alive(pid) for pid in state["processes"].values())
+    assert analysis_errors(state["admin_url"]) == 0  # the gateway started before Envoy: it held, no error
 
     second = graystack(env, "up", "--free-ports")
     assert second.returncode != 0

@@ -8,20 +8,23 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
 import pytest
 from prometheus_client import REGISTRY
 
 from gateway.app import provider_factory
 from gateway.metrics import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
-from gateway.rollout.analysis import Observations, VariantWindow
+from gateway.rollout.analysis import CHECK_NAMES, Observations, VariantWindow
 from gateway.rollout.controller import ProviderUnavailable, RolloutController
 from gateway.rollout.machine import Command
 from gateway.rollout.spec import Mirror, SpecError, load_yaml, validate_spec
 from gateway.service import Gateway
 from gateway.xds.cache import SnapshotCache
-from gateway.xds.server import AdsServer
-from tests.support.ads_client import node
+from gateway.xds.server import AdsServer, start_server
+from gateway.xds.types import CLUSTER
+from graystack.local.processes import free_port
+from tests.support.ads_client import AdsClient, node
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 HEALTHY = Observations(
@@ -34,6 +37,9 @@ HEALTHY = Observations(
 FAILING = Observations(
     variants={**HEALTHY.variants, "zero-layer": VariantWindow(requests=1000, errors=100, latency_p99=0.1)},
     weight_status=HEALTHY.weight_status,
+)
+ENVOY_DOWN = Observations(  # what the direct provider says while Envoy's admin refuses connections
+    error="scrape of http://127.0.0.1:9901/stats/prometheus failed: ConnectError('All connection attempts failed')"
 )
 NAME = "zero-layer"
 
@@ -64,7 +70,7 @@ class SilentProxies:
         return False
 
     def streams(self) -> list[dict]:
-        return [{"converged": False}]
+        return [{"key": "envoy", "converged": False}]
 
 
 def spec_data(**changes) -> dict:
@@ -259,6 +265,76 @@ async def test_manual_mode_leaves_the_split_to_the_spec_and_still_guards_it(tmp_
     assert split(gateway)["default"] == {"baseline": 100, "zero-layer": 0}
     await controller.command(Command.RETRY)
     assert gateway.live.routing.weights == {"baseline": 70, "zero-layer": 30}  # the operator's flip again
+
+
+async def connect(channel: grpc.aio.Channel) -> AdsClient:
+    """An Envoy that has connected and named its node."""
+    client = AdsClient(channel, "envoy")
+    await client.request(CLUSTER)
+    await client.receive()  # the server answers a stream it has identified
+    return client
+
+
+async def until(condition, what: str) -> None:
+    for _ in range(250):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def error_checks() -> float:
+    return sum(
+        metric("graystack_analysis_checks_total", rollout=NAME, check=check, result="error") or 0
+        for check in CHECK_NAMES
+    )
+
+
+async def test_metrics_unreadable_before_the_first_proxy_connects_hold_and_are_no_error(tmp_path, clock):
+    """A gateway starts before its Envoy: until a proxy connects no request follows the split, so an
+    Envoy admin that refuses connections leaves nothing to judge. Once one has connected, the same
+    failure is a metrics error, and it escalates after the proxy has gone again (an Envoy that died)."""
+    gateway = new_gateway()
+    ads = AdsServer(gateway.cache)
+    port = free_port()
+    server = await start_server(ads, "127.0.0.1", port)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    provider = FakeProvider()
+    provider.seen = ENVOY_DOWN
+    controller = new_controller(gateway, tmp_path, clock, provider, ads)
+    errors = error_checks()
+    try:
+        for _ in range(5):  # past the 3 error intervals that would freeze the rollout
+            clock.now += 5
+            await controller.tick()
+        status = controller.status()
+        assert (status["label"], status["errors"], status["alerts"]) == ("step 0", 0, [])
+        checks = status["last_decision"]["checks"]
+        assert {c["verdict"] for c in checks} == {"inconclusive"}
+        assert all(
+            c["reason"].startswith("no proxy connected yet (scrape of http://127.0.0.1:9901") for c in checks
+        )
+        assert error_checks() == errors
+
+        client = await connect(channel)
+        provider.seen = HEALTHY
+        await controller.tick()
+        assert controller.status()["last_decision"]["checks"][0]["verdict"] == "pass"
+
+        client.cancel()  # Envoy dies: nothing connected, its admin refuses connections again
+        await until(lambda: not ads.streams(), "the proxy's stream to close")
+        provider.seen = ENVOY_DOWN
+        for _ in range(3):
+            clock.now += 5
+            await controller.tick()
+        status = controller.status()
+        assert {c["verdict"] for c in status["last_decision"]["checks"]} == {"error"}
+        assert (status["label"], status["errors"]) == ("step 0 (paused)", 3)
+        assert "metrics unavailable for 3 intervals" in status["alerts"][-1]["message"]
+        assert error_checks() == errors + 3 * len(CHECK_NAMES)
+    finally:
+        await channel.close()
+        await server.stop(grace=None)
 
 
 async def test_a_rollback_no_proxy_acks_raises_an_alert(tmp_path, clock):

@@ -15,7 +15,6 @@ from gateway.rollout.machine import (
     Phase,
     RecordDecision,
     RolloutState,
-    SetSplit,
     initial_state,
     rollback_ack_timeout,
     rollback_acked,
@@ -71,15 +70,17 @@ def failing(name: str = "latency_ratio", value: float = 2.4) -> list[Check]:
 
 
 class Run:
-    """A controller stand-in: the state, the clock, and the last call's actions."""
+    """A controller stand-in: the state before and after the last call, the clock, and that call's actions."""
 
     def __init__(self, spec: RolloutSpec = SPEC, now: float = 1000.0, state: RolloutState | None = None):
         self.spec, self.now = spec, now
         self.state = state if state is not None else initial_state(spec, now)
+        self.before = self.state
         self.actions: list = []
 
     def at(self, now: float, checks: list[Check] | None = None, command: Command | None = None) -> Run:
         self.now = now
+        self.before = self.state
         self.state, self.actions = step(self.spec, self.state, checks, command, now)
         return self
 
@@ -88,6 +89,15 @@ class Run:
 
     def of(self, kind: type) -> list:
         return [a for a in self.actions if isinstance(a, kind)]
+
+    def split(self) -> tuple[int | None, int]:
+        """What the controller puts live for the state: zero-layer's weight in the default split (None:
+        the spec's own) and the percentage of requests mirrored to it."""
+        return self.state.weight, self.state.shadow_percent
+
+    def moved_split(self) -> list[tuple[int | None, int]]:
+        """The split, if the last call changed it (the controller pushes then); else nothing."""
+        return [self.split()] if self.split() != (self.before.weight, self.before.shadow_percent) else []
 
     def to_step(self, index: int) -> Run:
         """Pass every stage up to step `index`, each exactly at the end of its hold."""
@@ -118,27 +128,28 @@ def test_a_passing_rollout_walks_shadow_then_every_step_to_promoted():
     splits = []
     for hold in (300, 600, 1800):
         run.after(hold - 5, interval())  # not yet: the hold has not elapsed
-        assert not run.of(SetSplit)
+        assert not run.moved_split()
         run.after(5, interval())
-        splits += run.of(SetSplit)
+        splits += run.moved_split()
     run.after(5, interval())  # the last step holds 0 s
-    assert splits == [SetSplit(5, 0), SetSplit(20, 0), SetSplit(100, 0)]
+    assert splits == [(5, 0), (20, 0), (100, 0)]
     assert (run.state.phase, run.state.weight) == (Phase.PROMOTED, 100)
     assert [t.target for t in run.state.history] == ["step 0", "step 1", "step 2", "promoted"]
 
 
-def test_each_advance_emits_exactly_one_split_and_starts_a_fresh_hold():
+def test_each_advance_moves_the_split_once_and_starts_a_fresh_hold():
     run = Run().after(300, interval())
-    assert run.of(SetSplit) == [SetSplit(5, 0)]  # shadow off, 5 % to zero-layer
+    assert run.moved_split() == [(5, 0)]  # shadow off, 5 % to zero-layer
     assert (run.state.phase, run.state.step, run.state.held) == (Phase.PROGRESSING, 0, 0.0)
     run.after(600, interval())
-    assert run.of(SetSplit) == [SetSplit(20, 0)]
+    assert run.moved_split() == [(20, 0)]
     run.after(1800, interval())
-    assert run.of(SetSplit) == [SetSplit(100, 0)]
+    assert run.moved_split() == [(100, 0)]
     assert run.state.phase == Phase.PROGRESSING  # the last step holds 0 s but still needs a passing interval
     run.after(5, interval())
     assert run.state.phase == Phase.PROMOTED
-    assert not run.of(SetSplit)  # promoted keeps the last step's weight
+    assert not run.moved_split()  # promoted keeps the last step's weight
+    assert run.split() == (100, 0)
 
 
 def test_a_pass_before_the_hold_elapsed_does_not_advance():
@@ -220,7 +231,7 @@ def test_a_shadow_gate_miss_holds_in_shadow_without_rolling_back(spec, checks, w
 def test_a_failing_check_in_shadow_rolls_back_and_stops_the_mirror():
     run = Run().after(10, failing())
     assert (run.state.phase, run.state.weight, run.state.shadow_percent) == (Phase.ROLLED_BACK, 0, 0)
-    assert run.of(SetSplit) == [SetSplit(0, 0)]
+    assert run.moved_split() == [(0, 0)]
 
 
 # --- the guard: FAIL rolls back at once, in every phase -------------------------------------------
@@ -249,7 +260,7 @@ def test_one_failing_check_rolls_back_at_once_in_any_phase(phase):
     run = _in_phase(phase).after(5, failing("ttft_p95", 2.7))
     assert run.state.phase == Phase.ROLLED_BACK
     assert (run.state.weight, run.state.shadow_percent, run.state.paused) == (0, 0, False)
-    assert run.of(SetSplit) == [SetSplit(0, 0)]
+    assert run.moved_split() == [(0, 0)]
     assert run.state.rollback_started == run.now
     assert len(run.of(Alert)) == 1
 
@@ -279,7 +290,8 @@ def test_failures_after_the_rollback_change_nothing_and_keep_the_first_failing_s
     first = run.now
     for _ in range(5):
         run.after(5, failing())
-        assert not run.of(SetSplit)
+        assert not run.moved_split()
+        assert run.split() == (0, 0)
         assert not run.of(Alert)
         assert run.of(RecordDecision)[0].outcome == "recorded only: rolled back"
     for _ in range(5):
@@ -352,7 +364,8 @@ def test_metrics_errors_retry_then_freeze_with_one_alert():
     assert run.state.held == held
     run.after(5, command=Command.RESUME)
     assert (run.state.paused, run.state.errors) == (False, 0)
-    assert not [a for a in run.actions if isinstance(a, SetSplit)]
+    assert not run.moved_split()
+    assert run.split() == (5, 0)
 
 
 def test_resuming_a_frozen_rollout_gives_the_metrics_a_fresh_retry_budget():
@@ -440,7 +453,7 @@ def test_pause_freezes_the_hold_and_resume_continues_it():
     run = Run(STEPS_ONLY).after(200, interval()).after(0, command=Command.PAUSE)
     assert run.state.paused
     assert run.state.weight == 5
-    assert not run.of(SetSplit)
+    assert not run.moved_split()
     for _ in range(20):
         run.after(100, interval())  # 2,000 s paused, every interval passing
     assert (run.state.step, run.state.held) == (0, 200)
@@ -476,7 +489,7 @@ def test_a_controller_killed_at_step_1_resumes_at_step_1_with_the_remaining_hold
     assert restored == before.state
     after = Run(SPEC, state=restored, now=before.now).after(100, interval())  # 100 s of downtime
     assert (after.state.phase, after.state.step, after.state.weight) == (Phase.PROGRESSING, 1, 20)
-    assert not after.of(SetSplit)  # same weights: nothing to push
+    assert not after.moved_split()  # same weights: nothing to push
     assert after.state.held == 1100  # the downtime counted (traffic flowed); not a fresh hold
     after.after(699, interval())
     assert after.state.step == 1
@@ -550,7 +563,7 @@ def test_every_command_in_every_phase(phase, command, target):
             before.paused,
         )
         assert run.state.history == before.history
-        assert not run.of(SetSplit)
+        assert not run.moved_split()
     else:
         assert not run.of(Ignored)
         assert run.state.label() == target
@@ -592,7 +605,7 @@ def test_retry_after_a_rollback_starts_the_first_stage_afresh(spec, label, weigh
     run.after(5, failing()).after(5, command=Command.RETRY)
     assert run.state.label() == label
     assert (run.state.weight, run.state.shadow_percent) == (weight, shadow)
-    assert run.of(SetSplit) == [SetSplit(weight, shadow)]
+    assert run.moved_split() == [(weight, shadow)]
     assert (run.state.held, run.state.errors, run.state.rollback_started) == (0, 0, None)
     assert run.state.history[-1].reason == "operator retry"
 
@@ -601,7 +614,7 @@ def test_an_operator_rollback_is_timed_from_the_command():
     run = Run().to_step(1).after(5, command=Command.ROLLBACK)
     assert run.state.reason == "rolled back: operator rollback"
     assert run.state.rollback_started == run.now
-    assert run.of(SetSplit) == [SetSplit(0, 0)]
+    assert run.moved_split() == [(0, 0)]
 
 
 # --- manual mode ----------------------------------------------------------------------------------
@@ -611,13 +624,13 @@ def test_manual_mode_never_sets_weights_but_still_rolls_back():
     run = Run(MANUAL)
     for checks in (interval(), interval(INCONCLUSIVE), interval(), None):
         run.after(5, checks)
-        assert not run.of(SetSplit)
+        assert run.split() == (None, 0)
         assert run.state.phase == Phase.MANUAL
     run.after(5, failing())
-    assert run.of(SetSplit) == [SetSplit(0, 0)]
+    assert run.moved_split() == [(0, 0)]
     run.after(5, command=Command.RETRY)
     assert run.state.phase == Phase.MANUAL
-    assert run.of(SetSplit) == [SetSplit(None, 0)]  # back to the spec's own split
+    assert run.moved_split() == [(None, 0)]  # back to the spec's own split
 
 
 # --- rollback completion --------------------------------------------------------------------------
@@ -692,7 +705,7 @@ def test_a_changed_step_weight_is_applied():
     )
     run.after(5)
     assert (run.state.step, run.state.weight) == (1, 30)
-    assert run.of(SetSplit) == [SetSplit(30, 0)]
+    assert run.moved_split() == [(30, 0)]
 
 
 @pytest.mark.parametrize(

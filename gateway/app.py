@@ -28,6 +28,7 @@ from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
 from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
 from gateway.rollout.spec import RolloutSpec, SpecError
+from gateway.rollout.state_store import FileStateStore, StateStore
 from gateway.service import Gateway
 from gateway.sources.endpoints import static_endpoints
 from gateway.sources.spec_file import SpecFileWatcher, read_spec
@@ -48,7 +49,7 @@ class GatewayOptions:
     poll_interval: float = 0.25
     envoy_admin: str | None = None  # Envoy's admin base URL, for the `direct` metrics provider
     metrics_targets: tuple[str, ...] = ()  # the pods' /metrics URLs (model servers and probes)
-    state_path: Path | None = None  # the rollout state file; None: `<spec>.state.json`
+    state_path: Path | None = None  # the rollout state file (local mode); None: `<spec>.state.json`
 
     @property
     def rollout_state_path(self) -> Path:
@@ -107,7 +108,7 @@ class GatewayProcess:
             self.gateway,
             self.ads,
             provider_factory(options.envoy_admin, options.metrics_targets),
-            options.rollout_state_path,
+            self._state_store(),
         )
         self.controller.restore()
         self._watcher = SpecFileWatcher(
@@ -130,13 +131,16 @@ class GatewayProcess:
         self._admin_task: asyncio.Task | None = None
         self._grpc = None
 
-    # -- what a mode replaces (gateway/kubernetes: the spec's ConfigMap, EndpointSlices, the Lease) --
+    # -- what a mode replaces (gateway/kubernetes: the spec's and the state's ConfigMaps, EndpointSlices) --
 
     def _initial_spec(self) -> tuple[RolloutSpec, str]:
         return read_spec(self.options.spec)
 
     def _endpoints_source(self) -> Callable[[RolloutSpec], EndpointMap]:
         return static_endpoints
+
+    def _state_store(self) -> StateStore:
+        return FileStateStore(self.options.rollout_state_path)
 
     def _background(self) -> list[Coroutine]:
         """What runs beside the admin API: the spec watcher and the rollout controller."""

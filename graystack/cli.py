@@ -185,14 +185,6 @@ kube_context_option = click.option("--context", "kube_context", default=None, he
 )
 @click.option("--lease-seconds", default=15.0, envvar="GRAYSTACK_LEASE_SECONDS", show_envvar=True)
 @click.option("--resync-seconds", default=300.0, envvar="GRAYSTACK_RESYNC_SECONDS", show_envvar=True)
-@click.option(
-    "--state-file",
-    type=click.Path(path_type=Path),
-    default=Path("/var/lib/graystack/rollout-state.json"),
-    envvar="GRAYSTACK_STATE_FILE",
-    show_envvar=True,
-    help="the controller's local copy of the state (the cluster's copy is the state ConfigMap)",
-)
 @click.option("--xds-host", default="127.0.0.1", envvar="GRAYSTACK_XDS_HOST", show_envvar=True)
 @click.option("--xds-port", default=18000, envvar="GRAYSTACK_XDS_PORT", show_envvar=True)
 @click.option("--admin-host", default="127.0.0.1", envvar="GRAYSTACK_ADMIN_HOST", show_envvar=True)
@@ -208,7 +200,6 @@ def kube_gateway(
     identity: str,
     lease_seconds: float,
     resync_seconds: float,
-    state_file: Path,
     xds_host: str,
     xds_port: int,
     admin_host: str,
@@ -235,7 +226,6 @@ def kube_gateway(
     )
     options = gateway_options(
         kube,
-        state_file,
         xds_host=xds_host,
         xds_port=xds_port,
         admin_host=admin_host,

@@ -3,9 +3,10 @@
 The same parts as local mode (gateway/app.py: xDS server, admin API, rollout controller), with:
 - the spec from its ConfigMap (watched; a bad edit refused, reported as an Event, the last good kept),
 - each `service:` variant's pods from its EndpointSlices (watched; Envoy gets each change),
-- the rollout state in a ConfigMap, and leader election on a Lease: every replica serves xDS to the
-  Envoys connected to it; only the leader runs the controller's analysis loop and writes the state;
-  the others apply the leader's state as it changes, so every Envoy gets the same split.
+- the rollout state in a ConfigMap (the controller's store, gateway/kubernetes/state.py), and leader
+  election on a Lease: every replica serves xDS to the Envoys connected to it; only the leader runs the
+  controller's analysis loop and writes the state, as each step happens; a new leader loads it first;
+  the others apply the leader's state from their watch as it changes, so every Envoy gets the same split.
 
 Operator commands through a replica's admin API act on that replica; in a cluster, flip through the
 spec ConfigMap (`graystack weight --configmap`, `helm upgrade`), which every replica applies.
@@ -32,9 +33,9 @@ from gateway.kubernetes.endpoints import SERVICE_LABEL, EndpointSlices
 from gateway.kubernetes.leader import LeaderElector
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
-from gateway.kubernetes.state import ClusterState, decode_state, state_text
+from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout.spec import RolloutSpec, SpecError
-from gateway.rollout.state_store import save_state
+from gateway.rollout.state_store import StateStore, decode_state
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,11 @@ class KubernetesOptions:
     lease_seconds: float = 15.0
     resync_seconds: float = 300.0
     watch_timeout: int = 60
-    state_poll: float = 0.25  # how soon the leader's state file reaches the cluster
 
 
-def gateway_options(kube: KubernetesOptions, state_file: Path, **listen: Any) -> GatewayOptions:
+def gateway_options(kube: KubernetesOptions, **listen: Any) -> GatewayOptions:
     """GatewayOptions for Kubernetes mode: the spec's "path" names its ConfigMap (status, messages)."""
-    return GatewayOptions(
-        spec=Path(origin(kube.namespace, kube.spec_configmap)), state_path=state_file, **listen
-    )
+    return GatewayOptions(spec=Path(origin(kube.namespace, kube.spec_configmap)), **listen)
 
 
 class KubernetesGatewayProcess(GatewayProcess):
@@ -70,7 +68,7 @@ class KubernetesGatewayProcess(GatewayProcess):
         self.api = api_client(kube.kubeconfig, kube.context)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._controller_task: asyncio.Task | None = None
-        self._stopping: set[asyncio.Task] = set()
+        self._background_tasks: set[asyncio.Task] = set()
         discovery = client.DiscoveryV1Api(self.api)
         self._reflectors = {
             "spec": self._configmap_reflector(kube.spec_configmap, self._on_spec),
@@ -85,13 +83,6 @@ class KubernetesGatewayProcess(GatewayProcess):
         }
         self.slices = EndpointSlices()
         self.slices.update(self._reflectors["endpoints"].list_now())
-        self.cluster_state = ClusterState(self.api, kube.namespace, kube.state_configmap)
-        self._pull_state(options.rollout_state_path, self.cluster_state.read())
-        self._pushed: str | None = None
-        super().__init__(options)  # reads the spec (_initial_spec) and restores the state just pulled
-        self.spec_source = SpecConfigMap(
-            self.gateway, kube.spec_configmap, self._report, kube.spec_key, self.gateway.file.sha256
-        )
         self.elector = LeaderElector(
             self.api,
             kube.namespace,
@@ -99,6 +90,13 @@ class KubernetesGatewayProcess(GatewayProcess):
             kube.identity,
             self._threadsafe(self._on_leadership),
             kube.lease_seconds,
+        )
+        self.state_store = ConfigMapStateStore(
+            self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading
+        )
+        super().__init__(options)  # reads the spec (_initial_spec), restores the state from the store
+        self.spec_source = SpecConfigMap(
+            self.gateway, kube.spec_configmap, self._report, kube.spec_key, self.gateway.file.sha256
         )
 
     def _configmap_reflector(self, name: str, handler: Callable[[dict], None]) -> Reflector:
@@ -139,8 +137,13 @@ class KubernetesGatewayProcess(GatewayProcess):
     def _endpoints_source(self) -> Callable[[RolloutSpec], EndpointMap]:
         return self.slices.endpoints_for
 
+    def _state_store(self) -> StateStore:
+        return self.state_store
+
     def _background(self) -> list[Coroutine]:
-        return [self._push_state_while_leading()]
+        """Nothing beside the admin API: the spec and the state arrive by watch (reflector threads), and
+        the controller's loop runs only while this replica leads (`_lead`)."""
+        return []
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -174,26 +177,41 @@ class KubernetesGatewayProcess(GatewayProcess):
     def _on_state(self, objects: dict[str, dict]) -> None:
         if self.elector.leading:
             return  # the leader's own write coming back
-        if self._pull_state(
-            self.options.rollout_state_path, state_text(objects.get(self.kube.state_configmap))
-        ):
-            self.controller.restore()
+        text = state_text(objects.get(self.kube.state_configmap))
+        if not text:
+            return
+        try:
+            state = decode_state(text)
+        except ValueError as error:
+            log.warning("stored rollout state refused, keeping ours: %s", error)
+            return
+        if state != self.controller.state:
+            self._in_background(self.controller.resume(state))
 
     def _on_leadership(self, leading: bool) -> None:
         if leading:
             if self._controller_task is None or self._controller_task.done():  # never two loops
                 self._controller_task = asyncio.create_task(self._lead())
         else:
-            task = asyncio.create_task(self._stop_controller())
-            self._stopping.add(task)
-            task.add_done_callback(self._stopping.discard)
+            self._in_background(self._stop_controller())
+
+    def _in_background(self, work: Coroutine) -> None:
+        """Run `work` on the loop, keeping a reference until it is done."""
+        task = asyncio.create_task(work)
+        self._background_tasks.add(task)
+        task.add_done_callback(self._background_tasks.discard)
 
     async def _lead(self) -> None:
-        """Resume from the latest stored state, then drive the rollout until leadership ends."""
-        text = await asyncio.to_thread(self.cluster_state.read)
-        if self._pull_state(self.options.rollout_state_path, text):
-            self.controller.restore()
-        self._pushed = text
+        """Resume from the stored state, then drive the rollout until leadership ends. The state is read
+        again until it can be: a leader never drives from a guess."""
+        while True:
+            try:
+                saved = await asyncio.to_thread(self.state_store.load)
+                break
+            except Exception as error:
+                log.warning("leading, but the rollout state cannot be read yet: %s", error)
+                await asyncio.sleep(self.elector.retry)
+        await self.controller.resume(saved)
         log.info("leading: the rollout continues at %s", self.controller.state.label())
         await self.controller.run()
 
@@ -203,34 +221,6 @@ class KubernetesGatewayProcess(GatewayProcess):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    def _pull_state(self, path: Path, text: str | None) -> bool:
-        """Writes a stored state into the local state file; says whether it differed from the live one."""
-        if text is None:
-            return False
-        try:
-            state = decode_state(text)
-        except ValueError as error:
-            log.warning("stored rollout state refused, keeping ours: %s", error)
-            return False
-        if getattr(self, "controller", None) is not None and self.controller.state == state:
-            return False
-        save_state(path, state)
-        return True
-
-    async def _push_state_while_leading(self) -> None:
-        path = self.options.rollout_state_path
-        while True:
-            await asyncio.sleep(self.kube.state_poll)
-            if not self.elector.leading:
-                continue
-            try:
-                text = path.read_text(encoding="utf-8")
-                if text != self._pushed:
-                    await asyncio.to_thread(self.cluster_state.write, text)
-                    self._pushed = text
-            except Exception as error:  # the API server is away: the file keeps it; retried next poll
-                log.warning("rollout state not stored in the cluster yet: %s", error)
 
     def _report(self, obj: dict, reason: str, message: str, kind: str) -> None:
         if self._loop is not None:

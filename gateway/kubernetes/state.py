@@ -1,50 +1,76 @@
 """The rollout state in the cluster: a ConfigMap whose `state.json` holds exactly what the file store
-writes (gateway/rollout/state_store.py: {"version": 1, "state": {...}}).
+writes (gateway/rollout/state_store.py: {"version": 1, "state": {...}}), so a rollout moves between
+modes by a copy.
 
-The controller keeps writing its local state file (atomically, as in local mode); the cluster copy
-follows it. The leader pushes each new version of the file to the ConfigMap (optimistic concurrency:
-every write carries the resourceVersion it read); the other replicas take each new version from the
-ConfigMap into their file and restore from it, so their Envoys get the leader's split; a new leader
-first pulls the latest version, so it resumes the stage (and the hold accrued) where the old one left.
-The push follows the file within `poll` seconds: a leader killed in that gap loses at most its last step.
+It is the controller's `StateStore` in Kubernetes mode. The leader saves every new state straight into
+the ConfigMap as the step happens (no local file, nothing in between), so a new leader, which loads it
+on taking the Lease, resumes the stage (and the hold accrued) where the old one stopped. Only the
+leader writes: on the other replicas `save` does nothing; they take the leader's state from their watch
+of the ConfigMap. A write is a read-modify-write that carries the resourceVersion it read (optimistic
+concurrency: 409 Conflict, read again and redo), so a concurrent edit of the ConfigMap's other keys or
+metadata is never lost.
+A `state.json` that is not a state is reported as none (the rollout starts from its first stage, as
+for a corrupt file) and kept under `state.json.corrupt` by the write that replaces it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Callable
 
 from kubernetes import client
 
 from gateway.kubernetes.api import call_json, status_of
+from gateway.kubernetes.spec_source import origin
 from gateway.rollout.machine import RolloutState
-from gateway.rollout.state_store import FORMAT_VERSION
+from gateway.rollout.state_store import decode_state, encode_state
 
 log = logging.getLogger(__name__)
 
 STATE_KEY = "state.json"
-
-
-def decode_state(text: str) -> RolloutState:
-    """ValueError (with the reason) unless `text` is a state the file store would read back."""
-    try:
-        data = json.loads(text)
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"format version {data.get('version')!r}, expected {FORMAT_VERSION}")
-        return RolloutState.from_dict(data["state"])
-    except (KeyError, TypeError, AttributeError) as error:
-        raise ValueError(f"not a rollout state: {error!r}") from None
+CORRUPT_KEY = "state.json.corrupt"
 
 
 def state_text(obj: dict | None) -> str | None:
     return ((obj or {}).get("data") or {}).get(STATE_KEY)
 
 
-class ClusterState:
-    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+def readable(text: str) -> bool:
+    try:
+        decode_state(text)
+    except ValueError:
+        return False
+    return True
+
+
+class ConfigMapStateStore:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, name: str, leading: Callable[[], bool] = lambda: True
+    ) -> None:
+        """`leading()`: whether this replica may write now (asked at every save)."""
         self.namespace = namespace
         self.name = name
+        self.where = origin(namespace, name)
+        self._leading = leading
         self._core = client.CoreV1Api(api)
+
+    def load(self) -> RolloutState | None:
+        """The stored state; None if there is none yet or it is unreadable (with a warning). Raises if
+        the API server cannot be asked: a caller that needs the state must not guess it."""
+        text = self.read()
+        if not text:
+            return None
+        try:
+            return decode_state(text)
+        except ValueError as error:
+            log.warning("rollout state in %s is unreadable (%s); starting afresh", self.where, error)
+            return None
+
+    def save(self, state: RolloutState) -> None:
+        if not self._leading():
+            log.debug("not leading: the rollout state is the leader's to store")
+            return
+        self.write(encode_state(state))
 
     def read(self) -> str | None:
         """The stored state's text; None if there is none yet."""
@@ -67,7 +93,10 @@ class ClusterState:
                 body["data"] = {STATE_KEY: text}
                 write, args = self._core.create_namespaced_config_map, (self.namespace, body)
             else:
-                current["data"] = {**(current.get("data") or {}), STATE_KEY: text}
+                data = dict(current.get("data") or {})
+                if data.get(STATE_KEY) and not readable(data[STATE_KEY]):
+                    data[CORRUPT_KEY] = data[STATE_KEY]
+                current["data"] = {**data, STATE_KEY: text}
                 write, args = self._core.replace_namespaced_config_map, (self.name, self.namespace, current)
             try:
                 call_json(write, *args)

@@ -3,8 +3,17 @@
 Every `analysis.interval` it measures (`provider.observe(analysis.window, analysis.recent_window)`), judges (`analyse`), steps
 the machine, and applies what the machine asked for: the split goes to every Envoy through the
 Gateway, alerts are logged at WARNING and counted, decisions feed the metrics and `graystack status`,
-and the state is saved (atomically, `state_store`) whenever it changed, so a restarted gateway resumes
-the same stage with the hold it had accrued. Operator commands (admin API) step the machine at once.
+and the state is saved whenever it changed, so a restarted gateway resumes the same stage with the hold
+it had accrued. Operator commands (admin API) step the machine at once.
+
+Persistence: the controller is given a `StateStore` (gateway/rollout/state_store.py: a file in local
+mode, the state ConfigMap in Kubernetes mode). A step is done when its state is saved: `tick` and
+`command` return after the save (run off the event loop, under the controller's lock, so saves keep the
+steps' order), never on a timer. The split is pushed before the save, so a rollback reaches Envoy
+without waiting for a disk or the API server. A save that fails (disk full, API server unreachable)
+does not stop the controller or the gateway: the first failure of a run raises an alert (logged,
+counted in graystack_rollout_alerts_total, in status), later ones are logged, status shows the error,
+and the state is saved again at every step (each interval, each command) until a save succeeds.
 
 Roles: the baseline is `retries.fallback`, else the variant named `baseline`; the candidate is the
 first other variant in the spec (the one the strategy's weights are about). Both name Envoy clusters.
@@ -44,7 +53,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Protocol
 
 from gateway.metrics.provider import MetricsProvider
@@ -64,7 +72,7 @@ from gateway.rollout.machine import (
     step,
 )
 from gateway.rollout.spec import Mirror, RolloutSpec, SpecError
-from gateway.rollout.state_store import load_state, save_state
+from gateway.rollout.state_store import StateStore
 from gateway.rollout.stats import Verdict
 from gateway.service import Gateway, RolloutSplit
 
@@ -144,14 +152,14 @@ class RolloutController:
         gateway: Gateway,
         proxies: Proxies,
         make_provider: ProviderFactory,
-        state_path: Path,
+        store: StateStore,
         clock: Callable[[], float] = time.time,
         ack_deadline: float = ACK_DEADLINE,
     ) -> None:
         """`clock` is wall time: the state (and its hold) is saved and read back across restarts."""
         self.gateway = gateway
         self.proxies = proxies
-        self.state_path = state_path
+        self.store = store
         self._make_provider = make_provider
         self._clock = clock
         self.ack_deadline = ack_deadline
@@ -160,6 +168,8 @@ class RolloutController:
         self._provider_key: tuple | None = None
         self.guard_off: str | None = None
         self.state: RolloutState | None = None
+        self._stored: RolloutState | None = None  # what the store holds, as far as we know
+        self.save_error: str | None = None  # the last save's failure, until a save succeeds
         self.last_decision: dict | None = None
         self.last_rollback_seconds: float | None = None
         self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
@@ -173,15 +183,27 @@ class RolloutController:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def restore(self) -> None:
-        """Load the saved state (or start the rollout), fit it to the spec, and put its split live."""
+        """At start, before serving: load the saved state (or start the rollout), fit it to the spec, put
+        its split live, and save it (here on the caller's thread: there is no event loop to keep free yet)."""
+        self._resume(self.store.load())
+        if self.state != self._stored:
+            self._save_result(self.state, self._call_store(self.store.save, self.state))
+
+    async def resume(self, saved: RolloutState | None) -> None:
+        """Continue from `saved`, a state the caller read from the store (a new leader's, or the
+        leader's as a follower sees it; None: start the rollout), as `restore` does."""
+        async with self._lock:
+            self._resume(saved)
+            await self._save()
+
+    def _resume(self, saved: RolloutState | None) -> None:
         now = self._clock()
-        saved = load_state(self.state_path)
         state = saved if saved is not None else initial_state(self.spec, now)
         checks = (*CHECK_NAMES, *(["shadow_agreement"] if self.spec.analysis.min_shadow_agreement else []))
         metrics.zero_rollout_series(self.spec.name, checks, [v.value for v in Verdict])
         log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
-        self.state = state
-        self._step(self.spec, None, None, now, force_save=saved is None)
+        self.state, self._stored = state, saved
+        self._step(self.spec, None, None, now)
 
     async def run(self) -> None:
         """The analysis loop, until cancelled."""
@@ -204,6 +226,7 @@ class RolloutController:
         """An operator command, applied now; says whether it was applied or why it was ignored."""
         async with self._lock:
             ignored = self._step(self.spec, None, command, self._clock())
+            await self._save()
         return {"command": command.value, "applied": ignored is None, "ignored": ignored}
 
     # -- one interval -----------------------------------------------------------------------------
@@ -213,6 +236,7 @@ class RolloutController:
         checks = await self._measure(self.spec)
         async with self._lock:
             self._step(self.spec, checks, None, self._clock())
+            await self._save()
 
     def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
         """The provider for this spec's variants and source, rebuilt when those change; None (and the
@@ -250,9 +274,9 @@ class RolloutController:
         checks: list[Check] | None,
         command: Command | None,
         now: float,
-        force_save: bool = False,
     ) -> str | None:
-        """Step the machine and apply its actions; returns why `command` was ignored (None: it was not)."""
+        """Step the machine and apply its actions but the save (the caller's: `_save`); returns why
+        `command` was ignored (None: it was not)."""
         before = self.state
         state, actions = step(spec, before, checks, command, now)
         ignored = None
@@ -270,13 +294,42 @@ class RolloutController:
         if state.label() != before.label():
             log.info("rollout %s: %s -> %s: %s", spec.name, before.label(), state.label(), state.reason)
         self._push(spec, state)
-        if state != before or force_save:
-            save_state(self.state_path, state)
         for phase in Phase:
             metrics.ROLLOUT_PHASE.labels(spec.name, phase.value).set(1 if phase == state.phase else 0)
         if state.rollback_started is not None and before.rollback_started != state.rollback_started:
             self._confirm_rollback_later()
         return ignored
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    async def _save(self) -> None:
+        """Save the state if the store does not hold it yet; off the event loop (a disk, the API server)."""
+        state = self.state
+        if state != self._stored:
+            self._save_result(state, await asyncio.to_thread(self._call_store, self.store.save, state))
+
+    @staticmethod
+    def _call_store(save: Callable[[RolloutState], None], state: RolloutState) -> Exception | None:
+        try:
+            save(state)
+        except Exception as error:  # whatever the store's failure, the controller carries on
+            return error
+        return None
+
+    def _save_result(self, state: RolloutState, error: Exception | None) -> None:
+        if error is None:
+            self._stored = state
+            if self.save_error is not None:
+                log.info("rollout %s: state saved to %s again", self.spec.name, self.store.where)
+            self.save_error = None
+            return
+        if self.save_error is None:  # one alert per run of failures; each retry is logged
+            self._alert(f"rollout state not saved to {self.store.where}, retrying at every step: {error}")
+        else:
+            log.warning(
+                "rollout %s: state still not saved to %s: %s", self.spec.name, self.store.where, error
+            )
+        self.save_error = f"{type(error).__name__}: {error}"
 
     def _push(self, spec: RolloutSpec, state: RolloutState) -> None:
         try:
@@ -319,6 +372,7 @@ class RolloutController:
                     state, seconds = rollback_acked(self.state, now)
                     if seconds is not None:
                         self._rollback_done(state, seconds)
+                        await self._save()
                     return
                 streams = self.proxies.streams()
                 converged = sum(1 for s in streams if s["converged"])
@@ -326,7 +380,6 @@ class RolloutController:
 
     def _rollback_done(self, state: RolloutState, seconds: float) -> None:
         self.state = state
-        save_state(self.state_path, state)
         self.last_rollback_seconds = seconds
         metrics.ROLLBACK_SECONDS.labels(self.spec.name).observe(seconds)
         proxies = len(self.proxies.streams())
@@ -365,5 +418,6 @@ class RolloutController:
             "last_decision": self.last_decision,
             "alerts": list(self.alerts),
             "history": [asdict(t) for t in state.history[-HISTORY_SHOWN:]],
-            "state_file": str(self.state_path),
+            "state_store": self.store.where,
+            "state_save_error": self.save_error,
         }

@@ -1,9 +1,11 @@
-"""Persist the rollout state to a JSON file, so a restarted controller resumes where it stopped.
+"""Where the rollout state lives between runs, so a restarted (or newly elected) controller resumes where
+the last one stopped: the `StateStore` protocol the controller is given, its JSON text format, and the
+file store (local mode; Kubernetes mode's ConfigMap store is gateway/kubernetes/state.py, same text).
 
-Writes are atomic (a temporary file in the same directory, fsynced, then os.replace): a crash mid-write
-leaves the previous state, never half of one. A missing file means no rollout ran yet (None). A file
-that cannot be read back as a state is logged, moved aside to `<name>.corrupt` for inspection, and
-reported as None: the controller then starts the rollout from its first stage (weight 0 or shadow),
+File writes are atomic (a temporary file in the same directory, fsynced, then os.replace): a crash
+mid-write leaves the previous state, never half of one. A missing file means no rollout ran yet (None).
+A file that cannot be read back as a state is logged, moved aside to `<name>.corrupt` for inspection,
+and reported as None: the controller then starts the rollout from its first stage (weight 0 or shadow),
 the safe direction, instead of crash-looping on the same bad file at every start.
 """
 
@@ -15,6 +17,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 from gateway.rollout.machine import RolloutState
 
@@ -23,12 +26,38 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
+class StateStore(Protocol):
+    """What the controller persists through. Both calls may block (disk, network): the controller runs
+    `save` off the event loop. `save` raises on failure; the controller keeps the state and retries."""
+
+    where: str  # for status and messages: a path, or `configmap/<namespace>/<name>`
+
+    def load(self) -> RolloutState | None: ...
+
+    def save(self, state: RolloutState) -> None: ...
+
+
+def encode_state(state: RolloutState) -> str:
+    """The stored text: {"version": 1, "state": {...}}, the same in a file and in a ConfigMap."""
+    return json.dumps({"version": FORMAT_VERSION, "state": state.to_dict()}, indent=2, sort_keys=True) + "\n"
+
+
+def decode_state(text: str) -> RolloutState:
+    """ValueError (with the reason) unless `text` is a state `encode_state` wrote."""
+    try:
+        data = json.loads(text)
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"format version {data.get('version')!r}, expected {FORMAT_VERSION}")
+        return RolloutState.from_dict(data["state"])
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"not a rollout state: {error!r}") from None
+
+
 def save_state(path: Path, state: RolloutState) -> None:
-    text = json.dumps({"version": FORMAT_VERSION, "state": state.to_dict()}, indent=2, sort_keys=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text + "\n")
+            file.write(encode_state(state))
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
@@ -45,11 +74,8 @@ def load_state(path: Path) -> RolloutState | None:
     except FileNotFoundError:
         return None
     try:
-        data = json.loads(text)
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"format version {data.get('version')!r}, expected {FORMAT_VERSION}")
-        return RolloutState.from_dict(data["state"])
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return decode_state(text)
+    except ValueError as error:
         aside = path.with_name(path.name + ".corrupt")
         try:
             os.replace(path, aside)
@@ -57,3 +83,17 @@ def load_state(path: Path) -> RolloutState | None:
             aside = f"nowhere ({move_error})"
         log.warning("rollout state %s is unreadable (%s); moved to %s, starting afresh", path, error, aside)
         return None
+
+
+class FileStateStore:
+    """The state in one JSON file (`--state-file`, default `SPEC.state.json`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.where = str(path)
+
+    def load(self) -> RolloutState | None:
+        return load_state(self.path)
+
+    def save(self, state: RolloutState) -> None:
+        save_state(self.path, state)

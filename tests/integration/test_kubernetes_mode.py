@@ -11,20 +11,26 @@ through Envoy, the Events, the Lease and the state ConfigMap as `kubectl get` wo
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from urllib3.exceptions import MaxRetryError
 
 from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
 from gateway.envoy.resources import ListenerAddress
+from gateway.kubernetes.api import api_client
 from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
-from gateway.kubernetes.state import decode_state, state_text
+from gateway.kubernetes.state import ConfigMapStateStore, state_text
+from gateway.rollout.machine import Phase, RolloutState
+from gateway.rollout.state_store import decode_state, encode_state
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from tests.support.kube_api import FakeApiServer
 
@@ -97,9 +103,7 @@ class Cluster:
         kube = KubernetesOptions(
             NS, SPEC_CM, STATE_CM, LEASE, identity, kubeconfig=str(self.kubeconfig), lease_seconds=2.0
         )
-        options = gateway_options(
-            kube, self.tmp_path / f"{identity}.state.json", xds_port=free_port(), admin_port=free_port()
-        )
+        options = gateway_options(kube, xds_port=free_port(), admin_port=free_port())
         gateway = KubernetesGatewayProcess(options, kube)
         await gateway.start()
         self.gateways.append(gateway)
@@ -257,12 +261,14 @@ def stored_label(cluster: Cluster) -> str | None:
     return decode_state(text).label() if text else None
 
 
-async def promote(gateway: KubernetesGatewayProcess) -> dict:
+async def operate(gateway: KubernetesGatewayProcess, command: str) -> dict:
+    """`command` (promote, pause, resume...) through the replica's admin API, as `graystack` sends it."""
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{gateway.options.admin_port}", timeout=10
     ) as admin:
-        response = await admin.post("/v1/rollout/promote")
+        response = await admin.post(f"/v1/rollout/{command}")
     assert response.status_code == 200, response.text
+    assert response.json()["applied"], response.text
     return response.json()
 
 
@@ -271,29 +277,91 @@ async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster)
     cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0}, strategy)))
     leader = await cluster.gateway("gateway-a")
     await eventually(lambda: leader.elector.leading, 10, "gateway-a to take the Lease")
+    await eventually(lambda: stored_label(cluster) == "step 0", 10, "the new rollout in the ConfigMap")
     follower = await cluster.gateway("gateway-b")
     client = cluster.envoy(follower)  # this Envoy talks to the replica that does not lead
     await split_is(client, {"baseline": 20, "zero-layer": 0}, "step 0 (weight 0) through the follower")
     assert cluster.api.get("Lease", NS, LEASE)["spec"]["holderIdentity"] == "gateway-a"
     assert not follower.elector.leading
 
-    # The leader moves the rollout; the state goes through the cluster to the follower and its Envoy.
-    await promote(leader)
-    await eventually(lambda: stored_label(cluster) == "step 1", 10, "the leader's state in the ConfigMap")
+    # The leader moves the rollout: the step is in the ConfigMap by the time the command is answered,
+    # and goes through the cluster to the follower and its Envoy.
+    await operate(leader, "promote")
+    assert stored_label(cluster) == "step 1"
     await split_is(client, {"baseline": 0, "zero-layer": 20}, "the follower to apply the leader's step")
 
-    # The leader dies without handing the Lease back; the follower takes over once it has expired.
+    # The follower stops watching the state, so all it can resume from is the ConfigMap it reads on taking
+    # the Lease. The leader takes one more step and dies at once, without handing the Lease back.
+    await asyncio.to_thread(follower._reflectors["state"].stop)
+    await operate(leader, "pause")
+    assert stored_label(cluster) == "step 1 (paused)"
     leader.elector.stop(release=False)
     await leader.stop()
     await eventually(lambda: follower.elector.leading, 15, "gateway-b to take over the expired Lease")
     lease = cluster.api.get("Lease", NS, LEASE)["spec"]
     assert lease["holderIdentity"] == "gateway-b"
     assert lease["leaseTransitions"] == 1
-
-    # It resumed at step 1 (not from the start): one more promote completes the rollout.
-    result = await promote(follower)
-    assert result["rollout"]["label"] == "promoted"
     await eventually(
-        lambda: stored_label(cluster) == "promoted", 10, "the new leader's state in the ConfigMap"
+        lambda: follower.controller.state.label() == "step 1 (paused)",
+        10,
+        "gateway-b to resume the last step",
     )
+
+    # It resumed where the old leader stopped: resume and one more promote complete the rollout.
+    await operate(follower, "resume")
+    result = await operate(follower, "promote")
+    assert result["rollout"]["label"] == "promoted"
+    assert stored_label(cluster) == "promoted"
     assert await counts(client) == {"baseline": 0, "zero-layer": 20}
+
+
+@pytest.fixture
+def api(tmp_path):
+    server = FakeApiServer().start()
+    try:
+        yield server, api_client(str(server.write_kubeconfig(tmp_path / "kubeconfig", NS)))
+    finally:
+        server.stop()
+
+
+STATE = RolloutState(Phase.PROGRESSING, step=1, weight=20, held=30.0, held_until=1000.0, reason="promoted")
+STATE_CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STATE_CM, "namespace": NS}}
+
+
+def test_the_configmap_store_writes_the_file_format_at_once_and_keeps_the_other_keys(api):
+    server, client = api
+    server.put(STATE_CONFIGMAP | {"data": {"note": "kept"}})
+    store = ConfigMapStateStore(client, NS, STATE_CM)
+    assert store.load() is None  # an empty ConfigMap (as the chart creates it): no rollout yet
+    store.save(STATE)
+    data = server.get("ConfigMap", NS, STATE_CM)["data"]
+    assert data == {"note": "kept", "state.json": encode_state(STATE)}
+    store.save(replace(STATE, paused=True))
+    assert ConfigMapStateStore(client, NS, STATE_CM).load() == replace(STATE, paused=True)  # a new leader's
+
+
+def test_a_follower_store_writes_nothing_and_a_bad_stored_state_is_kept_aside(api, caplog):
+    server, client = api
+    server.put(STATE_CONFIGMAP | {"data": {"state.json": "{not json"}})
+    before = server.get("ConfigMap", NS, STATE_CM)
+    leading = False
+    store = ConfigMapStateStore(client, NS, STATE_CM, lambda: leading)
+    with caplog.at_level(logging.WARNING, logger="gateway.kubernetes.state"):
+        assert store.load() is None  # the rollout starts afresh, as for a corrupt file
+    assert "unreadable" in caplog.text
+    store.save(STATE)
+    assert server.get("ConfigMap", NS, STATE_CM) == before
+    assert not [entry for entry in server.log if entry.method in ("PUT", "POST")]
+
+    leading = True
+    store.save(STATE)
+    data = server.get("ConfigMap", NS, STATE_CM)["data"]
+    assert data == {"state.json": encode_state(STATE), "state.json.corrupt": "{not json"}
+
+
+def test_the_configmap_store_raises_when_the_api_server_is_away(tmp_path):
+    server = FakeApiServer().start()
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig", NS)
+    server.stop()  # nothing listens on its port any more
+    with pytest.raises(MaxRetryError):
+        ConfigMapStateStore(api_client(str(kubeconfig)), NS, STATE_CM).save(STATE)

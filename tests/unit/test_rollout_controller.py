@@ -17,8 +17,9 @@ from gateway.metrics import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.rollout.analysis import CHECK_NAMES, Observations, VariantWindow
 from gateway.rollout.controller import ProviderUnavailable, RolloutController
-from gateway.rollout.machine import Command
+from gateway.rollout.machine import Command, RolloutState
 from gateway.rollout.spec import Mirror, SpecError, load_yaml, validate_spec
+from gateway.rollout.state_store import FileStateStore
 from gateway.service import Gateway
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer, start_server
@@ -87,13 +88,31 @@ def new_gateway(data: dict | None = None) -> Gateway:
     return gateway
 
 
-def new_controller(gateway, tmp_path, clock, provider=None, proxies=None) -> RolloutController:
+class UnreachableStore:
+    """A store whose every save fails while `down` (an API server away), else keeps the state."""
+
+    where = "configmap/llm/gs-rollout-state"
+
+    def __init__(self) -> None:
+        self.down = False
+        self.saved: RolloutState | None = None
+
+    def load(self) -> RolloutState | None:
+        return self.saved
+
+    def save(self, state: RolloutState) -> None:
+        if self.down:
+            raise ConnectionError("the API server is unreachable")
+        self.saved = state
+
+
+def new_controller(gateway, tmp_path, clock, provider=None, proxies=None, store=None) -> RolloutController:
     provider = provider or FakeProvider()
     controller = RolloutController(
         gateway,
         proxies or AdsServer(gateway.cache),
         lambda spec: provider,
-        tmp_path / "spec.yaml.state.json",
+        store or FileStateStore(tmp_path / "spec.yaml.state.json"),
         clock=clock,
         ack_deadline=0.05,
     )
@@ -353,7 +372,7 @@ async def test_without_a_metrics_source_the_guard_is_off_and_says_so(tmp_path, c
 
     gateway = new_gateway()
     controller = RolloutController(
-        gateway, AdsServer(gateway.cache), unavailable, tmp_path / "state.json", clock=clock
+        gateway, AdsServer(gateway.cache), unavailable, FileStateStore(tmp_path / "state.json"), clock=clock
     )
     controller.restore()
     clock.now += 3600
@@ -419,3 +438,30 @@ def test_the_metrics_source_the_gateway_builds_or_why_there_is_none():
     assert direct.pods == ["http://127.0.0.1:8001/metrics"]
     promql = validate_spec(spec_data(analysis={"provider": {"type": "prometheus", "url": "http://p:9090"}}))
     assert isinstance(provider_factory(None, ())(promql), PrometheusProvider)  # needs no Envoy admin URL
+
+
+async def test_a_failed_save_alerts_once_keeps_the_rollout_going_and_is_retried_at_the_next_step(clock):
+    gateway = new_gateway()
+    store = UnreachableStore()
+    controller = new_controller(gateway, None, clock, store=store)
+    assert store.saved.label() == "step 0"
+    alerts = metric("graystack_rollout_alerts_total", rollout=NAME)
+    store.down = True
+
+    assert (await controller.command(Command.PROMOTE))["applied"]  # answered, not raised
+    assert gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}  # the split went live
+    status = controller.status()
+    assert status["state_store"] == "configmap/llm/gs-rollout-state"
+    assert status["state_save_error"] == "ConnectionError: the API server is unreachable"
+    assert any(
+        "rollout state not saved to configmap/llm/gs-rollout-state" in a["message"] for a in status["alerts"]
+    )
+    await controller.tick()  # still down: retried, logged, not alerted again
+    assert metric("graystack_rollout_alerts_total", rollout=NAME) == alerts + 1
+    assert store.saved.label() == "step 0"
+
+    store.down = False
+    await controller.tick()  # nothing changed in this interval, but the unsaved step is saved now
+    assert store.saved == controller.state
+    assert store.saved.label() == "step 1"
+    assert controller.status()["state_save_error"] is None

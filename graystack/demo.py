@@ -15,6 +15,7 @@ the 5 % step on a small CPU machine. The thresholds are looser than production's
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,10 +60,20 @@ NOTE = (
     f"{RATE} req/s through Envoy, a third of it X-Client-Type: high_load (pinned to zero-layer).  Demo "
     "thresholds: error rate below 2 % with 95 % confidence over >= 150 requests in 30 s (production "
     "default: 0.3 %, 100, 60 s); p99 latency ratio <= 3; TTFT p95 <= 3 s; probes report ACTIVE (the "
-    "derived sparse bias); shadow: 10 s, leaving at >= 99 % success with >= 90 % of greedy answers "
-    "the baseline's."
+    "derived sparse bias), its bias zero past the derived window; shadow: 10 s, leaving at >= 99 % "
+    "success with >= 90 % of greedy answers the baseline's."
 )
 PIPELINE_FILES = ("baseline.safetensors", "zero-layer.safetensors")
+
+
+def demo_spec(weights_dir: Path) -> dict:
+    """DEMO_SPEC, bounding the zero-layer's effective window by the one its derivation recorded."""
+    manifest = weights_dir / "manifest.json"
+    derived = json.loads(manifest.read_text()).get("derive", {}) if manifest.is_file() else {}
+    if "effective_window" not in derived:
+        return DEMO_SPEC
+    bound = {"max_effective_window": derived["effective_window"]}
+    return {**DEMO_SPEC, "analysis": {**DEMO_SPEC["analysis"], **bound}}
 
 
 class DemoFailed(RuntimeError):
@@ -166,7 +177,7 @@ def run_demo(run_dir: Path, weights_dir: Path) -> int:
             f"--out-dir {weights_dir}`"
         )
         return 1
-    options = UpOptions(run_dir, DEMO_SPEC, weights_dir=weights_dir, free_ports=True)
+    options = UpOptions(run_dir, demo_spec(weights_dir), weights_dir=weights_dir, free_ports=True)
     supervisor = Supervisor(options, say=console.print)
     timeline = Timeline(time.time())
     try:

@@ -4,12 +4,14 @@ zero-layer), probes (and Prometheus where installed) through `graystack up`'s su
 goes from shadow (mirrored; the candidate's greedy answers judged against the baseline's) through its
 steps to 100 % by itself, a fault in zero-layer is rolled back, and no client sees a failure."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +62,11 @@ def test_the_demo_promotes_then_rolls_back_a_fault_and_stops_everything(
     leaving_shadow = next(line for line in out.splitlines() if "rollout shadow -> step 0" in line)
     assert "checks passed" in leaving_shadow  # the agreement check follows on the next line when wrapped
     assert "shadow_agreement=" in out[out.index(leaving_shadow) :].split("rollout step 0 -> step 1")[0]
+    # the guard held the zero-layer to its derived form: ACTIVE, bias zero past the recorded window
+    analysis = yaml.safe_load((run_dir / "spec.yaml").read_text())["analysis"]
+    derived = json.loads((trained_weights / "manifest.json").read_text())["derive"]
+    assert analysis["expected_weight_status"] == ["ACTIVE"]
+    assert analysis["max_effective_window"] == derived["effective_window"]
     assert "rollout promoted -> rolled_back (zero-layer 0%): rolled back: error_rate fail" in out
     assert "rollback ACKed by every Envoy" in out
     assert "; 0 failed (zero-layer's failed attempts were retried" in out

@@ -347,6 +347,9 @@ class RolloutController:
         self.alerts.append({"at": self._clock() if now is None else now, "message": message})
 
     def _record(self, spec: RolloutSpec, decision: RecordDecision, now: float) -> None:
+        ran = {check.name for check in decision.checks}
+        if self.last_decision is not None:
+            metrics.forget_checks(spec.name, {c["name"] for c in self.last_decision["checks"]} - ran)
         for check in decision.checks:
             metrics.ANALYSIS_CHECKS.labels(spec.name, check.name, check.verdict.value).inc()
             value = float("nan") if check.value is None else check.value

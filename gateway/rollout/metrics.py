@@ -10,6 +10,7 @@ Counters whose labels are known up front are created at 0 (`zero_rollout_series`
 Prometheus' increase() sees their first event: a series born at 1 is invisible to it.
 """
 
+import contextlib
 import itertools
 from collections.abc import Iterable
 
@@ -91,3 +92,12 @@ def zero_rollout_series(rollout: str, checks: Iterable[str], verdicts: Iterable[
         ANALYSIS_CHECKS.labels(rollout, check, verdict)
     ALERTS.labels(rollout)
     ROLLBACK_SECONDS.labels(rollout)
+
+
+def forget_checks(rollout: str, checks: Iterable[str]) -> None:
+    """Drop the last value, threshold and samples of checks that no longer run (shadow_agreement after
+    the shadow stage): a gauge left at its last value would read as a current measurement."""
+    for check in checks:
+        for gauge in (ANALYSIS_CHECK_VALUE, ANALYSIS_CHECK_THRESHOLD, ANALYSIS_CHECK_SAMPLES):
+            with contextlib.suppress(KeyError):  # never set: nothing to drop
+                gauge.remove(rollout, check)

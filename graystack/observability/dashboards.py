@@ -44,7 +44,8 @@ CHECKS = {
 # What a check's panel needs said beyond its value and threshold.
 CHECK_NOTES = {
     "shadow_agreement": " Only with analysis.min_shadow_agreement set, while shadow copies are compared: "
-    "its threshold is a floor (below it fails), and after the shadow stage the line keeps its last value.",
+    "its threshold is a floor (below it fails), and the line ends once the compared answers have left "
+    "the analysis window after the shadow stage.",
 }
 
 

@@ -181,6 +181,16 @@ async def test_a_shadow_stage_asked_to_judge_agreement_holds_until_answers_are_c
     provider.seen = Observations({**HEALTHY.variants, "zero-layer": compared}, HEALTHY.weight_status)
     await controller.tick()
     assert controller.status()["phase"] == "progressing"
+    assert metric("graystack_analysis_check_value", rollout=NAME, check="shadow_agreement") == 499 / 500
+
+    # The compared answers leave the window: the check stops running, and its gauges go with it (a
+    # value left standing would read as a current measurement on the dashboard).
+    provider.seen = Observations({**HEALTHY.variants, "zero-layer": fast}, HEALTHY.weight_status)
+    await controller.tick()
+    assert [c["name"] for c in controller.status()["last_decision"]["checks"]][-1] == "weight_status"
+    assert metric("graystack_analysis_check_value", rollout=NAME, check="shadow_agreement") is None
+    assert metric("graystack_analysis_check_samples", rollout=NAME, check="shadow_agreement") is None
+    assert metric("graystack_analysis_check_value", rollout=NAME, check="error_rate") == 0
 
 
 async def test_checks_that_pass_after_the_hold_advance_and_a_restart_keeps_the_hold(tmp_path, clock):

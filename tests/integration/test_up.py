@@ -11,6 +11,7 @@ a duration.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -139,6 +140,9 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
         stderr=subprocess.PIPE,
         text=True,
         env={**env, "COLUMNS": "160"},
+        # Ctrl-C as a terminal sends it: a suite run as a background job (`.ci/run &`) starts with
+        # SIGINT ignored, which children inherit and Python then leaves ignored.
+        preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(10)  # a few frames; then leave it as an operator does
     watch.send_signal(signal.SIGINT)

@@ -4,12 +4,13 @@ No real API server can run here (no kind, k3s or envtest binaries, no Docker), s
 its HTTP/JSON protocol the gateway uses, on 127.0.0.1: namespaced get, list (fieldSelector
 `metadata.name=`, labelSelector `key` / `key=value`), create (with generateName), replace with
 optimistic concurrency (a stale resourceVersion is 409 Conflict), a JSON merge patch (RFC 7386; a
-strategic merge patch is taken as one, the same for plain maps such as labels), delete, and watch: `?watch=true`
-streams one JSON event per line (ADDED / MODIFIED / DELETED) after the requested resourceVersion, until
-`timeoutSeconds`. Like the real server, a watch from a version older than the compaction point gets a
-200 and a single ERROR event whose Status has code 410 (reason Expired). Tests change objects as kubectl
-would (`put`, `delete`), break every open watch mid-stream (`break_watches`), and compact history
-(`compact`). Every request is logged, with what the server answered, for tests to inspect.
+strategic merge patch is taken as one: the same for plain maps such as labels), delete, and watch:
+`?watch=true` streams one JSON event per line (ADDED / MODIFIED / DELETED) after the requested
+resourceVersion, until `timeoutSeconds`. Like the real server, a watch from a version older than the
+compaction point gets a 200 and a single ERROR event whose Status has code 410 (reason Expired). Tests
+change objects as kubectl would (`put`, `delete`), break every open watch mid-stream (`break_watches`),
+and compact history (`compact`). Every request is logged, with what the server answered, for tests to
+inspect.
 """
 
 from __future__ import annotations
@@ -236,8 +237,9 @@ class FakeApiServer:
         body = json.loads(request.rfile.read(length)) if length else None
         if method == "GET" and name is None and query.get("watch") in ("true", "1"):
             return self._watch(request, url.path, query, resource, namespace)
-        if method == "PATCH" and request.headers.get("Content-Type") not in MERGE_PATCHES:
-            answer = status_body(415, "UnsupportedMediaType", f"{request.headers.get('Content-Type')}")
+        patch_type = request.headers.get("Content-Type")
+        if method == "PATCH" and patch_type not in MERGE_PATCHES:
+            answer = status_body(415, "UnsupportedMediaType", f"the double does not serve {patch_type}")
             return self._reply(request, method, url.path, query, 415, answer)
         with self._changed:
             code, answer = self._act(method, resource, namespace, name, query, body)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.admin.api import Leadership, create_admin_app
+from gateway.admin.api import Leadership, create_admin_app, follower_refusal
 from gateway.xds.server import AdsServer
 from graystack.status_view import render_status
 from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
@@ -83,3 +83,8 @@ def test_a_follower_still_answers_status_and_says_who_leads(follower):
 
 def test_a_local_gateway_says_nothing_of_leaders(admin):
     assert "leader" not in admin.get("/v1/status").json()
+
+
+def test_a_replica_that_stepped_down_does_not_name_itself_the_leader():
+    stepped_down = Leadership(leading=False, identity="gateway-a", leader="gateway-a")  # could not renew
+    assert "gateway-a is not the leader (no replica leads right now)" in follower_refusal(stepped_down)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
-from gateway.admin.api import create_admin_app
+from gateway.admin.api import Leadership, create_admin_app
 from gateway.envoy.resources import EndpointMap
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
@@ -120,7 +120,9 @@ class GatewayProcess:
         )
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
-                create_admin_app(self.gateway, self.ads, options.admin_token, self.controller),
+                create_admin_app(
+                    self.gateway, self.ads, options.admin_token, self.controller, self._leadership
+                ),
                 host=options.admin_host,
                 port=options.admin_port,
                 log_level="warning",
@@ -141,6 +143,10 @@ class GatewayProcess:
 
     def _state_store(self) -> StateStore:
         return FileStateStore(self.options.rollout_state_path)
+
+    def _leadership(self) -> Leadership | None:
+        """Which replica drives the rollout, for the admin API; None: this process alone does."""
+        return None
 
     def _background(self) -> list[Coroutine]:
         """What runs beside the admin API: the spec watcher and the rollout controller."""

@@ -183,6 +183,14 @@ kube_context_option = click.option("--context", "kube_context", default=None, he
 @click.option(
     "--identity", required=True, envvar="GRAYSTACK_IDENTITY", show_envvar=True, help="this replica (pod name)"
 )
+@click.option(
+    "--pod-name",
+    default=None,
+    envvar="GRAYSTACK_POD_NAME",
+    show_envvar=True,
+    help="this replica's pod, labelled graystack.dev/role=leader while it leads (the chart's admin "
+    "Service selects on it); none: no label",
+)
 @click.option("--lease-seconds", default=15.0, envvar="GRAYSTACK_LEASE_SECONDS", show_envvar=True)
 @click.option("--resync-seconds", default=300.0, envvar="GRAYSTACK_RESYNC_SECONDS", show_envvar=True)
 @click.option("--xds-host", default="127.0.0.1", envvar="GRAYSTACK_XDS_HOST", show_envvar=True)
@@ -198,6 +206,7 @@ def kube_gateway(
     state_configmap: str,
     lease: str,
     identity: str,
+    pod_name: str | None,
     lease_seconds: float,
     resync_seconds: float,
     xds_host: str,
@@ -220,6 +229,7 @@ def kube_gateway(
         state_configmap,
         lease,
         identity,
+        pod=pod_name,
         kubeconfig=kubeconfig,
         lease_seconds=lease_seconds,
         resync_seconds=resync_seconds,

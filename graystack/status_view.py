@@ -10,6 +10,10 @@ def _split(weights: dict[str, int]) -> str:
 def render_status(status: dict) -> str:
     rollout = status["rollout"]
     lines = [f"rollout   {rollout['name']}  (config generation {status['generation']})"]
+    if "leader" in status:  # one of several replicas (Kubernetes mode)
+        leads = status["leader_identity"] or "no replica"
+        role = "leader" if status["leader"] else f"follower, {leads} leads: commands here are refused"
+        lines.append(f"replica   {status['identity']} ({role})")
     spec = status["spec"]
     error = spec["last_error"]
     lines.append(

@@ -2,12 +2,18 @@
 
 Binds to loopback unless a bearer token is set (see gateway.app); with a token, every /v1 call
 must carry it. /healthz and /metrics stay open for probes and Prometheus.
+
+With several replicas (Kubernetes mode) only the leader acts on rollout commands and flips: a follower's
+change would live in its memory only, overwritten by the leader's next state write, so a follower answers
+409 naming the leader instead. Its status still answers, and says who leads.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -32,6 +38,24 @@ class SplitChange(BaseModel):
     wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
 
 
+@dataclass(frozen=True)
+class Leadership:
+    """Which replica drives the rollout, as this one last saw it (the Lease's holder)."""
+
+    leading: bool
+    identity: str
+    leader: str | None  # None: no replica holds the Lease right now
+
+
+def follower_refusal(leadership: Leadership) -> str:
+    other = leadership.leader not in (None, leadership.identity)  # itself: it could not renew, stepped down
+    leader = f"{leadership.leader} leads" if other else "no replica leads right now"
+    return (
+        f"{leadership.identity} is not the leader ({leader}): a change here would be overwritten by the "
+        "leader's state; send it through the gateway's admin Service, which reaches the leader"
+    )
+
+
 def full_status(gateway: Gateway, ads: AdsServer, controller: RolloutController | None = None) -> dict:
     status = gateway.status()
     status["xds"] = {
@@ -44,8 +68,14 @@ def full_status(gateway: Gateway, ads: AdsServer, controller: RolloutController 
 
 
 def create_admin_app(
-    gateway: Gateway, ads: AdsServer, token: str | None = None, controller: RolloutController | None = None
+    gateway: Gateway,
+    ads: AdsServer,
+    token: str | None = None,
+    controller: RolloutController | None = None,
+    leadership: Callable[[], Leadership | None] = lambda: None,
 ) -> FastAPI:
+    """`leadership()`: asked at every call; None where this process alone drives the rollout (local)."""
+
     def authorized(authorization: str | None = Header(default=None)) -> None:
         if token is None:
             return
@@ -53,8 +83,14 @@ def create_admin_app(
         if authorization is None or not secrets.compare_digest(authorization.encode(), expected.encode()):
             raise HTTPException(status_code=401, detail="missing or wrong bearer token")
 
+    def leading() -> None:
+        now = leadership()
+        if now is not None and not now.leading:
+            raise HTTPException(status_code=409, detail=follower_refusal(now))
+
     app = FastAPI(title="graystack gateway admin", docs_url=None, redoc_url=None)
     v1 = Depends(authorized)
+    leader_only = Depends(leading)
 
     @app.get("/healthz")
     def healthz() -> dict:
@@ -66,9 +102,13 @@ def create_admin_app(
 
     @app.get("/v1/status", dependencies=[v1])
     def status() -> dict:
-        return full_status(gateway, ads, controller)
+        status = full_status(gateway, ads, controller)
+        now = leadership()
+        if now is not None:
+            status.update(leader=now.leading, identity=now.identity, leader_identity=now.leader)
+        return status
 
-    @app.put("/v1/weights", dependencies=[v1])
+    @app.put("/v1/weights", dependencies=[v1, leader_only])
     async def set_weights(change: SplitChange) -> dict:
         """Flip, then wait for every proxy's ACK; the answer stays small whatever the fleet size."""
         started = time.monotonic()
@@ -86,7 +126,7 @@ def create_admin_app(
             "routing": status["routing"],
         }
 
-    @app.post("/v1/rollout/{command}", dependencies=[v1])
+    @app.post("/v1/rollout/{command}", dependencies=[v1, leader_only])
     async def rollout_command(
         command: Command, wait_seconds: float = Query(default=5.0, ge=0, le=60)
     ) -> dict:

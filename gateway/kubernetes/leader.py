@@ -7,6 +7,7 @@ so clock skew between nodes does not matter). Every write carries the resourceVe
 replicas racing for an expired Lease the API server lets exactly one win (409 Conflict for the other).
 A leader that cannot renew for `renew_deadline` seconds steps down before another can take over.
 A leader that stops cleanly releases the Lease (empty holder), so a successor needs no wait.
+`holder` is who held the Lease at the last round, as this replica saw it (the admin API names it).
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ class LeaderElector:
         identity: str,
         on_change: Callable[[bool], None],
         lease_seconds: float = 15.0,
+        each_round: Callable[[bool], None] = lambda leading: None,
     ) -> None:
-        """`on_change(leading)` is called on the elector's thread whenever leadership is won or lost."""
+        """`on_change(leading)` is called on the elector's thread whenever leadership is won or lost;
+        `each_round(leading)` after every round and at a clean stop, for work that must follow leadership
+        and be tried again until it succeeds (the leader label on the pod)."""
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -46,8 +50,10 @@ class LeaderElector:
         self.retry = lease_seconds / 5
         self.renew_deadline = lease_seconds * 2 / 3
         self.leading = False
+        self.holder = ""  # the Lease's holder at the last round; "" for none (or not read yet)
         self._leases = client.CoordinationV1Api(api)
         self._on_change = on_change
+        self._each_round = each_round
         self._observed: tuple[str, float] | None = None  # (resourceVersion, when first seen)
         self._renewed_at = 0.0
         self._stopping = threading.Event()
@@ -58,13 +64,18 @@ class LeaderElector:
         self._thread.start()
 
     def stop(self, release: bool = True, timeout: float = 5.0) -> None:
-        """Stop campaigning; `release`: hand the Lease back now (False: as a crash would, by expiry)."""
+        """Stop campaigning; `release`: hand the Lease back now and end `each_round`'s work (False: leave
+        both as a crash would, the Lease to expire). Once stopped, a second stop does nothing."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout)
         if release and self.leading:
             self._release()
         self._set_leading(False)
+        if release:
+            self._each_round(False)
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -77,6 +88,7 @@ class LeaderElector:
                         "lease %s: not renewed for %.0fs, stepping down", self.name, self.renew_deadline
                     )
                     self._set_leading(False)
+            self._each_round(self.leading)
             self._stopping.wait(self.retry)
 
     def try_acquire_or_renew(self) -> bool:
@@ -88,7 +100,7 @@ class LeaderElector:
                 raise
             return self._write(None)
         spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or ""
+        holder = self.holder = spec.get("holderIdentity") or ""
         version = lease["metadata"]["resourceVersion"]
         if self._observed is None or self._observed[0] != version:
             self._observed = (version, time.monotonic())
@@ -126,6 +138,7 @@ class LeaderElector:
                 return False
             raise
         self._renewed_at = time.monotonic()
+        self.holder = self.identity
         return True
 
     def _release(self) -> None:
@@ -134,6 +147,7 @@ class LeaderElector:
             if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 lease["spec"].update(holderIdentity="", leaseDurationSeconds=1, renewTime=_now())
                 call_json(self._leases.replace_namespaced_lease, self.name, self.namespace, lease)
+                self.holder = ""
         except Exception as error:
             log.warning("lease %s: could not release: %s", self.name, error)
 

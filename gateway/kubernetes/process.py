@@ -8,8 +8,10 @@ The same parts as local mode (gateway/app.py: xDS server, admin API, rollout con
   controller's analysis loop and writes the state, as each step happens; a new leader loads it first;
   the others apply the leader's state from their watch as it changes, so every Envoy gets the same split.
 
-Operator commands through a replica's admin API act on that replica; in a cluster, flip through the
-spec ConfigMap (`graystack weight --configmap`, `helm upgrade`), which every replica applies.
+The leader labels its pod (gateway/kubernetes/role_label.py), so the chart's admin Service reaches it;
+a follower refuses rollout commands and flips with 409, naming the leader. A flip through the admin API
+reaches the Envoys of the leader only: to flip every replica, edit the spec ConfigMap
+(`graystack weight --configmap`, `helm upgrade`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gateway.admin.api import Leadership
 from gateway.app import GatewayOptions, GatewayProcess, serve_until_signalled
 from gateway.envoy.resources import EndpointMap
 from gateway.kubernetes import events
@@ -32,6 +35,7 @@ from gateway.kubernetes.api import api_client
 from gateway.kubernetes.endpoints import SERVICE_LABEL, EndpointSlices
 from gateway.kubernetes.leader import LeaderElector
 from gateway.kubernetes.reflector import Reflector
+from gateway.kubernetes.role_label import RoleLabel
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout.spec import RolloutSpec, SpecError
@@ -47,6 +51,7 @@ class KubernetesOptions:
     state_configmap: str
     lease: str
     identity: str
+    pod: str | None = None  # this replica's pod, labelled while it leads; None: no label (not in a pod)
     kubeconfig: str | None = None  # None in a pod: the service account
     context: str | None = None
     spec_key: str = SPEC_KEY
@@ -90,6 +95,7 @@ class KubernetesGatewayProcess(GatewayProcess):
             kube.identity,
             self._threadsafe(self._on_leadership),
             kube.lease_seconds,
+            RoleLabel(self.api, kube.namespace, kube.pod).sync if kube.pod else lambda leading: None,
         )
         self.state_store = ConfigMapStateStore(
             self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading
@@ -139,6 +145,9 @@ class KubernetesGatewayProcess(GatewayProcess):
 
     def _state_store(self) -> StateStore:
         return self.state_store
+
+    def _leadership(self) -> Leadership:
+        return Leadership(self.elector.leading, self.kube.identity, self.elector.holder or None)
 
     def _background(self) -> list[Coroutine]:
         """Nothing beside the admin API: the spec and the state arrive by watch (reflector threads), and

@@ -21,6 +21,7 @@ import yaml
 
 from gateway.envoy.bootstrap import BootstrapOptions, build_bootstrap, message_yaml
 from gateway.envoy.resources import ListenerAddress
+from gateway.kubernetes.role_label import LEADER, ROLE_LABEL
 from gateway.rollout.spec import parse_spec
 from graystack.local.processes import free_port
 from tests.support.helm import CHART, Rendered, pod_specs, render, run_helm
@@ -256,6 +257,26 @@ def test_rbac_grants_only_what_the_gateway_uses() -> None:
     }
     assert all(r.get("resourceNames") for r in rules if r["resources"] == ["configmaps"])
     assert not any(resource == "secrets" for _, resource, _ in granted)
+    # Pods: only to label its own as the leader (a merge patch), and no read of other pods' specs.
+    assert {(group, verb) for group, resource, verb in granted if resource == "pods"} == {("", "patch")}
+    assert not any(resource.startswith("pods/") for _, resource, _ in granted)  # no exec, log, eviction...
+
+
+def test_the_admin_service_reaches_only_the_leader_and_the_gateway_service_every_replica() -> None:
+    chart = rendered("two-gateways-values.yaml")
+    template = chart.named("Deployment", "-gateway")["spec"]["template"]
+    pods = template["metadata"]["labels"]
+    everyone = chart.named("Service", "-gateway")
+    admin = chart.named("Service", "-gateway-admin")
+    assert everyone["spec"]["selector"].items() <= pods.items()  # xDS and Prometheus: every replica
+    assert admin["spec"]["selector"] == {**everyone["spec"]["selector"], ROLE_LABEL: LEADER}
+    assert ROLE_LABEL not in pods  # only the leading gateway puts it on its own pod
+    assert [port["name"] for port in admin["spec"]["ports"]] == ["admin"]
+    env = {item["name"]: item.get("value") for item in template["spec"]["containers"][0]["env"]}
+    assert env["GRAYSTACK_POD_NAME"] == "$(POD_NAME)"
+    # The gateway's ServiceMonitor does not select the admin Service: the leader is scraped once.
+    monitor = chart.named("ServiceMonitor", "-gateway")["spec"]["selector"]["matchLabels"]
+    assert not monitor.items() <= admin["metadata"]["labels"].items()
 
 
 def test_the_helm_test_sends_a_request_per_variant_through_envoy() -> None:
@@ -357,6 +378,7 @@ def test_install_notes_tell_how_to_flip_traffic() -> None:
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "graystack weight zero-layer=20 --namespace llm --configmap gs-graystack-spec" in notes
     assert "No Prometheus Operator CRDs were found" in notes
+    assert "svc/gs-graystack-gateway-admin:9000, which reaches only the leader" in notes
 
 
 def _envvars(command: str) -> set[str]:

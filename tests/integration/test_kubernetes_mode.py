@@ -28,6 +28,7 @@ from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
 from gateway.envoy.resources import ListenerAddress
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
+from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout.machine import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
@@ -61,6 +62,11 @@ def endpoint_slice(variant: str, port: int, ready: bool = True) -> dict:
         "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": ready}}],
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
     }
+
+
+def gateway_pod(name: str) -> dict:
+    labels = {"app.kubernetes.io/name": "graystack", "app.kubernetes.io/component": "gateway"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": labels}}
 
 
 class Cluster:
@@ -100,8 +106,19 @@ class Cluster:
         return spec | ({"strategy": strategy} if strategy else {})
 
     async def gateway(self, identity: str) -> KubernetesGatewayProcess:
+        """A replica in its pod (named `identity`, as the chart's downward API names it); a second call
+        with the same identity is its container restarted, in the same pod."""
+        if self.api.get("Pod", NS, identity) is None:
+            self.api.put(gateway_pod(identity))
         kube = KubernetesOptions(
-            NS, SPEC_CM, STATE_CM, LEASE, identity, kubeconfig=str(self.kubeconfig), lease_seconds=2.0
+            NS,
+            SPEC_CM,
+            STATE_CM,
+            LEASE,
+            identity,
+            pod=identity,
+            kubeconfig=str(self.kubeconfig),
+            lease_seconds=2.0,
         )
         options = gateway_options(kube, xds_port=free_port(), admin_port=free_port())
         gateway = KubernetesGatewayProcess(options, kube)
@@ -261,12 +278,17 @@ def stored_label(cluster: Cluster) -> str | None:
     return decode_state(text).label() if text else None
 
 
-async def operate(gateway: KubernetesGatewayProcess, command: str) -> dict:
-    """`command` (promote, pause, resume...) through the replica's admin API, as `graystack` sends it."""
+async def admin_call(gateway: KubernetesGatewayProcess, method: str, path: str) -> httpx.Response:
+    """A call to the replica's admin API, as `graystack` makes it."""
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{gateway.options.admin_port}", timeout=10
     ) as admin:
-        response = await admin.post(f"/v1/rollout/{command}")
+        return await admin.request(method, path)
+
+
+async def operate(gateway: KubernetesGatewayProcess, command: str) -> dict:
+    """`command` (promote, pause, resume...) through the replica's admin API, as `graystack` sends it."""
+    response = await admin_call(gateway, "POST", f"/v1/rollout/{command}")
     assert response.status_code == 200, response.text
     assert response.json()["applied"], response.text
     return response.json()
@@ -313,6 +335,62 @@ async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster)
     assert result["rollout"]["label"] == "promoted"
     assert stored_label(cluster) == "promoted"
     assert await counts(client) == {"baseline": 0, "zero-layer": 20}
+
+
+def labelled_leaders(cluster: Cluster) -> list[str]:
+    """The pods the chart's admin Service would select (`kubectl get pods -l graystack.dev/role=leader`)."""
+    pods = cluster.api.list("Pod", NS)
+    return sorted(p["metadata"]["name"] for p in pods if p["metadata"]["labels"].get(ROLE_LABEL) == LEADER)
+
+
+async def test_the_leader_labels_its_pod_and_a_follower_refuses_commands_naming_it(cluster):
+    strategy = {"steps": [{"weight": w, "hold": "1h"} for w in (0, 50, 100)]}
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0}, strategy)))
+    leader = await cluster.gateway("gateway-a")
+    await eventually(lambda: leader.elector.leading, 10, "gateway-a to take the Lease")
+    await eventually(lambda: stored_label(cluster) == "step 0", 10, "the new rollout in the ConfigMap")
+    follower = await cluster.gateway("gateway-b")
+    await eventually(lambda: follower.elector.holder == "gateway-a", 10, "gateway-b to see gateway-a lead")
+    await eventually(lambda: labelled_leaders(cluster) == ["gateway-a"], 10, "the leader's pod labelled")
+    labels = gateway_pod("gateway-b")["metadata"]["labels"]
+    assert cluster.api.get("Pod", NS, "gateway-b")["metadata"]["labels"] == labels  # no leader label
+
+    # A command that reaches the follower is refused, naming the leader; nothing changes anywhere.
+    refused = await admin_call(follower, "POST", "/v1/rollout/promote")
+    assert refused.status_code == 409
+    assert "gateway-b is not the leader (gateway-a leads)" in refused.json()["detail"]
+    assert "admin Service" in refused.json()["detail"]
+    assert stored_label(cluster) == "step 0"
+    status = (await admin_call(follower, "GET", "/v1/status")).json()
+    assert (status["leader"], status["leader_identity"]) == (False, "gateway-a")
+    assert status["rollout"]["label"] == "step 0"
+
+    # The same command to the leader is applied and stored, and the follower follows.
+    await operate(leader, "promote")
+    assert stored_label(cluster) == "step 1"
+    await eventually(lambda: follower.controller.state.label() == "step 1", 10, "the follower to follow")
+
+    # The leader dies without handing anything back: its pod keeps the label (in a cluster the pod is
+    # not ready meanwhile, so no Service sends it anything). The successor labels its own pod.
+    leader.elector.stop(release=False)
+    await leader.stop()
+    await eventually(lambda: follower.elector.leading, 15, "gateway-b to take over the expired Lease")
+    await eventually(lambda: "gateway-b" in labelled_leaders(cluster), 10, "the successor's pod labelled")
+    assert labelled_leaders(cluster) == ["gateway-a", "gateway-b"]
+
+    # The old pod's container restarts: as a follower, it takes the stale label off its pod first thing.
+    restarted = await cluster.gateway("gateway-a")
+    await eventually(lambda: labelled_leaders(cluster) == ["gateway-b"], 10, "the stale label removed")
+    refused = await admin_call(restarted, "POST", "/v1/rollout/promote")
+    assert refused.status_code == 409
+    assert "gateway-a is not the leader (gateway-b leads)" in refused.json()["detail"]
+    result = await operate(follower, "promote")
+    assert result["rollout"]["label"] == "step 2"
+    assert stored_label(cluster) == "step 2"
+
+    # A clean stop hands the Lease and the label back.
+    await follower.stop()
+    await eventually(lambda: labelled_leaders(cluster) == ["gateway-a"], 15, "the label back on gateway-a")
 
 
 @pytest.fixture
@@ -365,3 +443,20 @@ def test_the_configmap_store_raises_when_the_api_server_is_away(tmp_path):
     server.stop()  # nothing listens on its port any more
     with pytest.raises(MaxRetryError):
         ConfigMapStateStore(api_client(str(kubeconfig)), NS, STATE_CM).save(STATE)
+
+
+def test_the_role_label_is_one_merged_label_and_a_failed_patch_is_tried_again(api, caplog):
+    server, client = api
+    label = RoleLabel(client, NS, "gateway-a")
+    with caplog.at_level(logging.WARNING, logger="gateway.kubernetes.role_label"):
+        label.sync(True)  # the pod is not there (yet): logged, not raised
+    assert "could not add the leader label" in caplog.text
+    server.put(gateway_pod("gateway-a"))
+    label.sync(True)  # the next round
+    plain = gateway_pod("gateway-a")["metadata"]["labels"]
+    assert server.get("Pod", NS, "gateway-a")["metadata"]["labels"] == {**plain, ROLE_LABEL: LEADER}
+    patches = len([entry for entry in server.log if entry.method == "PATCH"])
+    label.sync(True)  # nothing changed: nothing sent
+    assert len([entry for entry in server.log if entry.method == "PATCH"]) == patches
+    label.sync(False)
+    assert server.get("Pod", NS, "gateway-a")["metadata"]["labels"] == plain  # the others were kept

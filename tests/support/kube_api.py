@@ -3,12 +3,14 @@
 No real API server can run here (no kind, k3s or envtest binaries, no Docker), so this speaks the part of
 its HTTP/JSON protocol the gateway uses, on 127.0.0.1: namespaced get, list (fieldSelector
 `metadata.name=`, labelSelector `key` / `key=value`), create (with generateName), replace with
-optimistic concurrency (a stale resourceVersion is 409 Conflict), delete, and watch: `?watch=true`
-streams one JSON event per line (ADDED / MODIFIED / DELETED) after the requested resourceVersion, until
-`timeoutSeconds`. Like the real server, a watch from a version older than the compaction point gets a
-200 and a single ERROR event whose Status has code 410 (reason Expired). Tests change objects as kubectl
-would (`put`, `delete`), break every open watch mid-stream (`break_watches`), and compact history
-(`compact`). Every request is logged, with what the server answered, for tests to inspect.
+optimistic concurrency (a stale resourceVersion is 409 Conflict), a JSON merge patch (RFC 7386; a
+strategic merge patch is taken as one: the same for plain maps such as labels), delete, and watch:
+`?watch=true` streams one JSON event per line (ADDED / MODIFIED / DELETED) after the requested
+resourceVersion, until `timeoutSeconds`. Like the real server, a watch from a version older than the
+compaction point gets a 200 and a single ERROR event whose Status has code 410 (reason Expired). Tests
+change objects as kubectl would (`put`, `delete`), break every open watch mid-stream (`break_watches`),
+and compact history (`compact`). Every request is logged, with what the server answered, for tests to
+inspect.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ from graystack.local.processes import free_port
 
 KINDS = {  # kind -> (API prefix, resource)
     "ConfigMap": ("/api/v1", "configmaps"),
+    "Pod": ("/api/v1", "pods"),
     "Event": ("/api/v1", "events"),
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
 }
 RESOURCES = {resource: kind for kind, (_, resource) in KINDS.items()}
+MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 PATH = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$")
 
 
@@ -58,6 +62,19 @@ def status_body(code: int, reason: str, message: str) -> dict:
         "reason": reason,
         "code": code,
     }
+
+
+def merge_patch(target: object, patch: object) -> object:
+    """RFC 7386: a map patches a map key by key, a null removes the key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def matches(obj: dict, query: dict[str, str]) -> bool:
@@ -201,6 +218,9 @@ class FakeApiServer:
             def do_PUT(self) -> None:
                 server._serve(self, "PUT")
 
+            def do_PATCH(self) -> None:
+                server._serve(self, "PATCH")
+
             def do_DELETE(self) -> None:
                 server._serve(self, "DELETE")
 
@@ -217,6 +237,10 @@ class FakeApiServer:
         body = json.loads(request.rfile.read(length)) if length else None
         if method == "GET" and name is None and query.get("watch") in ("true", "1"):
             return self._watch(request, url.path, query, resource, namespace)
+        patch_type = request.headers.get("Content-Type")
+        if method == "PATCH" and patch_type not in MERGE_PATCHES:
+            answer = status_body(415, "UnsupportedMediaType", f"the double does not serve {patch_type}")
+            return self._reply(request, method, url.path, query, 415, answer)
         with self._changed:
             code, answer = self._act(method, resource, namespace, name, query, body)
         return self._reply(request, method, url.path, query, code, answer)
@@ -251,6 +275,10 @@ class FakeApiServer:
         if method == "DELETE":
             self.delete(kind, namespace, name)
             return 200, status_body(200, "", "deleted") | {"status": "Success"}
+        if method == "PATCH":
+            patched = merge_patch(copy.deepcopy(current), body)
+            patched["metadata"].update(name=name, namespace=namespace)
+            return 200, self._write(resource, patched, current)
         sent = body["metadata"].get("resourceVersion")
         if sent and sent != current["metadata"]["resourceVersion"]:
             message = f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.admin.api import create_admin_app
+from gateway.admin.api import Leadership, create_admin_app, follower_refusal
 from gateway.xds.server import AdsServer
 from graystack.status_view import render_status
 from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
@@ -43,3 +43,48 @@ def test_status_has_a_rollout_section_that_graystack_status_renders(admin):
     assert "phase     rolled_back: zero-layer 0%" in text
     assert "reason    rolled back: operator rollback" in text
     assert "step 0 -> rolled_back: rolled back: operator rollback" in text
+
+
+@pytest.fixture
+def follower(tmp_path):
+    """A replica that does not lead, as Kubernetes mode's `leadership()` reports it (gateway-a leads)."""
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, Clock())
+    seen = Leadership(leading=False, identity="gateway-b", leader="gateway-a")
+    app = create_admin_app(gateway, AdsServer(gateway.cache), controller=controller, leadership=lambda: seen)
+    with TestClient(app) as client:
+        yield client, controller
+
+
+def test_a_follower_refuses_commands_and_flips_naming_the_leader(follower):
+    admin, controller = follower
+    before = admin.get("/v1/status").json()
+    for response in (
+        admin.post("/v1/rollout/promote"),
+        admin.put("/v1/weights", json={"weights": {"baseline": 50, "zero-layer": 50}}),
+    ):
+        assert response.status_code == 409
+        detail = response.json()["detail"]
+        assert "gateway-b is not the leader (gateway-a leads)" in detail
+        assert "admin Service" in detail
+    assert controller.state.label() == "step 0"
+    assert admin.get("/v1/status").json()["routing"] == before["routing"]
+
+
+def test_a_follower_still_answers_status_and_says_who_leads(follower):
+    admin, _ = follower
+    status = admin.get("/v1/status").json()
+    assert status["leader"] is False
+    assert (status["identity"], status["leader_identity"]) == ("gateway-b", "gateway-a")
+    assert status["rollout"]["label"] == "step 0"
+    text = render_status(status)
+    assert "replica   gateway-b (follower, gateway-a leads: commands here are refused)" in text
+
+
+def test_a_local_gateway_says_nothing_of_leaders(admin):
+    assert "leader" not in admin.get("/v1/status").json()
+
+
+def test_a_replica_that_stepped_down_does_not_name_itself_the_leader():
+    stepped_down = Leadership(leading=False, identity="gateway-a", leader="gateway-a")  # could not renew
+    assert "gateway-a is not the leader (no replica leads right now)" in follower_refusal(stepped_down)

@@ -43,6 +43,7 @@ app.kubernetes.io/part-of: graystack
 {{- define "graystack.specConfigMap" -}}{{ include "graystack.componentName" (dict "root" . "component" "spec") }}{{- end -}}
 {{- define "graystack.stateConfigMap" -}}{{ include "graystack.componentName" (dict "root" . "component" "rollout-state") }}{{- end -}}
 {{- define "graystack.lease" -}}{{ include "graystack.componentName" (dict "root" . "component" "gateway-leader") }}{{- end -}}
+{{- define "graystack.adminService" -}}{{ include "graystack.componentName" (dict "root" . "component" "gateway-admin") }}{{- end -}}
 {{- define "graystack.adminSecret" -}}{{ include "graystack.componentName" (dict "root" . "component" "admin-token") }}{{- end -}}
 
 {{/* The pod-level parts every workload shares. */}}

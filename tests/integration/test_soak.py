@@ -13,13 +13,16 @@ Nothing here asserts a duration.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
+import socket
+import threading
 
 import pytest
 
-from graystack.local.processes import free_port, start_process, wait_until
+from graystack.local.processes import start_process, wait_until
 from loadtests.launch import LOCAL_MIX, Flipper, locust_command, wait_for
 
 pytestmark = pytest.mark.integration
@@ -96,18 +99,40 @@ def test_a_minute_of_streaming_users_across_weight_flips_fails_nothing_and_holds
     assert os.path.exists(run_dir / "locust_stats_history.csv")
 
 
+class HangingUp:
+    """A loopback listener that closes every connection it accepts: each request fails, and the count
+    says when some have (a SIGTERM before the first would leave nothing to judge)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):  # closed at the end of the test
+            while True:
+                connection, _ = self.sock.accept()
+                connection.close()
+                self.accepted += 1
+
+
 def test_a_soak_stopped_by_pid_still_writes_its_report_and_fails_on_its_error_budget(tmp_path):
-    """Nothing listens at the target, so every request fails; SIGTERM mid-soak (Locust 2.47 would die
-    of it without a report, see loadtests/locustfile.py) must still give the summary, the HTML report
-    and the failing verdict as the exit code."""
-    host = f"http://127.0.0.1:{free_port()}"
+    """Every request fails (the target hangs up); SIGTERM mid-soak (Locust 2.47 would die of it without
+    a report, see loadtests/locustfile.py) must still give the summary, the HTML report and the failing
+    verdict as the exit code."""
+    target = HangingUp()
     env = {"LOAD_SHAPE": "soak", "SOAK_USERS": "2", "SOAK_RAMP": "1s", "SOAK_DURATION": "1h"}
-    argv = locust_command(tmp_path, host, None, ["--expected-weights", "baseline=100"])
+    argv = locust_command(tmp_path, target.url, None, ["--expected-weights", "baseline=100"])
     locust = start_process("locust", argv, tmp_path, env=env)
     try:
-        wait_until(lambda: "All users spawned" in locust.log(), 60, "Locust to start its users")
+        wait_until(lambda: target.accepted >= 4, 60, "Locust's users to send (and fail) some requests")
     finally:
         locust.stop(grace=60)  # SIGTERM to its PID
+        target.sock.close()
     code = locust.popen.returncode
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert code == 1, locust.log()[-3000:]

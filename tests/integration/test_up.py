@@ -86,10 +86,14 @@ def env(tmp_path, envoy_binary) -> dict:
 
 @pytest.fixture
 def up(tmp_path, env):
+    yield from running_up(tmp_path, env)
+
+
+def running_up(tmp_path: Path, env: dict, *options: str):
     """`graystack up` running, and its run state once ready; always stopped (SIGKILL as a last resort)."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
-    argv = [sys.executable, "-m", "graystack", "up", "--free-ports", "--spec", str(spec)]
+    argv = [sys.executable, "-m", "graystack", "up", "--free-ports", "--spec", str(spec), *options]
     log = (tmp_path / "up.out").open("w")
     process = subprocess.Popen(
         [*argv, "--run-dir", str(tmp_path / "run")], stdout=log, stderr=subprocess.STDOUT, env=env
@@ -202,3 +206,34 @@ def test_up_names_missing_weights_and_starts_nothing(tmp_path, env):
     assert f"baseline: {tmp_path / 'empty' / 'baseline.safetensors'}: weights missing" in refused.stderr
     assert "graystack weights init" in refused.stderr
     assert not Path(env["GRAYSTACK_RUN_STATE"]).exists()
+
+
+def test_up_expects_the_served_form_and_rolls_back_a_checkpoint_erased_under_it(tmp_path, env):
+    """Its spec names no expected_weight_status: `up` expects the zero-layer checkpoint's own form (here
+    ACTIVE) and says so; the checkpoint rewritten under the running server is caught by its probe."""
+    weights = tmp_path / "weights"
+    for variant in ("baseline", "zero-layer"):
+        made = graystack(
+            env, "weights", "init", "--variant", variant, "--out", str(weights / f"{variant}.safetensors")
+        )
+        assert made.returncode == 0, made.stderr
+    stack = running_up(tmp_path, env, "--weights-dir", str(weights))
+    *_, out = next(stack)
+    try:
+        assert "the guard expects ACTIVE" in out.read_text()
+        erased = graystack(env, "weights", "erase", str(weights / "zero-layer.safetensors"))
+        assert erased.returncode == 0, erased.stderr
+        rollout = wait_until(
+            lambda: (
+                (r := json.loads(graystack(env, "status", "--json").stdout)["rollout"])["phase"]
+                == "rolled_back"
+                and r
+            ),
+            60,
+            "the guard to roll back the erased checkpoint",
+            interval=0.5,
+        )
+        assert rollout["reason"].startswith("rolled back: weight_status fail"), rollout["reason"]
+        assert "pods report ['ERASED'], expected one of ['ACTIVE']" in rollout["reason"]
+    finally:
+        next(stack, None)

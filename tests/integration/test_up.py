@@ -148,9 +148,13 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
         # SIGINT ignored, which children inherit and Python then leaves ignored.
         preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL),
     )
-    time.sleep(10)  # a few frames; then leave it as an operator does
-    watch.send_signal(signal.SIGINT)
-    view, errors = watch.communicate(timeout=30)
+    try:
+        time.sleep(10)  # a few frames; then leave it as an operator does
+        watch.send_signal(signal.SIGINT)
+        view, errors = watch.communicate(timeout=30)
+    finally:
+        watch.kill()  # a no-op once it has left; else it must not outlive the test
+        watch.wait(timeout=10)
     assert watch.returncode == 0, errors
     assert re.search(r"zero-layer +│ +30% │", view), view  # then req/s, errors, TTFT p95, weight status
     assert "ERASED" in view

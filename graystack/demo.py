@@ -28,7 +28,7 @@ from graystack.live_metrics import VariantMeter
 from graystack.live_view import Timeline, render
 from graystack.local.completions import held_out_completions
 from graystack.local.rollout_stack import RolloutStack, Traffic
-from graystack.local.supervisor import Shutdown, Supervisor, UpOptions
+from graystack.local.supervisor import Shutdown, Supervisor, UpOptions, checkpoints_in
 from graystack.status_view import weight_text
 
 RATE = 30  # requests per second through Envoy, all clients together
@@ -63,7 +63,6 @@ NOTE = (
     "derived sparse bias), its bias zero past the derived window; shadow: 10 s, leaving at >= 99 % "
     "success with >= 90 % of greedy answers the baseline's."
 )
-PIPELINE_FILES = ("baseline.safetensors", "zero-layer.safetensors")
 
 
 def demo_spec(weights_dir: Path) -> dict:
@@ -169,7 +168,7 @@ class Walkthrough:
 
 def run_demo(run_dir: Path, weights_dir: Path) -> int:
     console = Console()
-    missing = [name for name in PIPELINE_FILES if not (weights_dir / name).is_file()]
+    missing = [path.name for path in checkpoints_in(weights_dir).values() if not path.is_file()]
     if missing:
         console.print(
             f"[bold red]no trained weights:[/bold red] {weights_dir} lacks {', '.join(missing)}; `make weights` "

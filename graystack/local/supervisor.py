@@ -47,6 +47,11 @@ PORT_PURPOSE = {
 }
 
 
+def checkpoints_in(directory: Path) -> dict[str, Path]:
+    """Each variant's checkpoint in a `--weights-dir` (as `make weights` names them)."""
+    return {variant: directory / f"{variant}.safetensors" for variant in VARIANTS}
+
+
 class Shutdown(BaseException):
     """SIGINT or SIGTERM arrived: a BaseException, so no wait loop's `except Exception` swallows it."""
 
@@ -109,9 +114,7 @@ class Supervisor:
 
     def _weights(self) -> dict[str, Path] | None:
         directory = self.options.weights_dir
-        if directory is None:
-            return None
-        return {variant: directory / f"{variant}.safetensors" for variant in VARIANTS}
+        return None if directory is None else checkpoints_in(directory)
 
     def _expecting_what_is_served(self, weights: dict[str, Path] | None) -> dict:
         """The spec, its guard expecting the zero-layer checkpoint's own form where the spec names none:

@@ -17,10 +17,13 @@ TRAIN = TrainOptions(steps=250, max_seconds=600)
 TRAIN_BYTES = 2_000_000
 
 
+def quiet(line: str) -> None:
+    """The pipeline's progress lines: not wanted in a test's output."""
+
+
 def train_pipeline(directory: Path) -> Path:
     """`directory` holding baseline, zero-layer (ACTIVE), zero-layer-zeroed and zero-layer-erased."""
     torch.set_num_threads(2)
-    quiet = lambda line: None  # noqa: E731
     pipeline.train(directory, TRAIN, train_bytes=TRAIN_BYTES, report=quiet)
     pipeline.derive(directory, FINE_TUNE, train_bytes=TRAIN_BYTES, report=quiet)
     return directory

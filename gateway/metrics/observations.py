@@ -1,0 +1,58 @@
+"""What a metrics provider hands the rollout analysis at one look: cumulative counters, as read.
+
+Plain data, no I/O, and no import of gateway.rollout: providers build it, the analysis consumes it.
+
+The rollout's decisions are sequential tests over per-look *increments* of cumulative counters
+(shared/research/sequential_analysis.md §9), never over a sliding window. So a provider reports each
+counter series as it stands now, one entry per series it read (per target or Prometheus instance, per
+label set), and `gateway.rollout.evidence` takes the increments between two looks, series by series:
+a series whose value fell (a process restarted) counts its new value as the increase since then, a
+series first seen after an earlier look counts from 0, and the very first look only sets the start.
+
+A counter is named by `CounterKey`:
+  variant  the variant (rollout spec name) the counts are about
+  signal   one of SIGNALS (below)
+  stratum  where the counts must not be pooled with others: for TTFT the model server's
+           `prompt_bucket` (so prompt length does not confound a comparison); "" otherwise
+  le       for a histogram signal, the bucket's upper bound: the cumulative count of observations
+           <= le (math.inf: all of them); math.inf for plain counters
+  source   the series it was read from (target or instance, metric, labels): what a reset is judged on
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+REQUESTS = "requests"  # attempts that reached the variant (Envoy: upstream_rq_total + pending_failure_eject)
+ERRORS = "errors"  # of those, failed (Envoy: the route cluster's upstream_rq_retry + upstream_rq{5xx})
+TTFT = "ttft"  # the model servers' graystack_request_ttft_seconds buckets, stratum = prompt_bucket
+TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), stratum = prompt_bucket, le = inf
+ITL = "itl"  # graystack_request_inter_token_seconds buckets, stratum ""
+ITL_SUM = "itl_sum"  # ... and its _sum (seconds)
+COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ)
+DIFFERED = "differed"  # of those, a different answer
+SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED)
+
+
+@dataclass(frozen=True, order=True)
+class CounterKey:
+    variant: str
+    signal: str
+    stratum: str = ""
+    le: float = math.inf
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Observations:
+    """One look. `counters`: every cumulative series read, as it stands now (see the module docstring).
+    `weight_status`: variant -> its probes' statuses; `effective_windows`: variant -> the distance past
+    which each of its model servers' bias is zero (0: no bias). `error`: the provider could not measure
+    (query failed, target down); the rest is then empty."""
+
+    counters: Mapping[CounterKey, float] = field(default_factory=dict)
+    weight_status: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    effective_windows: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    error: str | None = None

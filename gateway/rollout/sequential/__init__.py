@@ -1,0 +1,49 @@
+"""Anytime-valid statistics for rollback decisions (../shared/research/sequential_analysis.md).
+
+Every test here is an e-process: a nonnegative (super)martingale under "the candidate is healthy", so by
+Ville's inequality P(its log ever reaches log(1/alpha)) <= alpha however often the controller looks, with
+weights changed from the data and looks of any size. That is what the old sliding-window rules lacked
+(research §1). The controller feeds each look's count increments, persists the returned state (frozen,
+JSON-able through to_dict/from_dict) and compares `log_evalue` with `alpha_log_threshold(alpha)`, or
+`ThresholdTest.log_detector` with `detector_log_threshold(...)`.
+
+The per-look arithmetic lives in batched kernels (`threshold_look`, `ratio_look`, `shift_look`, leading
+axes = independent runs): the states call them with one run, simulations with thousands, so what is
+simulated is what ships.
+"""
+
+from gateway.rollout.sequential.budget import (
+    alpha_log_threshold,
+    beta_binomial_log_lr,
+    detector_log_threshold,
+    error_rate_bounds,
+    kl_bernoulli,
+    requests_needed,
+    requests_to_detect,
+)
+from gateway.rollout.sequential.errors import (
+    RatioTest,
+    ThresholdTest,
+    ratio_look,
+    stratified_log_factor,
+    threshold_look,
+)
+from gateway.rollout.sequential.latency import ShiftTest, edge_pairs, shift_look
+
+__all__ = [
+    "RatioTest",
+    "ShiftTest",
+    "ThresholdTest",
+    "alpha_log_threshold",
+    "beta_binomial_log_lr",
+    "detector_log_threshold",
+    "edge_pairs",
+    "error_rate_bounds",
+    "kl_bernoulli",
+    "ratio_look",
+    "requests_needed",
+    "requests_to_detect",
+    "shift_look",
+    "stratified_log_factor",
+    "threshold_look",
+]

@@ -144,8 +144,12 @@ class DirectProvider:
             if isinstance(result, BaseException):
                 raise result
         samples = [sample for scrape in scrapes for sample in scrape]
+        try:
+            counters = {key: value for v in self.variants for key, value in self._counters(v, samples)}
+        except ValueError as error:
+            return Observations(error=f"unreadable series {error}")
         return Observations(
-            counters={key: value for v in self.variants for key, value in self._counters(v, samples)},
+            counters=counters,
             weight_status=_by_instance(samples, WEIGHT_STATUS, "status"),
             effective_windows={
                 variant: [int(window) for window in windows]

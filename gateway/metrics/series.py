@@ -25,14 +25,14 @@ def source(name: str, labels: Mapping[str, str]) -> str:
 
 def counter_key(variant: str, signal: str, name: str, labels: Mapping[str, str]) -> CounterKey:
     """The key of series `name{labels}` counted as `variant`'s `signal`: its stratum from the
-    `prompt_bucket` label, its bucket bound from `le` (a plain counter's is +Inf)."""
-    return CounterKey(
-        variant=variant,
-        signal=signal,
-        stratum=labels.get(STRATUM, ""),
-        le=float(labels["le"]) if "le" in labels else math.inf,
-        source=source(name, labels),
-    )
+    `prompt_bucket` label, its bucket bound from `le` (a plain counter's is +Inf); ValueError naming
+    the series where `le` is not a number."""
+    named = source(name, labels)
+    try:
+        le = float(labels["le"]) if "le" in labels else math.inf
+    except ValueError:
+        raise ValueError(f"{named}: its `le` is not a number") from None
+    return CounterKey(variant=variant, signal=signal, stratum=labels.get(STRATUM, ""), le=le, source=named)
 
 
 def route_cluster(variant: str, fallback: str | None) -> str:

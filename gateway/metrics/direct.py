@@ -1,10 +1,11 @@
 """The `direct` provider: scrape Envoy's admin stats and the pods' /metrics, no Prometheus server needed.
 
-Each `observe()` scrapes every target once and keeps the counters in a `WindowStore`; windows are
-measured between scrapes, so the first call only sets the starting point (every count is 0). The
-controller calls it each analysis interval, which is what fills the window.
+Each `observe()` scrapes every target once and reports each cumulative series it read as it stands,
+one `CounterKey` per series (source: the series' metric and labels, with the target's URL as its
+`instance`, so two pods' series stay apart and a restarted pod's series is the same one, fallen).
+The analysis takes increments between looks; this keeps no state.
 
-Where each number comes from, and why:
+Where each counter comes from, and why:
 
 requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests_total`: it also
   counts the probes' synthetic requests, which go to the pod directly, and it cannot count what never
@@ -29,38 +30,45 @@ requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests
   copy whose connection failed is counted both as refused and as a 503 (checked against Envoy 1.40):
     requests += upstream_rq_total{cluster=<variant>-shadow} + upstream_rq_pending_failure_eject{...}
     errors   += upstream_rq{cluster=<variant>-shadow, code=~5..}
+  Each term's series is its own entry under the same signal: the consumer sums their increments.
 
-latency_p99: Envoy's `upstream_rq_time` (ms) of the route cluster and the shadow cluster: the time the variant's share of
-  clients waited on upstreams, retries included, measured the same way for every variant so the
-  ratio compares like with like. Envoy updates histograms at each stats flush (5 s by default).
+ttft, ttft_sum: the model servers' `graystack_request_ttft_seconds` buckets and sum, per
+  `prompt_bucket` (the stratum) and pod (Envoy cannot see a first token).
+itl, itl_sum: their `graystack_request_inter_token_seconds` likewise (no stratum).
 
-ttft_p95: the model servers' `graystack_request_ttft_seconds`, all pods and prompt buckets of the
-  variant (Envoy cannot see a first token).
+compared, differed: the candidate's `graystack_shadow_comparisons_total` (agree + differ, and differ):
+  its shadow copies' greedy answers against the baseline's (inference/server/outputs.py).
 
 weight_status: each probe's `graystack_probe_weight_status` series whose value is 1.
 
 effective_windows: each model server's `graystack_model_info` (value 1), read by its `effective_window`
   label: the distance past which the bias it serves is zero.
-
-shadow_compared, shadow_agreed: the candidate's `graystack_shadow_comparisons_total` (agree + differ,
-  and agree): its shadow copies' greedy answers against the baseline's (inference/server/outputs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.envoy import names
-from gateway.metrics.window import SeriesKey, WindowStore, series_key
-from gateway.rollout.analysis import Observations, VariantWindow
+from gateway.metrics.observations import (
+    COMPARED,
+    DIFFERED,
+    ERRORS,
+    ITL,
+    ITL_SUM,
+    REQUESTS,
+    TTFT,
+    TTFT_SUM,
+    CounterKey,
+    Observations,
+)
+from gateway.metrics.series import counter_key, route_cluster
 
 # Sample names as prometheus_client's parser gives them: it appends `_total` to counters, so Envoy's
 # `envoy_cluster_upstream_rq{envoy_response_code}` and `envoy_cluster_upstream_rq_total` come out with
@@ -68,32 +76,37 @@ from gateway.rollout.analysis import Observations, VariantWindow
 UPSTREAM_RQ = "envoy_cluster_upstream_rq_total"
 PENDING_FAILURE_EJECT = "envoy_cluster_upstream_rq_pending_failure_eject_total"
 RETRIES = "envoy_cluster_upstream_rq_retry_total"
-RQ_TIME_BUCKET = "envoy_cluster_upstream_rq_time_bucket"
 TTFT_BUCKET = "graystack_request_ttft_seconds_bucket"
-WEIGHT_STATUS = "graystack_probe_weight_status"
+TTFT_SECONDS = "graystack_request_ttft_seconds_sum"
+ITL_BUCKET = "graystack_request_inter_token_seconds_bucket"
+ITL_SECONDS = "graystack_request_inter_token_seconds_sum"
 SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
+WEIGHT_STATUS = "graystack_probe_weight_status"
 MODEL_INFO = "graystack_model_info"
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
-ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|time|5\d\d)$"
+ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|5\d\d)$"
 WANTED = frozenset(
     {
         UPSTREAM_RQ,
         PENDING_FAILURE_EJECT,
         RETRIES,
-        RQ_TIME_BUCKET,
         TTFT_BUCKET,
-        WEIGHT_STATUS,
+        TTFT_SECONDS,
+        ITL_BUCKET,
+        ITL_SECONDS,
         SHADOW_COMPARISONS,
+        WEIGHT_STATUS,
         MODEL_INFO,
     }
 )
 
 CLUSTER = "envoy_cluster_name"
 CODE = "envoy_response_code"
-SERVER_ERROR = re.compile(r"5\d\d")
-COMPARED = re.compile("agree|differ")  # a shadow comparison that found the baseline's answer
 INSTANCE = "instance"  # added to every series, as Prometheus does, so two pods' series stay apart
+
+Sample = tuple[str, dict[str, str], float]  # a series' name, labels (its target's URL as `instance`), value
+Matcher = Mapping[str, re.Pattern[str]]  # label -> what its whole value must match ("" matches an absent one)
 
 
 class ScrapeError(Exception):
@@ -108,7 +121,6 @@ class DirectProvider:
         variants: Sequence[str],
         fallback: str | None,
         timeout: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`envoy_admin`: Envoy's admin base URL; `pods`: the /metrics URLs of the model servers and
         probes; `variants`, `fallback`: as in the rollout spec (they name Envoy's clusters);
@@ -118,9 +130,8 @@ class DirectProvider:
         self.variants = list(variants)
         self.fallback = fallback
         self.timeout = timeout
-        self._store = WindowStore(clock, retention=0.0)
 
-    async def observe(self, window_seconds: float, recent_seconds: float | None = None) -> Observations:
+    async def observe(self) -> Observations:
         targets = [(self.envoy_url, {"filter": ENVOY_FILTER}), *((pod, {}) for pod in self.pods)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             scrapes = await asyncio.gather(
@@ -129,23 +140,24 @@ class DirectProvider:
         failures = [str(result) for result in scrapes if isinstance(result, ScrapeError)]
         if failures:
             return Observations(error="; ".join(failures))
-        merged: dict[SeriesKey, float] = {}
-        for scrape in scrapes:
-            merged.update(scrape)
-        self._store.retention = max(self._store.retention, window_seconds)
-        self._store.record(merged)
+        for result in scrapes:
+            if isinstance(result, BaseException):
+                raise result
+        samples = [sample for scrape in scrapes for sample in scrape]
+        try:
+            counters = {key: value for v in self.variants for key, value in self._counters(v, samples)}
+        except ValueError as error:
+            return Observations(error=f"unreadable series {error}")
         return Observations(
-            variants={v: self._variant_window(v, window_seconds, recent_seconds) for v in self.variants},
-            weight_status=_by_instance(merged, WEIGHT_STATUS, "status"),
+            counters=counters,
+            weight_status=_by_instance(samples, WEIGHT_STATUS, "status"),
             effective_windows={
                 variant: [int(window) for window in windows]
-                for variant, windows in _by_instance(merged, MODEL_INFO, "effective_window").items()
+                for variant, windows in _by_instance(samples, MODEL_INFO, "effective_window").items()
             },
         )
 
-    async def _scrape(
-        self, client: httpx.AsyncClient, url: str, params: Mapping[str, str]
-    ) -> dict[SeriesKey, float]:
+    async def _scrape(self, client: httpx.AsyncClient, url: str, params: Mapping[str, str]) -> list[Sample]:
         try:
             async with asyncio.timeout(self.timeout):
                 response = await client.get(url, params=params)
@@ -155,73 +167,51 @@ class DirectProvider:
             raise ScrapeError(f"scrape of {url} timed out after {self.timeout}s") from None
         except Exception as error:  # whatever a target answers, the controller must not crash on it
             raise ScrapeError(f"scrape of {url} failed: {error!r}") from error
-        return {
-            series_key(sample.name, {**sample.labels, INSTANCE: url}): sample.value
+        return [
+            (sample.name, {**sample.labels, INSTANCE: url}, sample.value)
             for family in families
             for sample in family.samples
             if sample.name in WANTED
-        }
+        ]
 
-    def _route_cluster(self, variant: str) -> str:
-        """The cluster the route names for `variant` (gateway/envoy/resources.py `cluster_for`)."""
-        if self.fallback is None or variant == self.fallback:
-            return variant
-        return names.fallback_cluster(variant)
+    def _counters(self, variant: str, samples: Sequence[Sample]) -> list[tuple[CounterKey, float]]:
+        """`variant`'s series, each keyed by its signal (the module docstring's terms)."""
+        rules = self._rules(variant)
+        return [
+            (counter_key(variant, signal, name, labels), value)
+            for name, labels, value in samples
+            for signal, wanted, matcher in rules
+            if name == wanted and all(p.fullmatch(labels.get(label, "")) for label, p in matcher.items())
+        ]
 
-    def _variant_window(self, variant: str, window: float, recent: float | None) -> VariantWindow:
-        clusters = self._clusters(variant)
-        requests, errors = self._counts(clusters, window)
-        recent_requests, recent_errors = self._counts(clusters, recent) if recent else (0.0, 0.0)
-        latency_ms = self._store.quantile(0.99, RQ_TIME_BUCKET, {CLUSTER: clusters.answered}, window)
-        comparisons = {"variant": variant}
-        return VariantWindow(
-            requests=requests,
-            errors=errors,
-            latency_p99=None if latency_ms is None else latency_ms / 1000,
-            ttft_p95=self._store.quantile(0.95, TTFT_BUCKET, comparisons, window),
-            recent_requests=recent_requests,
-            recent_errors=recent_errors,
-            shadow_compared=self._store.increase(
-                SHADOW_COMPARISONS, {**comparisons, "result": COMPARED}, window
-            ),
-            shadow_agreed=self._store.increase(
-                SHADOW_COMPARISONS, {**comparisons, "result": "agree"}, window
-            ),
-        )
-
-    def _clusters(self, variant: str) -> _Clusters:
-        route, shadow = self._route_cluster(variant), names.shadow_cluster(variant)
-        return _Clusters(
-            route=route,
-            own=re.compile(f"{re.escape(variant)}|{re.escape(shadow)}"),
-            answered=re.compile(f"{re.escape(route)}|{re.escape(shadow)}"),
-        )
-
-    def _counts(self, clusters: _Clusters, window: float) -> tuple[float, float]:
-        """(requests, errors) over the last `window` seconds (the module docstring's sums)."""
-        store = self._store
-        attempts = store.increase(UPSTREAM_RQ, {CLUSTER: clusters.own, CODE: ""}, window)
-        refused = store.increase(PENDING_FAILURE_EJECT, {CLUSTER: clusters.own}, window)
-        retried = store.increase(RETRIES, {CLUSTER: clusters.route}, window)
-        failed = store.increase(UPSTREAM_RQ, {CLUSTER: clusters.answered, CODE: SERVER_ERROR}, window)
-        return attempts + refused, retried + failed
+    def _rules(self, variant: str) -> list[tuple[str, str, Matcher]]:
+        """(signal, sample name, label matcher) of each term counted for `variant`."""
+        route, shadow = route_cluster(variant, self.fallback), names.shadow_cluster(variant)
+        own, answered = _one_of(variant, shadow), _one_of(route, shadow)
+        of_variant = {"variant": _one_of(variant)}
+        return [
+            (REQUESTS, UPSTREAM_RQ, {CLUSTER: own, CODE: _one_of("")}),
+            (REQUESTS, PENDING_FAILURE_EJECT, {CLUSTER: own}),
+            (ERRORS, RETRIES, {CLUSTER: _one_of(route)}),
+            (ERRORS, UPSTREAM_RQ, {CLUSTER: answered, CODE: re.compile(r"5\d\d")}),
+            (TTFT, TTFT_BUCKET, of_variant),
+            (TTFT_SUM, TTFT_SECONDS, of_variant),
+            (ITL, ITL_BUCKET, of_variant),
+            (ITL_SUM, ITL_SECONDS, of_variant),
+            (COMPARED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("agree", "differ")}),
+            (DIFFERED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("differ")}),
+        ]
 
 
-@dataclass(frozen=True)
-class _Clusters:
-    """A variant's Envoy clusters as the sums need them."""
-
-    route: str  # the cluster its route names
-    own: re.Pattern[str]  # whose attempts reach it: its own cluster and its shadow cluster
-    answered: re.Pattern[str]  # whose answers are its: the route cluster and the shadow cluster
+def _one_of(*values: str) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(value) for value in values))
 
 
-def _by_instance(scrape: Mapping[SeriesKey, float], name: str, label: str) -> dict[str, list[str]]:
+def _by_instance(samples: Sequence[Sample], name: str, label: str) -> dict[str, list[str]]:
     """variant -> `label` of each of its `name` series at 1 (a probe's status, a model server's
     window), ordered by target URL."""
     reported: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for (series, label_pairs), value in scrape.items():
-        labels = dict(label_pairs)
+    for series, labels, value in samples:
         if series == name and value == 1:
             reported[labels["variant"]].append((labels[INSTANCE], labels[label]))
     return {variant: [found for _, found in sorted(pairs)] for variant, pairs in reported.items()}

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gateway.rollout.analysis import Observations
+from gateway.metrics.observations import Observations
 
 
 class MetricsProvider(Protocol):
-    async def observe(self, window_seconds: float, recent_seconds: float | None = None) -> Observations:
-        """Each variant over the last `window_seconds`, with its requests and errors over the last
-        `recent_seconds` too (0 without it).
+    async def observe(self) -> Observations:
+        """Every cumulative counter series the provider reads, as it stands now, each its own entry
+        (gateway/metrics/observations.py), with the probes' weight statuses and the model servers'
+        effective windows. Stateless: the analysis takes increments between two looks, series by
+        series, and reads a series that fell as a restart.
 
         Never raises: a failure to measure (target down, bad answer) comes back as
         `Observations(error=...)` naming what failed, so the analysis can say `error`, which has its

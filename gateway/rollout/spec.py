@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.metrics.queries import check_overrides
+
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # RFC 9110 token: what Envoy accepts as a header name.
@@ -226,15 +228,12 @@ class Strategy(_Model):
 class Provider(_Model):
     type: Literal["direct", "prometheus"] = "direct"
     url: str | None = None
-    # PromQL replacing the prometheus provider's built-in queries by name (gateway/metrics/prometheus.py).
+    # PromQL replacing the prometheus provider's built-in queries by name (gateway/metrics/queries.py).
     queries: dict[str, str] | None = None
 
     @field_validator("queries")
     @classmethod
     def _known_queries(cls, queries: dict[str, str] | None) -> dict[str, str] | None:
-        # Imported here: gateway.metrics imports the analysis, which imports this module.
-        from gateway.metrics.prometheus import check_overrides
-
         if queries is not None:
             check_overrides(queries)
         return queries

@@ -223,7 +223,7 @@ def test_a_vllm_variant_replaces_the_server_and_its_queries_follow() -> None:
     assert "initContainers" not in pod
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "model-weights"
     queries = spec_of(chart).analysis.provider.queries
-    assert "vllm:time_to_first_token_seconds_bucket" in queries["ttft_p95"]
+    assert queries["ttft"] == 'vllm:time_to_first_token_seconds_bucket{variant="{variant}"}'
 
 
 def test_two_gateway_replicas_share_one_lease_and_a_disruption_budget() -> None:

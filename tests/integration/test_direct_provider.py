@@ -1,48 +1,52 @@
 """The `direct` metrics provider against a real Envoy (stand-in upstreams, then real model servers and
-probes): what it reports is what the rollout decides on, so a variant whose failures are hidden by the
-fallback retry must still show them (shared/research/envoy_fallback_retry.md)."""
+probes): the series it reports are what the rollout decides on, by their increments between looks, so
+a variant whose failures are hidden by the fallback retry must still show them
+(shared/research/envoy_fallback_retry.md), and each series must stay its own."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics import DirectProvider
-from gateway.rollout.analysis import Observations, analyse
-from gateway.rollout.spec import Analysis
-from gateway.rollout.stats import Verdict
+from gateway.metrics.observations import (
+    COMPARED,
+    DIFFERED,
+    ERRORS,
+    ITL,
+    ITL_SUM,
+    REQUESTS,
+    TTFT,
+    TTFT_SUM,
+    Observations,
+)
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.rollout_stack import SEGMENT
 from inference.config import ModelConfig
+from tests.support.counters import increments, total
 from tests.support.model_server import start_model_server, variant_weights, wait_ready
 
-WINDOW = 60.0
 
-
-class FakeClock:
-    """Window time, moved by the test: which scrapes fall inside a window never depends on timing."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def provider_for(stack, pods: list[str] | None = None, clock=None) -> DirectProvider:
+def provider_for(stack, pods: list[str] | None = None) -> DirectProvider:
     envoy_admin = f"http://127.0.0.1:{stack.ports['envoy_admin']}"
-    kwargs = {"clock": clock} if clock else {}
-    return DirectProvider(envoy_admin, pods or [], VARIANTS, fallback="baseline", **kwargs)
+    return DirectProvider(envoy_admin, pods or [], VARIANTS, fallback="baseline")
 
 
 def observe(provider: DirectProvider) -> Observations:
-    seen = asyncio.run(provider.observe(WINDOW))
+    seen = asyncio.run(provider.observe())
     assert seen.error is None, seen.error
     return seen
+
+
+def counts(before: Observations, after: Observations, variant: str) -> tuple[float, float]:
+    """(requests, errors) of `variant` between the looks."""
+    found = increments(before, after)
+    return total(found, variant, REQUESTS), total(found, variant, ERRORS)
 
 
 def flip(stack, spec: dict) -> None:
@@ -60,38 +64,27 @@ def fifty_fifty(stack, **changes) -> None:
 
 def test_a_variant_failing_every_attempt_shows_every_failure_though_no_client_sees_one(stack):
     fifty_fifty(stack)
-    clock = FakeClock()
-    provider = provider_for(stack, clock=clock)
-    observe(provider)  # the window's starting point
+    provider = provider_for(stack)
+    start = observe(provider)
     stack.set_upstream("zero-layer", "fail")
     assert [stack.request().status_code for _ in range(300)] == [200] * 300
-    clock.now += 10
-    seen = observe(provider)
+    failed = observe(provider)
     failures = stack.upstream_answers("zero-layer")["503"]
-    zero, baseline = seen.variants["zero-layer"], seen.variants["baseline"]
     assert 100 < failures < 200  # about half the traffic tried the variant first
-    assert zero.requests == zero.errors == failures  # an error rate of 100 %
-    assert baseline.errors == 0
-    assert baseline.requests == 300  # its own share and every fallback
-    checks = {c.name: c.verdict for c in analyse(Analysis(min_requests=50), seen, "zero-layer", "baseline")}
-    assert checks["error_rate"] == Verdict.FAIL
+    assert counts(start, failed, "zero-layer") == (failures, failures)  # an error rate of 100 %
+    assert counts(start, failed, "baseline") == (300, 0)  # its own share and every fallback
+    sources = {key.source for key in failed.counters if key.variant == "zero-layer" and key.signal == ERRORS}
+    retries = [source for source in sources if "upstream_rq_retry" in source]
+    assert len(retries) == 1  # the aggregate cluster's, where the hidden failures are
+    assert 'envoy_cluster_name="zero-layer-with-fallback"' in retries[0]
+    assert f'instance="{provider.envoy_url}"' in retries[0]
 
-    # Healthy again; a minute on, the failures have left the window.
+    # Healthy again: the next increments have no failure.
     stack.set_upstream("zero-layer", "ok")
-    clock.now += WINDOW + 1
-    observe(provider)
-    counts = stack.variant_counts(300)  # asserts every request succeeded
-    clock.now += 10
-    seen = wait_until(
-        lambda: (s := observe(provider)).variants["zero-layer"].latency_p99 and s,
-        10,
-        "Envoy's next stats flush (histograms are updated every 5 s)",
-    )
-    zero, baseline = seen.variants["zero-layer"], seen.variants["baseline"]
-    assert (zero.requests, zero.errors) == (counts["zero-layer"], 0)
-    assert (baseline.requests, baseline.errors) == (counts["baseline"], 0)
-    assert zero.latency_p99 > 0
-    assert baseline.latency_p99 > 0
+    served = stack.variant_counts(300)  # asserts every request succeeded
+    healthy = observe(provider)
+    assert counts(failed, healthy, "zero-layer") == (served["zero-layer"], 0)
+    assert counts(failed, healthy, "baseline") == (served["baseline"], 0)
 
 
 def test_refused_connections_count_as_errors_though_they_carry_no_response_code(stack):
@@ -100,13 +93,13 @@ def test_refused_connections_count_as_errors_though_they_carry_no_response_code(
     alone would miss every one."""
     fifty_fifty(stack, health_check={"interval": "30s", "unhealthy_threshold": 100})
     provider = provider_for(stack)
-    observe(provider)
-    counts = stack.variant_counts(40)
+    start = observe(provider)
+    served = stack.variant_counts(40)
     stack.upstreams["zero-layer"].stop()
     assert [stack.request().status_code for _ in range(40)] == [200] * 40
-    zero = observe(provider).variants["zero-layer"]
-    assert zero.errors >= 5  # about half of 40 tried it first
-    assert zero.requests == counts["zero-layer"] + zero.errors
+    requests, errors = counts(start, observe(provider), "zero-layer")
+    assert errors >= 5  # about half of 40 tried it first
+    assert requests == served["zero-layer"] + errors
     assert stack.envoy_stats().get("cluster.zero-layer-with-fallback.retry.upstream_rq_503", 0) == 0
 
 
@@ -114,21 +107,20 @@ def test_without_a_fallback_the_failures_clients_see_are_counted(stack):
     fifty_fifty(stack, retries={"on": "5xx", "attempts": 0})
     envoy_admin = f"http://127.0.0.1:{stack.ports['envoy_admin']}"
     provider = DirectProvider(envoy_admin, [], VARIANTS, fallback=None)
-    observe(provider)
+    start = observe(provider)
     stack.set_upstream("zero-layer", "fail")
     codes = [stack.request().status_code for _ in range(100)]
-    seen = observe(provider)
-    zero = seen.variants["zero-layer"]
-    assert zero.requests == zero.errors == codes.count(503) > 0
-    assert seen.variants["baseline"].requests == codes.count(200)
-    assert seen.variants["baseline"].errors == 0
+    after = observe(provider)
+    assert counts(start, after, "zero-layer") == (codes.count(503), codes.count(503))
+    assert codes.count(503) > 0
+    assert counts(start, after, "baseline") == (codes.count(200), 0)
 
 
 def test_a_target_that_is_down_is_an_error_naming_it():
     down = f"http://127.0.0.1:{free_port()}"
     provider = DirectProvider(down, [f"{down}/metrics"], VARIANTS, fallback="baseline", timeout=1.0)
-    seen = asyncio.run(provider.observe(WINDOW))
-    assert seen.variants == {}
+    seen = asyncio.run(provider.observe())
+    assert seen.counters == {}
     assert f"{down}/stats/prometheus" in seen.error
     assert f"{down}/metrics" in seen.error
 
@@ -167,26 +159,78 @@ def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(stack
         warmup = dict.fromkeys(VARIANTS, 0)  # until Envoy's health checks admit both servers
         wait_until(lambda: ask(stack, warmup) or all(warmup.values()), 15, "traffic to both variants")
         wait_until(lambda: len(observe(provider).weight_status) == 2, 15, "both probes to report")
-        counts = dict.fromkeys(VARIANTS, 0)
+        start = observe(provider)
+        served = dict.fromkeys(VARIANTS, 0)
         for _ in range(30):
-            ask(stack, counts)
+            ask(stack, served)
         seen = observe(provider)
+        found = increments(start, seen)
         for variant in VARIANTS:
-            window = seen.variants[variant]
-            assert (window.requests, window.errors) == (counts[variant], 0)  # Envoy's: no probe traffic
-            assert window.ttft_p95 > 0
+            assert counts(start, seen, variant) == (served[variant], 0)  # Envoy's: no probe traffic
+            # The model servers' own histograms also count the probes' requests, sent to the pod directly.
+            assert total(found, variant, TTFT) >= served[variant]
+            assert found[variant, TTFT, "0-128", math.inf] >= served[variant]  # "Hello": a short prompt
+            assert total(found, variant, TTFT_SUM) > 0
+            assert total(found, variant, ITL) >= 3 * served[variant]  # 4 tokens: 3 gaps each
+            assert total(found, variant, ITL_SUM) > 0
+            ttft = [key for key in seen.counters if (key.variant, key.signal) == (variant, TTFT)]
+            assert {key.stratum for key in ttft} >= {"0-128"}
+            assert all(f'instance="{servers[variant].url}/metrics"' in key.source for key in ttft)
         assert seen.weight_status == {"baseline": ["ACTIVE"], "zero-layer": ["ERASED"]}
         whole = ModelConfig().max_seq_len  # the baseline's bias spans its whole context
         assert seen.effective_windows == {"baseline": [whole], "zero-layer": [0]}  # erased: no bias
-        # An ACTIVE pod with a whole-context bias is not the derived sparse form a bound admits.
-        bounded = Analysis(expected_weight_status=["ACTIVE"], max_effective_window=64)
-        check = analyse(bounded, seen, "baseline", "zero-layer")[-1]
-        assert (check.name, check.verdict) == ("weight_status", Verdict.FAIL)
-        assert check.reason == f"pods serve effective window [{whole}], above max_effective_window 64"
     finally:
         for process in processes:
             process.stop()
         assert not any(process.alive() for process in processes)
+
+
+def ask_pod(server, n: int) -> None:
+    body = {"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "Hello"}]}
+    for _ in range(n):
+        assert httpx.post(f"{server.url}/v1/messages", json=body, timeout=30).status_code == 200
+
+
+def ttft_counts(seen: Observations, server) -> dict[str, float]:
+    """Source -> value of the pod's TTFT series of all its requests (the +Inf bucket)."""
+    instance = f'instance="{server.url}/metrics"'
+    return {
+        key.source: value
+        for key, value in seen.counters.items()
+        if key.signal == TTFT and key.le == math.inf and instance in key.source
+    }
+
+
+def test_two_pods_series_stay_apart_and_a_restarted_pods_counters_go_down(stack, tmp_path):
+    """Two pods of one variant, one restarted on its port: its series keep their names and fall, the
+    other pod's are untouched, so the increments count what each served since the last look."""
+    logs = tmp_path / "logs"
+    weights = variant_weights(tmp_path)["baseline"]
+    pods = [start_model_server(f"pod-{i}", "baseline", weights, logs) for i in range(2)]
+    try:
+        for pod in pods:
+            wait_ready(pod)
+        provider = provider_for(stack, [f"{pod.url}/metrics" for pod in pods])
+        ask_pod(pods[0], 3)
+        ask_pod(pods[1], 2)
+        before = observe(provider)
+        assert [sum(ttft_counts(before, pod).values()) for pod in pods] == [3, 2]
+
+        pods[0].process.stop()
+        pods[0] = start_model_server("pod-0", "baseline", weights, logs, port=pods[0].port)
+        wait_ready(pods[0])
+        ask_pod(pods[0], 1)
+        after = observe(provider)
+        restarted, untouched = ttft_counts(after, pods[0]), ttft_counts(after, pods[1])
+        assert restarted.keys() == ttft_counts(before, pods[0]).keys()  # the same series, fallen
+        assert sum(restarted.values()) == 1
+        assert untouched == ttft_counts(before, pods[1])
+        assert not restarted.keys() & untouched.keys()
+        assert total(increments(before, after), "baseline", TTFT) == 1  # the restart's request alone
+    finally:
+        for pod in pods:
+            pod.process.stop()
+        assert not any(pod.process.alive() for pod in pods)
 
 
 def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(stack):
@@ -196,32 +240,26 @@ def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(st
     spec["outlier_detection"] = None
     spec["routing"]["mirror"] = {"variant": "zero-layer", "percent": 100}
     flip(stack, spec)
-    clock = FakeClock()
-    provider = provider_for(stack, clock=clock)
-    observe(provider)
+    provider = provider_for(stack)
+    start = observe(provider)
     stack.set_upstream("zero-layer", "fail")
     assert stack.variant_counts(100) == {"baseline": 100, "zero-layer": 0}
     assert stack.variant_counts(20, SEGMENT) == {"baseline": 20, "zero-layer": 0}  # routed, fell back
     # Copies travel on their own: 100 of them, none for the segment zero-layer already serves.
     wait_until(lambda: stack.upstream_answers("zero-layer").get("503") == 120, 10, "every copy answered")
-    clock.now += 10
-    seen = observe(provider)
-    zero, baseline = seen.variants["zero-layer"], seen.variants["baseline"]
-    assert zero.requests == zero.errors == 120
-    assert (baseline.requests, baseline.errors) == (120, 0)
-    checks = {c.name: c.verdict for c in analyse(Analysis(min_requests=50), seen, "zero-layer", "baseline")}
-    assert checks["error_rate"] == Verdict.FAIL
+    failed = observe(provider)
+    assert counts(start, failed, "zero-layer") == (120, 120)
+    assert counts(start, failed, "baseline") == (120, 0)
+    shadow = 'envoy_cluster_name="zero-layer-shadow"'
+    assert {key.signal for key in failed.counters if shadow in key.source} == {REQUESTS, ERRORS}
 
     # A variant that is down fails its copies where the analysis sees them (no health check hides it).
     stack.upstreams["zero-layer"].stop()
-    clock.now += WINDOW + 1
-    observe(provider)
     assert stack.variant_counts(40) == {"baseline": 40, "zero-layer": 0}
-    clock.now += 10
-    zero = wait_until(
-        lambda: (z := observe(provider).variants["zero-layer"]).errors >= 40 and z, 10, "refused copies"
+    refused = wait_until(
+        lambda: (c := counts(failed, observe(provider), "zero-layer"))[1] >= 40 and c, 10, "refused copies"
     )
-    assert zero.requests == zero.errors == 40
+    assert refused == (40, 40)
 
 
 def shadow_comparisons(server) -> dict[str, float]:
@@ -237,7 +275,7 @@ def shadow_comparisons(server) -> dict[str, float]:
 def test_shadow_copies_greedy_answers_are_compared_with_the_baselines(stack, tmp_path):
     """Through the real Envoy: each mirrored copy keeps the original's x-request-id and arrives with
     `-shadow` on its host name, so the candidate can look up the baseline's answer to the same request
-    and count the comparison, which the provider reads and the analysis judges. A sampled request is
+    and count the comparison, which the provider reads. A sampled request is
     never compared (two samples of one distribution differ by chance)."""
     logs = tmp_path / "logs"
     weights = variant_weights(tmp_path)
@@ -256,7 +294,7 @@ def test_shadow_copies_greedy_answers_are_compared_with_the_baselines(stack, tmp
         spec["routing"] = {"weights": {"baseline": 100}, "mirror": {"variant": "zero-layer"}}
         flip(stack, spec)
         provider = provider_for(stack, [f"{zero.url}/metrics"])
-        observe(provider)
+        start = observe(provider)
         for temperature, prompt in [(0, f"Greedy {i}") for i in range(12)] + [(1, "Sampled")] * 4:
             body = {"model": "tiny", "max_tokens": 6, "temperature": temperature}
             body["messages"] = [{"role": "user", "content": prompt}]
@@ -268,13 +306,11 @@ def test_shadow_copies_greedy_answers_are_compared_with_the_baselines(stack, tmp
         )
         assert found["agree"] + found["differ"] == 12
         assert found["missing"] == 0
-        seen = observe(provider)
-        candidate = seen.variants["zero-layer"]
-        assert (candidate.shadow_compared, candidate.shadow_agreed) == (12, found["agree"])
-        check = analyse(Analysis(min_requests=10, min_shadow_agreement=0.5), seen, "zero-layer", "baseline")[
-            -1
-        ]
-        assert (check.name, check.samples, check.value) == ("shadow_agreement", 12, found["agree"] / 12)
+        compared = increments(start, observe(provider))
+        assert (total(compared, "zero-layer", COMPARED), total(compared, "zero-layer", DIFFERED)) == (
+            12,
+            found["differ"],
+        )
     finally:
         for server in (baseline, zero):
             server.process.stop()

@@ -1,27 +1,28 @@
-"""The `prometheus` provider against a real Prometheus scraping the real Envoy: it must report what the
-`direct` provider reports (a variant whose failures the fallback retry hides still shows them), call
-no data 0 requests, and turn a failed query into an error naming it."""
+"""The `prometheus` provider against a real Prometheus scraping the real Envoy: it must report the
+series the `direct` provider reports, so that both give the same increments between two looks (a
+variant whose failures the fallback retry hides still shows them), call no data no entry, and turn a
+failed query into an error naming it."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
+import time
 
 import pytest
 
 from gateway.metrics import DirectProvider
-from gateway.metrics.prometheus import QUERIES, PrometheusProvider, render
-from gateway.rollout.analysis import Observations, analyse
-from gateway.rollout.spec import Analysis
-from gateway.rollout.stats import Verdict
+from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, TTFT_SUM, Observations
+from gateway.metrics.prometheus import PrometheusProvider
+from gateway.metrics.queries import QUERIES
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
 from graystack.local.processes import free_port, start_process, wait_until
 from inference.config import ModelConfig
+from tests.support.counters import increments, total
 from tests.support.model_server import start_model_server, variant_weights, wait_ready
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
-
-WINDOW = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -71,92 +72,98 @@ def scrapes_of_envoy(server: PrometheusServer) -> int:
     return int(float(answer["data"]["result"][0]["value"][1])) if answer["data"]["result"] else 0
 
 
-def last_scrape_where(server: PrometheusServer, *conditions: str) -> float | None:
-    """The timestamp of Envoy's latest scrape, once every condition (a one-series filter such as
-    `x{...} == 3`) holds there."""
-    result = server.query(
-        " and on (instance) ".join(["timestamp(envoy_cluster_upstream_rq_total)", *conditions])
-    )
-    return max((float(s["value"][1]) for s in result["data"]["result"]), default=None)
+def scrape_after(server: PrometheusServer, instant: float) -> float:
+    """The timestamp of Prometheus' first scrape of Envoy that started after `instant` (Unix seconds)."""
+
+    def scraped() -> float | None:
+        result = server.query("timestamp(envoy_cluster_upstream_rq_total)")["data"]["result"]
+        latest = max((float(series["value"][1]) for series in result), default=0.0)
+        return latest if latest > instant else None
+
+    return wait_until(scraped, 15, "a scrape of Envoy after the look")
 
 
-def test_a_variant_failing_every_attempt_shows_every_failure_though_no_client_sees_one(stack, prometheus):
-    direct = DirectProvider(
-        f"http://127.0.0.1:{stack.ports['envoy_admin']}", [], VARIANTS, fallback="baseline"
+def looks(stack, server: PrometheusServer) -> tuple[Observations, Observations]:
+    """One look by the direct provider and one by the prometheus provider at a scrape taken after it,
+    with no traffic between: both see the same counters."""
+    direct = DirectProvider(f"http://127.0.0.1:{stack.ports['envoy_admin']}", [], VARIANTS, "baseline")
+    seen = asyncio.run(direct.observe())
+    at = scrape_after(server, time.time())
+    by_prometheus = asyncio.run(
+        PrometheusProvider(server.url, VARIANTS, "baseline", clock=lambda: at).observe()
     )
-    asyncio.run(direct.observe(WINDOW))  # the direct provider's starting point
+    assert seen.error is None, seen.error
+    assert by_prometheus.error is None, by_prometheus.error
+    return seen, by_prometheus
+
+
+def test_both_providers_give_the_same_increments_and_show_every_hidden_failure(stack, prometheus):
+    direct_before, prometheus_before = looks(stack, prometheus)
     stack.set_upstream("zero-layer", "fail")
     assert [stack.request().status_code for _ in range(300)] == [200] * 300
     failures = stack.upstream_answers("zero-layer")["503"]
     assert 100 < failures < 200  # about half the traffic tried the variant first
-    baseline_total = stack.envoy_stats()[
-        "cluster.baseline.upstream_rq_total"
-    ]  # its share, the fallbacks, warm-up
-    # Evaluated at a scrape that saw all of it (and a stats flush of the latency histograms): with the
-    # variant's counters at 0 in the first scrape, increase() neither extrapolates nor misses anything.
-    after_traffic = (
-        f'envoy_cluster_upstream_rq_retry{{envoy_cluster_name="zero-layer-with-fallback"}} == {failures}',
-        f'envoy_cluster_upstream_rq_total{{envoy_cluster_name="baseline"}} == {baseline_total}',
-        'sum by (instance) (envoy_cluster_upstream_rq_time_count{envoy_cluster_name=~"baseline|zero-layer-with-fallback"})'
-        " >= 300",
-    )
-    at = wait_until(lambda: last_scrape_where(prometheus, *after_traffic), 15, "a scrape after the traffic")
+    direct_after, prometheus_after = looks(stack, prometheus)
 
-    seen = asyncio.run(
-        PrometheusProvider(prometheus.url, VARIANTS, "baseline", clock=lambda: at).observe(WINDOW)
-    )
-    assert seen.error is None, seen.error
-    zero, baseline = seen.variants["zero-layer"], seen.variants["baseline"]
-    assert zero.requests == pytest.approx(failures)
-    assert zero.errors == pytest.approx(failures)  # an error rate of 100 %
-    assert baseline.errors == 0
-    assert 300 <= round(baseline.requests) <= baseline_total  # extrapolated back at most to 0
-    assert baseline.latency_p99 > 0
-    assert seen.weight_status == {}  # no probes here: no data, not an error
-    checks = {c.name: c.verdict for c in analyse(Analysis(min_requests=50), seen, "zero-layer", "baseline")}
-    assert checks["error_rate"] == Verdict.FAIL
-
-    by_direct = asyncio.run(direct.observe(WINDOW)).variants["zero-layer"]
-    assert (by_direct.requests, by_direct.errors) == (failures, failures)
+    by_direct = increments(direct_before, direct_after)
+    by_prometheus = increments(prometheus_before, prometheus_after)
+    assert by_prometheus == by_direct
+    assert (total(by_prometheus, "zero-layer", REQUESTS), total(by_prometheus, "zero-layer", ERRORS)) == (
+        failures,
+        failures,
+    )  # an error rate of 100 %
+    assert (total(by_prometheus, "baseline", REQUESTS), total(by_prometheus, "baseline", ERRORS)) == (300, 0)
+    # Series by series: the same ones, each named by its instance and labels.
+    assert len(prometheus_after.counters) == len(direct_after.counters)
+    instance = f'instance="127.0.0.1:{stack.ports["envoy_admin"]}"'
+    assert all(instance in key.source and 'job="envoy"' in key.source for key in prometheus_after.counters)
+    assert prometheus_after.weight_status == {}  # no probes here: no data, not an error
 
 
 def test_every_built_in_query_runs_on_a_live_server(stack, prometheus):
-    route_cluster = PrometheusProvider(prometheus.url, VARIANTS, "baseline").route_cluster
+    provider = PrometheusProvider(prometheus.url, VARIANTS, "baseline")
     for variant in VARIANTS:
-        for name, template in QUERIES.items():
-            answer = prometheus.query(render(template, variant, route_cluster(variant), WINDOW))
+        for name in QUERIES:
+            answer = prometheus.query(provider.promql(name, variant))
             assert answer["status"] == "success", (name, answer)
 
 
-def test_no_data_is_zero_requests_and_a_bad_query_is_an_error_naming_it(stack, prometheus):
+def test_no_data_is_no_entry_and_a_bad_query_is_an_error_naming_it(stack, prometheus):
     nobody = PrometheusProvider(prometheus.url, ["nobody", "baseline"], fallback="baseline")
-    seen = asyncio.run(nobody.observe(WINDOW))
+    seen = asyncio.run(nobody.observe())
     assert seen.error is None
-    assert seen.variants["nobody"].requests == seen.variants["nobody"].errors == 0
-    assert seen.variants["nobody"].latency_p99 is None
-    checks = {c.name: c.verdict for c in analyse(Analysis(), seen, "nobody", "baseline")}
-    assert checks["error_rate"] == Verdict.INCONCLUSIVE
+    assert {key.variant for key in seen.counters} == {"baseline"}
 
-    broken = PrometheusProvider(
-        prometheus.url, VARIANTS, "baseline", queries={"failed": "sum(rate(x[{window}])"}
-    )
-    error = asyncio.run(broken.observe(WINDOW)).error
+    broken = PrometheusProvider(prometheus.url, VARIANTS, "baseline", queries={"failed": "rate(x[1m]"})
+    error = asyncio.run(broken.observe()).error
     assert "'failed'" in error
     assert "bad_data" in error
 
 
 def test_prometheus_down_is_an_error_naming_the_query():
     down = PrometheusProvider(f"http://127.0.0.1:{free_port()}", VARIANTS, "baseline", timeout=1.0)
-    seen: Observations = asyncio.run(down.observe(WINDOW))
-    assert seen.variants == {}
+    seen = asyncio.run(down.observe())
+    assert seen.counters == {}
     assert "prometheus query 'attempts' for baseline" in seen.error
     assert "ConnectError" in seen.error
 
 
-def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(tmp_path, prometheus_binary):
+def all_requests(seen: Observations, variant: str) -> dict[str, float]:
+    """Source -> value of `variant`'s TTFT series of all requests (the +Inf buckets)."""
+    return {
+        key.source: value
+        for key, value in seen.counters.items()
+        if (key.variant, key.signal, key.le) == (variant, TTFT, math.inf)
+    }
+
+
+def test_ttft_weight_status_windows_and_a_restart_from_real_model_servers_and_probes(
+    tmp_path, prometheus_binary
+):
     """Envoy sees no first token: TTFT comes from the model servers' histogram, weight status from the
     probes and effective windows from the model servers' info series, all scraped by Prometheus. The
-    probes' synthetic requests keep the TTFT series moving."""
+    probes' synthetic requests keep the TTFT series moving. A restarted server's series keep their
+    names and fall (and are gone while it is down: Prometheus marks them stale)."""
     logs = tmp_path / "logs"
     weights = variant_weights(tmp_path)
     servers = {v: start_model_server(v, v, weights[v], logs) for v in VARIANTS}
@@ -175,19 +182,48 @@ def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(tmp_p
             wait_ready(server)
         provider = PrometheusProvider(prometheus.url, VARIANTS, "baseline")
 
-        def measured() -> Observations | None:
-            seen = asyncio.run(provider.observe(WINDOW))
+        def observe() -> Observations:
+            seen = asyncio.run(provider.observe())
             assert seen.error is None, seen.error
-            ttfts = [seen.variants[v].ttft_p95 for v in VARIANTS]
+            return seen
+
+        def measured() -> Observations | None:
+            seen = observe()
+            answered = all(sum(all_requests(seen, v).values()) >= 3 for v in VARIANTS)
             reported = len(seen.weight_status) == len(seen.effective_windows) == 2
-            return seen if reported and all(ttfts) else None
+            return seen if reported and answered else None
 
         seen = wait_until(measured, 30, "TTFT, weight status and windows of both variants")
         assert seen.weight_status == {"baseline": ["ACTIVE"], "zero-layer": ["ERASED"]}
         assert seen.effective_windows == {"baseline": [ModelConfig().max_seq_len], "zero-layer": [0]}
-        for variant in VARIANTS:
-            assert seen.variants[variant].ttft_p95 > 0
-            assert seen.variants[variant].requests == 0  # Envoy's count: the probes' requests are not in it
+        for variant, server in servers.items():
+            pod = f'instance="127.0.0.1:{server.port}",job="server-{variant}"'
+            assert all(pod in source for source in all_requests(seen, variant))
+            assert any(
+                (k.variant, k.signal) == (variant, TTFT_SUM) and v > 0 for k, v in seen.counters.items()
+            )
+        assert {key.signal for key in seen.counters} >= {TTFT, TTFT_SUM}
+        assert not {REQUESTS, ERRORS} & {key.signal for key in seen.counters}  # Envoy's: not scraped here
+
+        before = wait_until(
+            lambda: (found := all_requests(observe(), "zero-layer")) and sum(found.values()) >= 10 and found,
+            30,
+            "ten probe requests to zero-layer",
+        )
+        servers["zero-layer"].process.stop()
+        wait_until(
+            lambda: not all_requests(observe(), "zero-layer"), 15, "the stopped server's series gone stale"
+        )
+        restarted = start_model_server(
+            "zero-layer", "zero-layer", weights["zero-layer"], logs, port=servers["zero-layer"].port
+        )
+        processes.append(restarted.process)
+        wait_ready(restarted)
+        after = wait_until(
+            lambda: all_requests(observe(), "zero-layer") or None, 15, "the restarted server's series"
+        )
+        assert after.keys() <= before.keys()  # the same series, by name
+        assert sum(after.values()) < sum(before.values())  # fallen: the consumer's reset
     finally:
         for process in processes:
             process.stop()

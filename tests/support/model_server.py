@@ -43,8 +43,11 @@ class ModelServer:
         return f"http://127.0.0.1:{self.port}"
 
 
-def start_model_server(name: str, variant: str, weights: Path, logs: Path, *flags: str) -> ModelServer:
-    port = free_port()
+def start_model_server(
+    name: str, variant: str, weights: Path, logs: Path, *flags: str, port: int | None = None
+) -> ModelServer:
+    """On `port` (a free one by default: a restart passes the one it had)."""
+    port = port or free_port()
     argv = [sys.executable, "-m", "graystack", "serve", "--variant", variant, "--weights", str(weights)]
     process = start_process(name, [*argv, "--port", str(port), "--log-level", "warning", *flags], logs)
     return ModelServer(process, port)

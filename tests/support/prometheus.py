@@ -11,7 +11,7 @@ import httpx
 from graystack.local import prometheus as local_prometheus
 from graystack.local.processes import ManagedProcess, free_port
 
-SCRAPE_INTERVAL = "1s"  # so that a few seconds of traffic hold enough samples for increase()
+SCRAPE_INTERVAL = "1s"  # so that a look soon after the traffic finds a scrape that saw it
 
 
 @dataclass

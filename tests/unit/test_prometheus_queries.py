@@ -1,5 +1,6 @@
 """The prometheus provider's queries (templates, overrides, the spec's check of them) and how it reads
-Prometheus' answers, against canned answers: no data is 0 requests, a failed query is an error naming it."""
+Prometheus' answers, against canned answers: each series is its own counter, told apart by its labels;
+no data is no entry; a failed query is an error naming it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import httpx
 import pytest
 
 from gateway.metrics import prometheus
-from gateway.metrics.prometheus import QUERIES, PrometheusProvider, check_overrides, promql_duration, render
+from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, CounterKey
+from gateway.metrics.prometheus import PrometheusProvider
+from gateway.metrics.queries import QUERIES, SIGNALS, check_overrides, render
 from gateway.rollout.spec import SpecError, validate_spec
 
 VARIANTS = ["baseline", "zero-layer"]
+PROVIDER = PrometheusProvider("http://p:9090", VARIANTS, "baseline")
 
 
 def spec_with(provider: dict) -> dict:
@@ -30,35 +34,34 @@ def spec_with(provider: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize(
-    ("seconds", "duration"), [(60, "60s"), (60.0, "60s"), (7.5, "7500ms"), (0.25, "250ms")]
-)
-def test_windows_are_whole_promql_durations(seconds, duration):
-    assert promql_duration(seconds) == duration
-
-
 def test_placeholders_are_filled_and_promql_braces_left_alone():
-    query = render(QUERIES["retried"], "zero-layer", "zero-layer-with-fallback", 60)
-    assert (
-        query
-        == 'sum(increase(envoy_cluster_upstream_rq_retry{envoy_cluster_name="zero-layer-with-fallback"}[60s]))'
+    assert PROVIDER.promql("retried", "zero-layer") == (
+        'envoy_cluster_upstream_rq_retry{envoy_cluster_name="zero-layer-with-fallback"}'
+    )
+    assert PROVIDER.promql("attempts", "zero-layer") == (
+        'envoy_cluster_upstream_rq_total{envoy_cluster_name=~"zero-layer|zero-layer-shadow"}'
     )
     for name, template in QUERIES.items():
-        assert not re.search(r"\{\w+\}", render(template, "v", "v", 60)), name
+        assert not re.search(r"\{\w+\}", render(template, "v", "v")), name
+
+
+def test_counter_queries_select_raw_series_not_sums_over_a_window():
+    for name in SIGNALS:
+        assert not re.search(r"\b(sum|increase|rate)\b|\[", QUERIES[name]), name
 
 
 def test_a_variant_behind_the_fallback_is_counted_on_its_aggregate_cluster():
-    with_fallback = PrometheusProvider("http://p:9090", VARIANTS, "baseline")
-    assert with_fallback.route_cluster("zero-layer") == "zero-layer-with-fallback"
-    assert with_fallback.route_cluster("baseline") == "baseline"
-    assert PrometheusProvider("http://p:9090", VARIANTS, None).route_cluster("zero-layer") == "zero-layer"
+    assert "zero-layer-with-fallback" in PROVIDER.promql("failed", "zero-layer")
+    assert '"baseline|baseline-shadow"' in PROVIDER.promql("failed", "baseline")
+    without = PrometheusProvider("http://p:9090", VARIANTS, None)
+    assert '"zero-layer|zero-layer-shadow"' in without.promql("failed", "zero-layer")
 
 
 def test_overrides_replace_built_in_queries_by_name():
-    override = 'sum(increase(my_attempts{cluster="{variant}"}[{window}]))'
+    override = 'my_attempts{cluster="{variant}"}'
     provider = PrometheusProvider("http://p:9090", VARIANTS, "baseline", queries={"attempts": override})
-    assert provider.queries["attempts"] == override
-    assert provider.queries["retried"] == QUERIES["retried"]
+    assert provider.promql("attempts", "zero-layer") == 'my_attempts{cluster="zero-layer"}'
+    assert provider.promql("retried", "zero-layer") == PROVIDER.promql("retried", "zero-layer")
     spec = validate_spec(
         spec_with({"type": "prometheus", "url": "http://p:9090", "queries": {"attempts": override}})
     )
@@ -67,18 +70,27 @@ def test_overrides_replace_built_in_queries_by_name():
 
 def test_an_unknown_query_name_is_refused_naming_it():
     with pytest.raises(ValueError, match="unknown query 'atempts'"):
-        check_overrides({"atempts": "sum(x)"})
+        check_overrides({"atempts": "x"})
     with pytest.raises(SpecError, match=r"analysis\.provider\.queries: unknown query 'atempts'"):
-        validate_spec(
-            spec_with({"type": "prometheus", "url": "http://p:9090", "queries": {"atempts": "sum(x)"}})
-        )
+        validate_spec(spec_with({"type": "prometheus", "url": "http://p:9090", "queries": {"atempts": "x"}}))
     with pytest.raises(ValueError, match="unknown query 'atempts'"):
-        PrometheusProvider("http://p:9090", VARIANTS, "baseline", queries={"atempts": "sum(x)"})
+        PrometheusProvider("http://p:9090", VARIANTS, "baseline", queries={"atempts": "x"})
 
 
 def test_an_unknown_placeholder_is_refused_naming_the_query():
     with pytest.raises(SpecError, match=r"query 'failed': unknown placeholder\(s\) \['varaint'\]"):
-        validate_spec(spec_with({"type": "prometheus", "queries": {"failed": 'sum(x{v="{varaint}"})'}}))
+        validate_spec(spec_with({"type": "prometheus", "queries": {"failed": 'x{v="{varaint}"}'}}))
+
+
+def test_a_window_placeholder_is_refused_naming_the_query():
+    """The analysis takes increments between looks: an override still summing over a window would
+    hand it rates it would difference again."""
+    with pytest.raises(SpecError, match=r"query 'ttft': `\{window\}` is no longer filled in"):
+        validate_spec(
+            spec_with(
+                {"type": "prometheus", "queries": {"ttft": 'sum(increase(x{v="{variant}"}[{window}]))'}}
+            )
+        )
 
 
 def series(*found: tuple[dict[str, str], float]) -> dict:
@@ -87,17 +99,10 @@ def series(*found: tuple[dict[str, str], float]) -> dict:
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
-def vector(*values: float) -> dict:
-    return series(*(({}, value) for value in values))
-
-
 def observe(monkeypatch, answer, queries=None):
     """The provider's observations, each query answered by `answer(name, variant)` (a status and a body)."""
-    by_promql = {
-        render(template, variant, provider_route(variant), 60): (name, variant)
-        for variant in VARIANTS
-        for name, template in {**QUERIES, **(queries or {})}.items()
-    }
+    provider = PrometheusProvider("http://p:9090", VARIANTS, "baseline", queries=queries)
+    by_promql = {provider.promql(name, v): (name, v) for v in VARIANTS for name in provider.queries}
 
     def handler(request: httpx.Request) -> httpx.Response:
         status, body = answer(*by_promql[request.url.params["query"]])
@@ -109,30 +114,58 @@ def observe(monkeypatch, answer, queries=None):
     monkeypatch.setattr(
         prometheus.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport)
     )
-    provider = PrometheusProvider("http://p:9090", VARIANTS, "baseline", queries=queries)
-    return asyncio.run(provider.observe(60))
+    return asyncio.run(provider.observe())
 
 
-def provider_route(variant: str) -> str:
-    return "zero-layer-with-fallback" if variant == "zero-layer" else variant
+ENVOY_A = {"instance": "envoy-a:9901", "job": "envoy"}
+ENVOY_B = {"instance": "envoy-b:9901", "job": "envoy"}
 
 
-def test_requests_and_errors_add_their_terms_and_no_data_is_zero(monkeypatch):
+def test_each_series_is_its_own_counter_named_by_its_labels(monkeypatch):
+    rq_total = {"__name__": "envoy_cluster_upstream_rq_total", "envoy_cluster_name": "zero-layer"}
+    retries = {
+        "__name__": "envoy_cluster_upstream_rq_retry",
+        "envoy_cluster_name": "zero-layer-with-fallback",
+    }
+    bucket = {"__name__": "graystack_request_ttft_seconds_bucket", "variant": "zero-layer"}
     answers = {
-        ("zero-layer", "attempts"): vector(120),
-        ("zero-layer", "refused"): vector(30),
-        ("zero-layer", "retried"): vector(100, 40),  # two Envoy replicas: summed
-        ("zero-layer", "latency_p99"): vector(0.25),
-        ("zero-layer", "ttft_p95"): vector(math.nan),  # buckets that did not move
+        ("zero-layer", "attempts"): series(({**rq_total, **ENVOY_A}, 120), ({**rq_total, **ENVOY_B}, 30)),
+        ("zero-layer", "retried"): series(({**retries, **ENVOY_A}, 100), ({**retries, **ENVOY_B}, 40)),
+        ("zero-layer", "ttft"): series(
+            ({**bucket, "prompt_bucket": "0-128", "le": "2.0", "instance": "pod-a:8002"}, 7),
+            ({**bucket, "prompt_bucket": "0-128", "le": "+Inf", "instance": "pod-a:8002"}, 9),
+        ),
         ("zero-layer", "weight_status"): series(
             ({"status": "ZEROED", "instance": "b:9101"}, 1), ({"status": "ERASED", "instance": "a:9101"}, 1)
         ),
     }
-    seen = observe(monkeypatch, lambda name, variant: (200, answers.get((variant, name), vector())))
+    seen = observe(monkeypatch, lambda name, variant: (200, answers.get((variant, name), series())))
     assert seen.error is None
-    zero, baseline = seen.variants["zero-layer"], seen.variants["baseline"]
-    assert (zero.requests, zero.errors, zero.latency_p99, zero.ttft_p95) == (150, 140, 0.25, None)
-    assert (baseline.requests, baseline.errors, baseline.latency_p99, baseline.ttft_p95) == (0, 0, None, None)
+    a_source = (
+        'envoy_cluster_upstream_rq_total{envoy_cluster_name="zero-layer",instance="envoy-a:9901",job="envoy"}'
+    )
+    pod_a = 'instance="pod-a:8002",le="2.0",prompt_bucket="0-128",variant="zero-layer"'
+    assert seen.counters[CounterKey("zero-layer", REQUESTS, source=a_source)] == 120
+    assert (
+        seen.counters[
+            CounterKey("zero-layer", TTFT, "0-128", 2.0, f"graystack_request_ttft_seconds_bucket{{{pod_a}}}")
+        ]
+        == 7
+    )
+    by_signal = {
+        (key.signal, key.le): sorted(
+            v for k, v in seen.counters.items() if (k.signal, k.le) == (key.signal, key.le)
+        )
+        for key in seen.counters
+    }
+    # Two Envoy replicas: two entries each, never summed.
+    assert by_signal == {
+        (REQUESTS, math.inf): [30, 120],
+        (ERRORS, math.inf): [40, 100],
+        (TTFT, 2.0): [7],
+        (TTFT, math.inf): [9],
+    }
+    assert {key.variant for key in seen.counters} == {"zero-layer"}  # baseline: no data, no entry
     assert seen.weight_status == {"zero-layer": ["ERASED", "ZEROED"]}  # by instance; baseline: no data
 
 
@@ -144,10 +177,10 @@ def test_a_query_prometheus_refuses_is_an_error_naming_it(monkeypatch):
     }
 
     def answer(name, variant):
-        return (400, refused) if (name, variant) == ("failed", "zero-layer") else (200, vector())
+        return (400, refused) if (name, variant) == ("failed", "zero-layer") else (200, series())
 
     seen = observe(monkeypatch, answer)
-    assert seen.variants == {}
+    assert seen.counters == {}
     assert "prometheus query 'failed' for zero-layer" in seen.error
     assert "HTTP 400: bad_data: 1:5: parse error" in seen.error
     assert "more" not in seen.error  # the one query that failed
@@ -158,29 +191,63 @@ def test_a_query_prometheus_refuses_is_an_error_naming_it(monkeypatch):
     [
         (502, "<html>bad gateway</html>", "HTTP 502"),
         (200, {"status": "success", "data": {"resultType": "matrix", "result": []}}, "not an instant vector"),
-        (200, {"status": "success", "data": {"resultType": "scalar", "result": [0, "+Inf"]}}, "not a count"),
+        (
+            200,
+            {"status": "success", "data": {"resultType": "scalar", "result": [0, "3"]}},
+            "not an instant vector",
+        ),
+        (200, series(({"instance": "a"}, math.inf)), "not a count"),
+        (200, series(({"instance": "a"}, -1)), "not a count"),
     ],
 )
-def test_an_answer_that_is_not_a_number_is_an_error_naming_the_query(monkeypatch, status, body, reason):
+def test_an_answer_that_is_not_series_of_counts_is_an_error_naming_the_query(
+    monkeypatch, status, body, reason
+):
     seen = observe(
-        monkeypatch, lambda name, variant: (status, body) if name == "attempts" else (200, vector())
+        monkeypatch, lambda name, variant: (status, body) if name == "attempts" else (200, series())
     )
     assert "prometheus query 'attempts'" in seen.error
     assert reason in seen.error
     assert "(and 1 more failed)" in seen.error  # one per variant
+    assert seen.counters == {}
+
+
+def test_an_override_that_sums_the_series_away_is_an_error(monkeypatch):
+    """`sum()` drops the metric name and labels: two queries' sums would be one series, so the
+    provider refuses rather than lose one."""
+    queries = {"attempts": 'sum(a{c="{variant}"})', "refused": 'sum(b{c="{variant}"})'}
+    seen = observe(
+        monkeypatch,
+        lambda name, variant: (200, series(({}, 3)) if name in queries else series()),
+        queries,
+    )
+    assert re.search(r"prometheus query '(attempts|refused)' for \S+ .* answered \{\} twice", seen.error)
+
+
+def test_a_bucket_override_must_keep_the_le_label(monkeypatch):
+    queries = {"ttft": 'sum by (variant) (x_bucket{variant="{variant}"})'}
+    seen = observe(
+        monkeypatch,
+        lambda name, variant: (200, series(({"variant": variant}, 1)) if name == "ttft" else series()),
+        queries,
+    )
+    assert "prometheus query 'ttft'" in seen.error
+    assert "without an `le` label" in seen.error
 
 
 def test_a_weight_status_override_must_keep_the_status_label(monkeypatch):
     queries = {"weight_status": 'count by (variant) (graystack_probe_weight_status{variant="{variant}"})'}
     seen = observe(
-        monkeypatch, lambda name, variant: (200, vector(1) if name == "weight_status" else vector()), queries
+        monkeypatch,
+        lambda name, variant: (200, series(({}, 1)) if name == "weight_status" else series()),
+        queries,
     )
     assert "without a `status` label" in seen.error
 
 
 def test_effective_windows_are_read_from_the_model_servers_info_series(monkeypatch):
-    assert render(QUERIES["effective_window"], "zero-layer", "zero-layer-with-fallback", 60) == (
-        'graystack_model_info{variant="zero-layer"} == 1'
+    assert (
+        PROVIDER.promql("effective_window", "zero-layer") == 'graystack_model_info{variant="zero-layer"} == 1'
     )
     info = {"__name__": "graystack_model_info", "variant": "zero-layer", "weight_status": "ACTIVE"}
     answers = {
@@ -189,16 +256,7 @@ def test_effective_windows_are_read_from_the_model_servers_info_series(monkeypat
             ({**info, "effective_window": "64", "instance": "a:8002"}, 1),
         ),
     }
-    seen = observe(monkeypatch, lambda name, variant: (200, answers.get((variant, name), vector())))
+    seen = observe(monkeypatch, lambda name, variant: (200, answers.get((variant, name), series())))
     assert seen.error is None
     assert seen.effective_windows == {"zero-layer": [64, 128]}  # by instance; baseline: no data
-
-
-def test_an_effective_window_override_must_keep_the_label(monkeypatch):
-    queries = {"effective_window": 'count by (variant) (graystack_model_info{variant="{variant}"})'}
-    seen = observe(
-        monkeypatch,
-        lambda name, variant: (200, vector(1) if name == "effective_window" else vector()),
-        queries,
-    )
-    assert "without a `effective_window` label" in seen.error
+    assert seen.counters == {}  # an info series is not a counter

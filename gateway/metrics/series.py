@@ -1,0 +1,44 @@
+"""How a provider turns one counter series it read into a `CounterKey`, the same way for both providers.
+
+A series is told apart by its metric name and all its labels (the target or Prometheus `instance`
+among them), so two pods' series, or two Envoy replicas', never merge, and a restarted process's
+series keeps its name: its value falls, which the consumer reads as a reset.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from gateway.envoy import names
+from gateway.metrics.observations import CounterKey
+
+STRATUM = "prompt_bucket"  # the model servers' label TTFT must not be pooled across
+NAME = "__name__"  # how Prometheus names a series' metric among its labels
+
+
+def source(name: str, labels: Mapping[str, str]) -> str:
+    """`name{label="value",...}`, labels sorted by name: what a series is, as PromQL writes it."""
+    pairs = ",".join(f'{label}="{value}"' for label, value in sorted(labels.items()) if label != NAME)
+    return f"{name}{{{pairs}}}"
+
+
+def counter_key(variant: str, signal: str, name: str, labels: Mapping[str, str]) -> CounterKey:
+    """The key of series `name{labels}` counted as `variant`'s `signal`: its stratum from the
+    `prompt_bucket` label, its bucket bound from `le` (a plain counter's is +Inf); ValueError naming
+    the series where `le` is not a number."""
+    named = source(name, labels)
+    try:
+        le = float(labels["le"]) if "le" in labels else math.inf
+    except ValueError:
+        raise ValueError(f"{named}: its `le` is not a number") from None
+    return CounterKey(variant=variant, signal=signal, stratum=labels.get(STRATUM, ""), le=le, source=named)
+
+
+def route_cluster(variant: str, fallback: str | None) -> str:
+    """The cluster the route names for `variant` (gateway/envoy/resources.py `cluster_for`): its
+    fallback aggregate `<variant>-with-fallback`, or the variant itself without a fallback and for
+    the fallback variant."""
+    if fallback is None or variant == fallback:
+        return variant
+    return names.fallback_cluster(variant)

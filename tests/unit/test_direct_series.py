@@ -1,0 +1,90 @@
+"""The direct provider's reading of scraped pages, against canned ones: each series is its own entry
+under the signal its cluster and labels say (gateway/metrics/direct.py), named by its target; an
+unreadable page or series is an error naming it, never an exception."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+
+import httpx
+
+from gateway.metrics import direct
+from gateway.metrics.direct import DirectProvider
+from gateway.metrics.observations import ERRORS, REQUESTS, TTFT
+
+ENVOY = "http://envoy:9901"
+POD = "http://pod-a:8002/metrics"
+ENVOY_PAGE = """\
+# TYPE envoy_cluster_upstream_rq_total counter
+envoy_cluster_upstream_rq_total{envoy_cluster_name="zero-layer"} 7
+envoy_cluster_upstream_rq_total{envoy_cluster_name="zero-layer-shadow"} 4
+envoy_cluster_upstream_rq_total{envoy_cluster_name="zero-layer-with-fallback"} 9
+envoy_cluster_upstream_rq_total{envoy_cluster_name="baseline"} 20
+# TYPE envoy_cluster_upstream_rq counter
+envoy_cluster_upstream_rq{envoy_response_code="503",envoy_cluster_name="zero-layer-with-fallback"} 2
+envoy_cluster_upstream_rq{envoy_response_code="503",envoy_cluster_name="zero-layer"} 5
+envoy_cluster_upstream_rq{envoy_response_code="200",envoy_cluster_name="zero-layer-shadow"} 3
+envoy_cluster_upstream_rq{envoy_response_code="503",envoy_cluster_name="zero-layer-shadow"} 1
+# TYPE envoy_cluster_upstream_rq_retry counter
+envoy_cluster_upstream_rq_retry{envoy_cluster_name="zero-layer-with-fallback"} 6
+envoy_cluster_upstream_rq_retry{envoy_cluster_name="zero-layer"} 99
+"""
+
+
+def pod_page(le: str) -> str:
+    return f"""\
+# TYPE graystack_request_ttft_seconds histogram
+graystack_request_ttft_seconds_bucket{{variant="zero-layer",prompt_bucket="0-128",le="{le}"}} 3
+graystack_request_ttft_seconds_bucket{{variant="zero-layer",prompt_bucket="0-128",le="+Inf"}} 4
+graystack_request_ttft_seconds_count{{variant="zero-layer",prompt_bucket="0-128"}} 4
+graystack_request_ttft_seconds_sum{{variant="zero-layer",prompt_bucket="0-128"}} 1.5
+"""
+
+
+def observe(monkeypatch, pages: dict[str, str]):
+    def handler(request: httpx.Request) -> httpx.Response:
+        url = str(request.url.copy_with(query=None))
+        return httpx.Response(200, text=pages[url]) if url in pages else httpx.Response(404)
+
+    transport = httpx.MockTransport(handler)
+    monkeypatch.setattr(
+        direct.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport)
+    )
+    provider = DirectProvider(ENVOY, [POD], ["baseline", "zero-layer"], fallback="baseline")
+    return asyncio.run(provider.observe())
+
+
+def test_each_series_counts_once_for_its_variant_and_names_its_target(monkeypatch):
+    seen = observe(monkeypatch, {f"{ENVOY}/stats/prometheus": ENVOY_PAGE, POD: pod_page("2.0")})
+    assert seen.error is None
+
+    def values(variant: str, signal: str) -> list[float]:
+        return sorted(v for k, v in seen.counters.items() if (k.variant, k.signal) == (variant, signal))
+
+    # Attempts on its own and its shadow cluster (not the aggregate's: they are the baseline's too).
+    assert values("zero-layer", REQUESTS) == [4, 7]
+    # Retries of its route cluster, 5xx of its route and shadow clusters (not its own cluster's 5xx,
+    # which the retries already count).
+    assert values("zero-layer", ERRORS) == [1, 2, 6]
+    assert values("baseline", REQUESTS) == [20]
+    assert values("baseline", ERRORS) == []
+    ttft = {(k.stratum, k.le): v for k, v in seen.counters.items() if k.signal == TTFT}
+    assert ttft == {("0-128", 2.0): 3, ("0-128", math.inf): 4}
+    assert all(f'instance="{POD}"' in k.source for k in seen.counters if k.signal == TTFT)
+    assert all(
+        f'instance="{ENVOY}/stats/prometheus"' in k.source for k in seen.counters if k.signal == REQUESTS
+    )
+
+
+def test_an_unreadable_series_or_a_missing_target_is_an_error_naming_it(monkeypatch):
+    seen = observe(monkeypatch, {f"{ENVOY}/stats/prometheus": ENVOY_PAGE, POD: pod_page("two")})
+    assert seen.counters == {}
+    assert "graystack_request_ttft_seconds_bucket{" in seen.error
+    assert "`le` is not a number" in seen.error
+
+    seen = observe(monkeypatch, {f"{ENVOY}/stats/prometheus": ENVOY_PAGE})
+    assert seen.counters == {}
+    assert f"scrape of {POD} failed" in seen.error
+    assert "404" in seen.error

@@ -188,3 +188,217 @@ def test_detection_floors_match_the_research_table():
     assert requests_needed(0.003, 0.01, 0.005) == pytest.approx(2600, rel=0.02)
     assert detector_log_threshold(5e6, 5.0) == pytest.approx(math.log(1e6))
     assert alpha_log_threshold(0.005) == pytest.approx(math.log(200))
+
+
+# --- state handling ---------------------------------------------------------------------------------
+
+
+def updated_states() -> list[ThresholdTest | RatioTest | ShiftTest]:
+    shift = ShiftTest.new(VLLM_TTFT_EDGES).update(
+        [([0, 1, 1, 2, 5, 9, 12, 20, 40, 55, 60, 61, 70, 71, 71, 71, 80], [0] * 17)]
+    )
+    return [
+        ThresholdTest.new(0.003).update(80, 2).update(75, 0),
+        RatioTest.new().update([(40, 1, 760, 2), (3, 0, 57, 1)]),
+        shift.update([([0] * 12 + [3] * 5, [0] * 10 + [5, 7, 9, 12, 12, 12, 12])]),
+    ]
+
+
+@pytest.mark.parametrize("state", updated_states(), ids=lambda s: type(s).__name__)
+def test_states_round_trip_through_strict_json(state):
+    text = json.dumps(state.to_dict(), allow_nan=False)
+    assert type(state).from_dict(json.loads(text)) == state
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"requests": -1}, "ThresholdTest.requests"),
+        ({"requests": "80"}, "ThresholdTest.requests"),
+        ({"events": True}, "ThresholdTest.events"),
+        ({"events": 10**6}, "ThresholdTest.events"),
+        ({"log_lr": [0.0]}, "ThresholdTest.log_lr"),
+        ({"log_sr": [0.0] * 9 + ["x"]}, r"ThresholdTest.log_sr\[9\]"),
+        ({"alternatives": [0.001] * 10}, "ThresholdTest.alternatives"),
+        ({"p0": None}, "ThresholdTest.p0"),
+        ({"surplus": 1}, "surplus"),
+    ],
+)
+def test_malformed_state_is_refused_naming_the_field(change, field):
+    data = ThresholdTest.new(0.003).update(80, 1).to_dict() | change
+    with pytest.raises(ValueError, match=field):
+        ThresholdTest.from_dict(data)
+
+
+def test_other_malformed_states_are_refused():
+    shift, ratio = updated_states()[2], updated_states()[1]
+    with pytest.raises(ValueError, match=r"ShiftTest\.baseline_exceedances"):
+        ShiftTest.from_dict(shift.to_dict() | {"baseline_exceedances": [0.0]})
+    with pytest.raises(ValueError, match=r"ShiftTest\.edges"):
+        ShiftTest.from_dict(shift.to_dict() | {"edges": [2.0, 1.0]})
+    with pytest.raises(ValueError, match=r"RatioTest\.log_lr"):
+        RatioTest.from_dict({k: v for k, v in ratio.to_dict().items() if k != "log_lr"})
+    with pytest.raises(ValueError, match="expected a mapping"):
+        RatioTest.from_dict([1, 2])
+
+
+def test_updates_return_new_states_and_empty_looks_change_nothing():
+    test = ThresholdTest.new(0.003)
+    assert test.update(0, 0) == test
+    later = test.update(10, 1)
+    assert (test.requests, later.requests) == (0, 10)
+    assert RatioTest.new().update([(0, 0, 100, 1), (10, 0, 0, 0)]) == RatioTest.new()
+    assert ShiftTest.new((1.0, 1.2)).update([]) == ShiftTest.new((1.0, 1.2))
+
+
+@pytest.mark.parametrize(
+    ("update", "field"),
+    [
+        (lambda: ThresholdTest.new(0.003).update(5, 6), "events"),
+        (lambda: ThresholdTest.new(0.003).update(-5, 0), "requests"),
+        (lambda: ThresholdTest.new(0.003).update(5.5, 0), "requests"),
+        (lambda: RatioTest.new().update([(10, 0, 10, 11)]), r"strata\[0\].baseline_events"),
+        (lambda: RatioTest.new().update([(10, 0, 10)]), r"strata\[0\]"),
+        (lambda: ShiftTest.new((1.0, 1.2)).update([([1, 2], [1, 2, 3])]), r"strata\[0\].candidate"),
+        (lambda: ShiftTest.new((1.0, 1.2)).update([([1, 2, 3], [2, 1, 3])]), r"strata\[0\].baseline"),
+        (lambda: ShiftTest.new((1.0, 1.2)).update([([1, 2, 3.5], [1, 2, 3])]), r"strata\[0\].candidate"),
+        (lambda: ShiftTest.new((1.0, 1.1)), "edges"),
+        (lambda: ThresholdTest.new(1.0), "p0"),
+    ],
+)
+def test_bad_increments_and_parameters_are_refused(update, field):
+    with pytest.raises(ValueError, match=field):
+        update()
+
+
+# --- simulation: validity at the null boundary, and power --------------------------------------------
+
+
+def log_mean(log_values: np.ndarray) -> np.ndarray:
+    return logsumexp(log_values, axis=-1) - math.log(log_values.shape[-1])
+
+
+def simulate_threshold(p0: float, rate, per_look: float, looks: int, runs: int, seed: int):
+    """E1 and E2 (log) after every look, for `runs` runs: arrays (looks, runs)."""
+    rng = np.random.default_rng(seed)
+    grid = np.array(ThresholdTest.new(p0).alternatives)
+    lr, sr = np.zeros((runs, len(grid))), np.zeros((runs, len(grid)))
+    started = np.zeros(runs, dtype=bool)
+    e1, e2 = np.empty((looks, runs)), np.empty((looks, runs))
+    for look in range(looks):
+        n = rng.poisson(per_look, runs)
+        x = rng.binomial(n, rate(look))
+        lr, sr = threshold_look(p0, grid, lr, sr, started, n, x)
+        started |= n > 0
+        e1[look], e2[look] = log_mean(lr), np.where(started, log_mean(sr), -np.inf)
+    return e1, e2
+
+
+def test_e1_and_e2_at_the_threshold_keep_their_false_alarm_bounds():
+    alpha, arl, horizon, runs = 0.05, 1000, 100, 2000
+    e1, e2 = simulate_threshold(0.05, lambda _: 0.05, 20, 400, runs, seed=1)
+    assert np.mean((e1 >= alpha_log_threshold(alpha)).any(axis=0)) <= slack(alpha, runs)
+    assert np.mean((e2[:horizon] >= math.log(arl)).any(axis=0)) <= slack(horizon / arl, runs)
+
+
+def test_e1_catches_5_percent_errors_at_16_rps_within_a_minute():
+    e1, _ = simulate_threshold(0.003, lambda _: 0.05, 16 * 5, 12, 500, seed=2)
+    assert np.mean((e1 >= alpha_log_threshold(0.005)).any(axis=0)) >= 0.99
+
+
+def test_e2_catches_a_late_regression_within_a_minute_of_its_onset():
+    onset = 120  # ten healthy minutes at 0.1 %, then 5 %
+    _, e2 = simulate_threshold(
+        0.003, lambda look: 0.001 if look < onset else 0.05, 16 * 5, onset + 12, 500, seed=3
+    )
+    threshold = detector_log_threshold(58 * 86400, 5.0)
+    assert not (e2[:onset] >= threshold).any()
+    assert np.mean((e2[onset:] >= threshold).any(axis=0)) >= 0.95
+
+
+def simulate_ratio(psi0: float, cand_rate, base_rate, share, total_rps, looks: int, runs: int, seed: int):
+    """R1 (log) after every look; two strata (segments) whose error rates differ by 3x."""
+    rng = np.random.default_rng(seed)
+    grid = np.array(RatioTest.new(psi0).alternatives)
+    lr, out = np.zeros((runs, len(grid))), np.empty((looks, runs))
+    segments = np.array([1.0, 3.0])
+    for look in range(looks):
+        n = rng.poisson(total_rps(look) * 5 / 2, (runs, 2))
+        nc = rng.binomial(n, share(look))
+        nb = n - nc
+        xc = rng.binomial(nc, np.minimum(cand_rate(look) * segments, 1))
+        xb = rng.binomial(nb, np.minimum(base_rate(look) * segments, 1))
+        lr = ratio_look(psi0, grid, lr, nc, xc, nb, xb)
+        out[look] = log_mean(lr)
+    return out
+
+
+def test_r1_at_equal_rates_stays_valid_through_stage_changes_traffic_swings_and_shared_bursts():
+    alpha, runs = 0.05, 2000
+    rate = lambda look: 0.05 if look % 180 < 12 else 0.002  # noqa: E731 - a burst every 15 min, both arms
+    share = lambda look: (0.05, 0.2, 0.5)[min(look // 180, 2)]  # noqa: E731
+    traffic = lambda look: 40 + 32 * math.sin(look / 60)  # noqa: E731 - 8 to 72 req/s
+    r1 = simulate_ratio(1.0, rate, rate, share, traffic, 540, runs, seed=4)
+    assert np.mean((r1 >= alpha_log_threshold(alpha)).any(axis=0)) <= slack(alpha, runs)
+
+
+def test_r1_catches_5_percent_errors_against_a_good_baseline_within_a_minute():
+    r1 = simulate_ratio(2.0, lambda _: 0.05, lambda _: 0.001, lambda _: 0.2, lambda _: 80, 12, 500, seed=5)
+    assert np.mean((r1 >= alpha_log_threshold(0.005)).any(axis=0)) >= 0.99
+
+
+def simulate_shift(slowdown: float, cand_rps: float, base_rps: float, looks: int, runs: int, seed: int):
+    """L2's wealth and the plain uniform mixture over pairs after every look, for lognormal TTFT
+    (sigma 0.6) binned into graystack's TTFT buckets, in two prompt-length strata with medians 0.3 / 0.8 s."""
+    rng = np.random.default_rng(seed)
+    edges = np.array(TTFT_BUCKETS)
+    pairs = edge_pairs(edges, 0.2)
+    grid = np.array(ShiftTest.new(edges).alternatives)
+    lr, wealth = np.zeros((runs, len(pairs[0]), len(grid))), np.zeros(runs)
+    exceedances, base_requests = np.zeros((runs, len(pairs[0]))), np.zeros(runs)
+
+    def buckets(median: float) -> np.ndarray:
+        return np.diff(norm.cdf((np.log(edges) - math.log(median)) / 0.6), prepend=0, append=1)
+
+    medians = (0.3, 0.8)
+    wealths, uniform = np.empty((looks, runs)), np.empty((looks, runs))
+    for look in range(looks):
+        draws = [
+            [
+                np.cumsum(rng.multinomial(rng.poisson(rps * 5 / 2, runs), buckets(m * scale)), axis=-1)
+                for m in medians
+            ]
+            for rps, scale in ((cand_rps, slowdown), (base_rps, 1.0))
+        ]
+        candidate, baseline = (np.stack(d, axis=1).astype(float) for d in draws)
+        lr, wealth, exceedances, base_requests = shift_look(
+            pairs, grid, lr, wealth, exceedances, base_requests, candidate, baseline
+        )
+        wealths[look], uniform[look] = wealth, log_mean(log_mean(lr))
+    return wealths, uniform
+
+
+def test_l2_with_a_candidate_exactly_the_margin_slower_stays_valid():
+    alpha, runs = 0.05, 300
+    wealth, uniform = simulate_shift(1.2, 8, 32, 150, runs, seed=6)
+    for statistic in (wealth, uniform):
+        assert np.mean((statistic >= alpha_log_threshold(alpha)).any(axis=0)) <= slack(alpha, runs)
+
+
+def test_l2_catches_a_doubled_ttft_at_16_rps_within_a_minute():
+    wealth, _ = simulate_shift(2.0, 16, 64, 12, 300, seed=7)
+    assert np.mean((wealth >= alpha_log_threshold(0.0025)).any(axis=0)) >= 0.99
+
+
+def test_l2_weighting_pairs_by_relevance_detects_sooner_than_the_uniform_mixture():
+    threshold = alpha_log_threshold(0.0025)
+    wealth, uniform = simulate_shift(1.5, 4, 16, 60, 300, seed=8)
+
+    def first_crossings(statistic: np.ndarray) -> np.ndarray:
+        crossed = statistic >= threshold
+        return np.where(crossed.any(axis=0), crossed.argmax(axis=0), np.inf)
+
+    relevance, plain = first_crossings(wealth), first_crossings(uniform)
+    assert np.median(relevance) < np.median(plain)
+    assert np.mean(relevance <= plain) >= 0.9
+    assert np.mean(np.isfinite(relevance)) >= 0.9

@@ -29,7 +29,8 @@ class State:
         for f in fields(cls):  # type: ignore[arg-type]
             if f.name not in data:
                 raise ValueError(f"{cls.__name__}.{f.name}: missing")
-            values[f.name] = _parse(f"{cls.__name__}.{f.name}", str(f.type), data[f.name])
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+            values[f.name] = _parse(f"{cls.__name__}.{f.name}", kind, data[f.name])
         state = cls(**values)
         state._check()
         return state
@@ -63,11 +64,11 @@ def require(ok: bool, name: str, what: str) -> None:
 
 def count(name: str, value: Any) -> int:
     try:
-        count = operator.index(value)
+        number = operator.index(value)
     except TypeError:
         raise ValueError(f"{name}: expected an int, got {value!r}") from None
-    require(count >= 0, name, f"negative ({count})")
-    return count
+    require(number >= 0, name, f"negative ({number})")
+    return number
 
 
 def look_counts(requests: Any, events: Any, side: str = "") -> tuple[int, int]:

@@ -98,8 +98,8 @@ def rss_kib(pid: int | str = "self") -> dict[str, int]:
     return fields
 
 
-def write_result(name: str, parameters: dict, results: dict) -> Path:
-    """bench/results/NAME.json with the command, date, machine, parameters and results."""
+def write_result(name: str, parameters: dict, results: dict, path: Path | None = None) -> Path:
+    """bench/results/NAME.json (or `path`) with the command, date, machine, parameters and results."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     document = {
         "benchmark": name,
@@ -109,7 +109,7 @@ def write_result(name: str, parameters: dict, results: dict) -> Path:
         "parameters": parameters,
         "results": results,
     }
-    path = RESULTS / f"{name}.json"
+    path = path or RESULTS / f"{name}.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
     return path
 

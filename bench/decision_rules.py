@@ -1,157 +1,221 @@
-"""The error-rate rule against the naive ratio, on simulated traffic: false rollbacks and detection time.
+"""Rollback decisions on simulated traffic: false rollbacks over the seed's rollout, and detection times.
 
-What the rollout controller does with its defaults (analysis every 5 s over a 60 s window whose last
-15 s are also judged alone, threshold 0.3 %, min_requests 100), simulated second by second: a variant
-gets Poisson(`rate`) requests a second, each failing with the true error rate. Each rule looks at
-every interval:
-  naive     the raw ratio over the window above the threshold (Flagger's and Argo Rollouts' check)
-  window95  the exact 95 % lower bound over the window above the threshold (graystack's first rule)
-  graystack gateway.rollout.stats.decide_error_rate as shipped: 99 % over the window, or 99.5 %
-            over its most recent 15 s
-Measured per rule and request rate:
-  false rollbacks: the share of healthy hours (true rate 0.1 % or 0.2 %, a third or two thirds of the
-    threshold) in which some look fails;
-  detection: after 120 s at 0.1 %, the rate jumps to a regression (1-20 %) at a random second; the
-    time from that second to the first failing look (median, p90), over the trials with no false
-    rollback before the jump.
-The shipped rule's verdicts come from decide_error_rate itself, tabulated per window size as the fewest
-errors that fail it, so the simulation runs the shipped rule, not a copy.
+Rules, each looking every 5 s (bench/shipped_rules.py, bench/retired_rules.py):
+  shipped   the sequential tests as the controller runs them: errors against max_error_rate (E1), the
+            change detector (E2), errors against the baseline (R1); for latency the TTFT SLO as an
+            exceedance test (L1) and the TTFT shift test against the baseline (L2); levels from the
+            seed spec's plan (a 1 % budget split across its tests, 90 days between detector alarms)
+  previous  the window rule that shipped before (99 % over 60 s or 99.5 % over its last 15 s; p99
+            ratio 1.5 and TTFT p95 2 s over the window, once it holds 100 requests)
+  naive     the raw ratios over the window (Flagger's and Argo Rollouts' defaults)
+Traffic: Poisson requests per look, binomial errors; TTFT lognormal (median 0.4 s, sigma 0.6), binned
+into the model servers' buckets (inference/server/metrics.py).
 
-    python -m bench.decision_rules [--trials 2000]
+false_rollbacks: the seed's rollout (shadow 1 h with every request mirrored, 5 % for 2 days, 20 % for
+  4 days, then 100 % for 7 days with the guard on), at total traffic 20-1,280 req/s, both variants
+  healthy at 0.1 % or 0.2 % errors (a third, two thirds of the 0.3 % threshold): the share of rollouts
+  that some look rolls back. Error rules only: healthy latency is covered by the simulations in
+  tests/unit/test_sequential.py.
+detection: the candidate at a 5 % stage (the baseline at 19x its rate, 0.1 % errors), a regression
+  present from the start or after 30 healthy minutes (`late`): the time from onset to the first
+  firing look, over runs that had not fired before it; `floor_s` is log(1/alpha) over the best
+  information rate of the shipped tests (no level-alpha test does better on average).
+
+    python -m bench.decision_rules [--trials N] [--out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
+from scipy.stats import norm
 
+from bench import retired_rules
 from bench._common import write_result
-from gateway.rollout.stats import Verdict, decide_error_rate, exact_bounds
+from bench.shipped_rules import LOOK_SECONDS, ErrorTests, LatencyTests, error_floor, latency_floor, seed_plan
+from inference.server.metrics import TTFT_BUCKETS
 
-INTERVAL, WINDOW, RECENT, THRESHOLD, MIN_REQUESTS = 5, 60, 15, 0.003, 100
-RATES = (1, 4, 16, 64)  # requests/s reaching the variant: a 5 % stage of 20 req/s ... a 20 % stage of 320
+RULES = ("shipped", "previous", "naive")
+TOTAL_RPS = (20, 80, 320, 1280)
 HEALTHY = (0.001, 0.002)
-REGRESSIONS = (0.01, 0.02, 0.05, 0.2)
-WARMUP = 120  # seconds of healthy traffic before a regression
-RULES = ("naive", "window95", "graystack")
+CANDIDATE_RPS = (1, 4, 16, 64)
+REGRESSIONS = {
+    "error_1%": ("error", 0.01),
+    "error_2%": ("error", 0.02),
+    "error_5%": ("error", 0.05),
+    "error_20%": ("error", 0.2),
+    "ttft_x1.5": ("ttft", 1.5),
+    "ttft_x2": ("ttft", 2.0),
+}
+HOUR = 3600
+SEED_STAGES = ((1.0, 1 * HOUR), (0.05, 48 * HOUR), (0.2, 96 * HOUR), (1.0, 168 * HOUR))  # (share, seconds)
+WINDOW_LOOKS, RECENT_LOOKS = 12, 3  # the previous rule's 60 s window and 15 s recent part
+LATE_LOOKS = 360  # 30 healthy minutes
+HORIZON = {"error": 2 * HOUR, "ttft": HOUR}  # seconds after onset a detection run lasts
+STAGE_SHARE = 0.05
+BASELINE_ERRORS = 0.001
+TTFT_MEDIAN, TTFT_SIGMA = 0.4, 0.6
+CHUNK = 720  # looks simulated per batch (an hour)
+EDGES = np.asarray(TTFT_BUCKETS)
 
 
-def _shipped_window(errors: int, requests: int) -> bool:
-    return decide_error_rate(errors, requests, THRESHOLD, MIN_REQUESTS).verdict == Verdict.FAIL
+def _stage_looks() -> list[tuple[float, bool, int]]:
+    """(candidate share, shadowing, looks) of the seed's rollout."""
+    return [(share, i == 0, int(seconds / LOOK_SECONDS)) for i, (share, seconds) in enumerate(SEED_STAGES)]
 
 
-def _shipped_recent(errors: int, requests: int) -> bool:
-    decision = decide_error_rate(0, 0, THRESHOLD, MIN_REQUESTS, recent=(errors, requests))
-    return decision.verdict == Verdict.FAIL
-
-
-def _window95(errors: int, requests: int) -> bool:
-    return requests > 0 and exact_bounds(errors, requests, 0.95).lower > THRESHOLD
-
-
-_TABLES: dict[Callable[[int, int], bool], list[int]] = {}
-
-
-def fewest_failing(rule: Callable[[int, int], bool], requests: np.ndarray) -> np.ndarray:
-    """Per window: the fewest errors in its requests that `rule` fails (requests + 1 if none).
-
-    Tabulated per window size, extended as needed: the fewest failing errors never drop as the
-    window grows (every rule here fails on a lower bound), so each size starts from the last.
-    """
-    table = _TABLES.setdefault(rule, [1])  # no requests: one error is already more than seen
-    while len(table) <= requests.max():
-        size, errors = len(table), table[-1]
-        while errors <= size and not rule(errors, size):
-            errors += 1
-        table.append(errors)
-    return np.asarray(table)[requests]
-
-
-def windows(requests: np.ndarray, errors: np.ndarray, seconds: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per trial and look (every INTERVAL seconds): requests and errors over the last `seconds`."""
-    at = np.arange(INTERVAL, requests.shape[1] + 1, INTERVAL)
-    start = np.maximum(at - seconds, 0)
-    totals = [np.concatenate([np.zeros((len(a), 1), int), a.cumsum(1)], axis=1) for a in (requests, errors)]
-    return tuple(total[:, at] - total[:, start] for total in totals)
-
-
-def look_times(seconds: int) -> np.ndarray:
-    return np.arange(INTERVAL, seconds + 1, INTERVAL)
-
-
-def failing(rule: str, requests: np.ndarray, errors: np.ndarray) -> np.ndarray:
-    """Per trial and look: does `rule` fail the variant?"""
-    window_r, window_e = windows(requests, errors, WINDOW)
-    if rule == "naive":
-        return (window_r > 0) & (window_e > THRESHOLD * window_r)
-    if rule == "window95":
-        return window_e >= fewest_failing(_window95, window_r)
-    recent_r, recent_e = windows(requests, errors, RECENT)
-    return (window_e >= fewest_failing(_shipped_window, window_r)) | (
-        recent_e >= fewest_failing(_shipped_recent, recent_r)
-    )
-
-
-def traffic(rng: np.random.Generator, rate: float, error_rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per trial and second: requests and errors; `error_rate` per trial and second."""
-    requests = rng.poisson(rate, size=error_rate.shape)
-    return requests, rng.binomial(requests, error_rate)
-
-
-def false_rollbacks(rng: np.random.Generator, rate: float, healthy: float, trials: int) -> dict[str, float]:
-    requests, errors = traffic(rng, rate, np.full((trials, 3600), healthy))
-    return {rule: float(failing(rule, requests, errors).any(1).mean()) for rule in RULES}
-
-
-def detection(rng: np.random.Generator, rate: float, regression: float, trials: int) -> dict[str, dict]:
-    seconds = WARMUP + 300
-    onset = rng.integers(WARMUP - INTERVAL, WARMUP, size=trials)
-    after = np.arange(seconds)[None, :] >= onset[:, None]
-    requests, errors = traffic(rng, rate, np.where(after, regression, HEALTHY[0]))
-    at = look_times(seconds)[None, :]
-    found = {}
-    for rule in RULES:
-        fails = failing(rule, requests, errors)
-        early = (fails & (at <= onset[:, None])).any(1)
-        late = fails & (at > onset[:, None])
-        delays = (at[0, late.argmax(1)] - onset)[late.any(1) & ~early]
-        found[rule] = {
-            "median_s": float(np.median(delays)) if len(delays) else None,
-            "p90_s": float(np.percentile(delays, 90)) if len(delays) else None,
-            "detected_within_300s": round(len(delays) / max(1, int((~early).sum())), 4),
-            "false_before_onset": round(float(early.mean()), 4),
+def false_rollbacks(total_rps: float, error_rate: float, trials: int, seed: int) -> list[dict]:
+    """One row per rule: the share of seed rollouts with a rollback, both variants healthy."""
+    rng = np.random.default_rng(seed)
+    plan = seed_plan()
+    shipped = ErrorTests(plan, trials)
+    fired = dict.fromkeys(RULES, np.zeros(trials, dtype=bool))
+    carry = np.zeros((trials, 0, 2), dtype=np.int64)  # the previous rule's window across batches
+    for share, shadowing, looks in _stage_looks():
+        cand_rate = total_rps * LOOK_SECONDS * share
+        base_rate = total_rps * LOOK_SECONDS * (1.0 if shadowing else 1.0 - share)
+        for start in range(0, looks, CHUNK):
+            size = min(CHUNK, looks - start)
+            cand_n = rng.poisson(cand_rate, (trials, size))
+            cand_x = rng.binomial(cand_n, error_rate)
+            base_n = rng.poisson(base_rate, (trials, size)) if base_rate else np.zeros_like(cand_n)
+            base_x = rng.binomial(base_n, error_rate)
+            for j in range(size):
+                fired["shipped"] = fired["shipped"] | shipped.look(
+                    cand_n[:, j], cand_x[:, j], base_n[:, j], base_x[:, j]
+                )
+            counts = np.concatenate([carry, np.stack([cand_n, cand_x], axis=-1)], axis=1)
+            kept = carry.shape[1]
+            n, x = counts[..., 0], counts[..., 1]
+            p0 = plan.max_error_rate
+            previous = retired_rules.previous_errors(n, x, WINDOW_LOOKS, RECENT_LOOKS, p0)[:, kept:]
+            naive = retired_rules.naive_errors(n, x, WINDOW_LOOKS, p0)[:, kept:]
+            fired["previous"] = fired["previous"] | previous.any(axis=1)
+            fired["naive"] = fired["naive"] | naive.any(axis=1)
+            carry = counts[:, -WINDOW_LOOKS:]
+    return [
+        {
+            "rule": rule,
+            "total_rps": total_rps,
+            "true_error_rate": error_rate,
+            "rollouts": trials,
+            "share": round(float(fired[rule].mean()), 5),
         }
-    return found
+        for rule in RULES
+    ]
+
+
+def _bucket_probabilities(scale: float) -> np.ndarray:
+    """P(TTFT in each bucket), +Inf last, for TTFT lognormal with the median scaled by `scale`."""
+    cdf = norm.cdf((np.log(EDGES) - math.log(TTFT_MEDIAN * scale)) / TTFT_SIGMA)
+    return np.diff(np.concatenate([[0.0], cdf, [1.0]]))
+
+
+def _exceeds(scale: float):
+    return lambda edge: float(norm.sf((math.log(edge) - math.log(TTFT_MEDIAN * scale)) / TTFT_SIGMA))
+
+
+def detection(candidate_rps: float, name: str, late: bool, trials: int, seed: int) -> list[dict]:
+    """One row per rule: detection times of `name` at `candidate_rps` on a 5 % stage."""
+    rng = np.random.default_rng(seed)
+    kind, size = REGRESSIONS[name]
+    plan = seed_plan()
+    base_rps = candidate_rps * (1 - STAGE_SHARE) / STAGE_SHARE
+    onset = LATE_LOOKS if late else 0
+    looks = onset + int(HORIZON[kind] / LOOK_SECONDS)
+    cand_n = rng.poisson(candidate_rps * LOOK_SECONDS, (trials, looks))
+    base_n = rng.poisson(base_rps * LOOK_SECONDS, (trials, looks))
+    after = np.arange(looks) >= onset
+    if kind == "error":
+        cand_x = rng.binomial(cand_n, np.where(after, size, BASELINE_ERRORS))
+        base_x = rng.binomial(base_n, BASELINE_ERRORS)
+        tests = ErrorTests(plan, trials)
+        shipped = np.stack(
+            [tests.look(cand_n[:, j], cand_x[:, j], base_n[:, j], base_x[:, j]) for j in range(looks)], 1
+        )
+        previous = retired_rules.previous_errors(
+            cand_n, cand_x, WINDOW_LOOKS, RECENT_LOOKS, plan.max_error_rate
+        )
+        naive = retired_rules.naive_errors(cand_n, cand_x, WINDOW_LOOKS, plan.max_error_rate)
+        floor = error_floor(plan, candidate_rps, base_rps, size, BASELINE_ERRORS)
+    else:
+        healthy, slow = _bucket_probabilities(1.0), _bucket_probabilities(size)
+        cand = np.stack(
+            [rng.multinomial(cand_n[:, j], slow if after[j] else healthy) for j in range(looks)], 1
+        )
+        base = np.stack([rng.multinomial(base_n[:, j], healthy) for j in range(looks)], 1)
+        cand, base = cand.cumsum(axis=-1), base.cumsum(axis=-1)
+        tests = LatencyTests(plan, trials, EDGES)
+        shipped = np.stack([tests.look(cand[:, j], base[:, j]) for j in range(looks)], 1)
+        previous = retired_rules.latency(cand, base, EDGES, WINDOW_LOOKS, retired_rules.MIN_REQUESTS)
+        naive = retired_rules.latency(cand, base, EDGES, WINDOW_LOOKS, 1)
+        floor = latency_floor(plan, candidate_rps, base_rps, EDGES, _exceeds(size), _exceeds(1.0))
+    rows = []
+    for rule, fires in (("shipped", shipped), ("previous", previous), ("naive", naive)):
+        early = fires[:, :onset].any(axis=1)
+        found = fires[:, onset:]
+        detected = found.any(axis=1) & ~early
+        delays = (found.argmax(axis=1)[detected] + 1) * LOOK_SECONDS
+        rows.append(
+            {
+                "rule": rule, "candidate_rps": candidate_rps, "regression": name, "late": late,
+                "median_s": float(np.median(delays)) if len(delays) else None,
+                "p90_s": float(np.percentile(delays, 90)) if len(delays) else None,
+                "detected_share": round(float(detected.sum() / max(1, (~early).sum())), 4),
+                "false_before_onset": round(float(early.mean()), 4),
+                "floor_s": round(floor, 1),
+            }
+        )  # fmt: skip
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument(
+        "--trials", type=int, default=200, help="simulated rollouts (and runs per detection cell)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="result file (default bench/results/decision_rules.json)"
+    )
+    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    rng = np.random.default_rng(7)
-    results = []
-    for rate in RATES:
-        row = {"rate_rps": rate}
-        for healthy in HEALTHY:
-            row[f"false_rollback_per_hour_at_{healthy:.1%}"] = false_rollbacks(
-                rng, rate, healthy, args.trials
-            )
-        for regression in REGRESSIONS:
-            row[f"detection_at_{regression:.0%}"] = detection(rng, rate, regression, args.trials)
-        results.append(row)
-        print(rate, "req/s:", row)
+    started = time.monotonic()
+    jobs = [(false_rollbacks, (rps, rate, args.trials, 1000 + i)) for i, (rps, rate) in
+            enumerate((r, e) for r in TOTAL_RPS for e in HEALTHY)]  # fmt: skip
+    jobs += [
+        (detection, (rps, name, late, args.trials, 2000 + i))
+        for i, (rps, name, late) in enumerate(
+            (r, n, late) for r in CANDIDATE_RPS for n in REGRESSIONS for late in (False, True)
+        )
+    ]
+    with ProcessPoolExecutor(args.workers) as pool:
+        futures = [pool.submit(function, *arguments) for function, arguments in jobs]
+        rows = [row for future in futures for row in future.result()]
+    false = [r for r in rows if "share" in r]
+    found = [r for r in rows if "regression" in r]
+    for row in false:
+        print(
+            f"false rollbacks  {row['rule']:8} {row['total_rps']:>5} req/s at {row['true_error_rate']:.1%}: {row['share']:.2%}"
+        )
+    for row in found:
+        if row["rule"] == "shipped":
+            print(f"detection {row['regression']:9} {row['candidate_rps']:>3} req/s late={row['late']!s:5} "
+                  f"median {row['median_s']} s (floor {row['floor_s']} s), detected {row['detected_share']:.0%}")  # fmt: skip
+    plan = seed_plan()
     params = {
-        "interval_s": INTERVAL,
-        "window_s": WINDOW,
-        "recent_s": RECENT,
-        "threshold": THRESHOLD,
-        "min_requests": MIN_REQUESTS,
-        "trials": args.trials,
-        "warmup_s": WARMUP,
-    }
-    write_result("decision_rules", params, {"rates": results})
+        "look_seconds": LOOK_SECONDS, "trials": args.trials, "seed_stages": SEED_STAGES,
+        "alpha_per_test": plan.alpha, "tests": list(plan.tests), "log_bound": plan.log_bound,
+        "log_detector_bound": plan.log_detector_bound, "stage_share": STAGE_SHARE,
+        "baseline_error_rate": BASELINE_ERRORS, "ttft": {"median_s": TTFT_MEDIAN, "sigma": TTFT_SIGMA},
+        "horizon_s": HORIZON, "late_s": LATE_LOOKS * LOOK_SECONDS,
+        "wall_seconds": round(time.monotonic() - started, 1),
+    }  # fmt: skip
+    write_result("decision_rules", params, {"false_rollbacks": false, "detection": found}, args.out)
 
 
 if __name__ == "__main__":

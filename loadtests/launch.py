@@ -28,6 +28,7 @@ LOCAL_ANALYSIS = {
         "interval": "2s",
         "window": "30s",
         "max_error_rate": 0.05,
+        "min_detectable_error_rate": 0.15,
         "max_latency_ratio": 100,
         "max_ttft_p95": "60s",
         "provider": {"type": "direct"},

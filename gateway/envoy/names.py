@@ -15,3 +15,9 @@ def fallback_cluster(variant: str) -> str:
 def shadow_cluster(variant: str) -> str:
     """The cluster mirrored requests go to: `variant`'s endpoints, its own stats, no retries."""
     return f"{variant}-shadow"
+
+
+# Every route sets this request header to its segment (the header rule's value, or DEFAULT_SEGMENT), so the
+# model servers can label their latency histograms by the segment a request came through.
+SEGMENT_HEADER = "x-graystack-segment"
+DEFAULT_SEGMENT = "default"

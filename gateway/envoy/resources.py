@@ -296,6 +296,16 @@ def _retry_policy(spec: RolloutSpec) -> route_components_pb2.RetryPolicy:
     return policy
 
 
+def _segment_header(segment: str) -> base_pb2.HeaderValueOption:
+    """`x-graystack-segment: <segment>` on every request a route forwards (and its mirrored copy),
+    replacing any a client sent: the model servers label their latency histograms with it, so the
+    rollout compares variants only on segments split at random (gateway/rollout/plan.py)."""
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=names.SEGMENT_HEADER, value=segment),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
 def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
     """Exact-match header rules first, each its own split; then the default weighted split."""
     header = spec.routing.header
@@ -311,6 +321,7 @@ def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
                 ],
             ),
             route=_route_action(spec, rule.split()),
+            request_headers_to_add=[_segment_header(rule.value)],
         )
         for rule in spec.routing.rules
     ]
@@ -319,6 +330,7 @@ def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
             name="default",
             match=route_components_pb2.RouteMatch(prefix="/"),
             route=_route_action(spec, spec.routing.weights),
+            request_headers_to_add=[_segment_header(names.DEFAULT_SEGMENT)],
         )
     )
     return route_pb2.RouteConfiguration(

@@ -33,8 +33,8 @@ requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests
   Each term's series is its own entry under the same signal: the consumer sums their increments.
 
 ttft, ttft_sum: the model servers' `graystack_request_ttft_seconds` buckets and sum, per
-  `prompt_bucket` (the stratum) and pod (Envoy cannot see a first token).
-itl, itl_sum: their `graystack_request_inter_token_seconds` likewise (no stratum).
+  `segment` and `prompt_bucket` (the stratum) and pod (Envoy cannot see a first token).
+itl, itl_sum: their `graystack_request_inter_token_seconds` likewise (stratum: its `segment`).
 
 compared, differed: the candidate's `graystack_shadow_comparisons_total` (agree + differ, and differ):
   its shadow copies' greedy answers against the baseline's (inference/server/outputs.py).

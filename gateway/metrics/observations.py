@@ -12,8 +12,10 @@ series first seen after an earlier look counts from 0, and the very first look o
 A counter is named by `CounterKey`:
   variant  the variant (rollout spec name) the counts are about
   signal   one of SIGNALS (below)
-  stratum  where the counts must not be pooled with others: for TTFT the model server's
-           `prompt_bucket` (so prompt length does not confound a comparison); "" otherwise
+  stratum  where the counts must not be pooled with others: `stratum(segment, prompt_bucket)` from
+           the model server's histogram labels (the header segment the request came through, so
+           pinned segments stay out of comparisons, and for TTFT the prompt length, so it does not
+           confound them); "" for Envoy's counters
   le       for a histogram signal, the bucket's upper bound: the cumulative count of observations
            <= le (math.inf: all of them); math.inf for plain counters
   source   the series it was read from (target or instance, metric, labels): what a reset is judged on
@@ -27,13 +29,26 @@ from dataclasses import dataclass, field
 
 REQUESTS = "requests"  # attempts that reached the variant (Envoy: upstream_rq_total + pending_failure_eject)
 ERRORS = "errors"  # of those, failed (Envoy: the route cluster's upstream_rq_retry + upstream_rq{5xx})
-TTFT = "ttft"  # the model servers' graystack_request_ttft_seconds buckets, stratum = prompt_bucket
-TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), stratum = prompt_bucket, le = inf
-ITL = "itl"  # graystack_request_inter_token_seconds buckets, stratum ""
+TTFT = "ttft"  # the model servers' graystack_request_ttft_seconds buckets, stratum(segment, prompt_bucket)
+TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), le = inf
+ITL = "itl"  # graystack_request_inter_token_seconds buckets, stratum(segment)
 ITL_SUM = "itl_sum"  # ... and its _sum (seconds)
 COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ)
 DIFFERED = "differed"  # of those, a different answer
 SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED)
+
+
+UNLABELLED = "*"  # the segment of a histogram without a `segment` label (a server that is not graystack's)
+
+
+def stratum(segment: str | None, prompt_bucket: str = "") -> str:
+    """The stratum of a histogram series: its `segment` label (None: the series has none) and, for
+    TTFT, its `prompt_bucket`."""
+    return f"{UNLABELLED if segment is None else segment}|{prompt_bucket}"
+
+
+def segment_of(stratum_: str) -> str:
+    return stratum_.partition("|")[0]
 
 
 @dataclass(frozen=True, order=True)

@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 
 from gateway.envoy import names
-from gateway.metrics.observations import CounterKey
+from gateway.metrics.observations import ITL, ITL_SUM, TTFT, TTFT_SUM, CounterKey, stratum
 
-STRATUM = "prompt_bucket"  # the model servers' label TTFT must not be pooled across
+LATENCY = frozenset({TTFT, TTFT_SUM, ITL, ITL_SUM})  # the model servers' histograms, stratified
 NAME = "__name__"  # how Prometheus names a series' metric among its labels
 
 
@@ -24,15 +24,16 @@ def source(name: str, labels: Mapping[str, str]) -> str:
 
 
 def counter_key(variant: str, signal: str, name: str, labels: Mapping[str, str]) -> CounterKey:
-    """The key of series `name{labels}` counted as `variant`'s `signal`: its stratum from the
-    `prompt_bucket` label, its bucket bound from `le` (a plain counter's is +Inf); ValueError naming
-    the series where `le` is not a number."""
+    """The key of series `name{labels}` counted as `variant`'s `signal`: a latency histogram's stratum
+    from its `segment` and `prompt_bucket` labels (observations.stratum), its bucket bound from `le` (a
+    plain counter's is +Inf); ValueError naming the series where `le` is not a number."""
     named = source(name, labels)
     try:
         le = float(labels["le"]) if "le" in labels else math.inf
     except ValueError:
         raise ValueError(f"{named}: its `le` is not a number") from None
-    return CounterKey(variant=variant, signal=signal, stratum=labels.get(STRATUM, ""), le=le, source=named)
+    where = stratum(labels.get("segment"), labels.get("prompt_bucket", "")) if signal in LATENCY else ""
+    return CounterKey(variant=variant, signal=signal, stratum=where, le=le, source=named)
 
 
 def route_cluster(variant: str, fallback: str | None) -> str:

@@ -1,47 +1,44 @@
-"""Analysis: turn what the metrics providers measured over a window into checks with verdicts.
+"""Analysis: the rollout's evidence (gateway/rollout/evidence.py) read as checks with verdicts. Pure.
 
-Pure. Each check records its value, sample count, bound and threshold, so `graystack status` and
-the `graystack_analysis_checks_total` metric can say why a rollout moved (Flagger's and Argo's
-dashboards show traffic, not decisions). Verdicts and their policies:
-  pass          evidence that the variant is fine
-  fail          evidence that it is not: roll back at once
-  inconclusive  not enough evidence either way (e.g. too few requests): hold, never a pass
+Each check records its value, samples, bound and threshold, and for a sequential test its evidence
+(the log e-value, or the change detector's log statistic) against its log bound, so `graystack
+status`, the metrics and the Rollout decisions dashboard show why a rollout moved: a rollback is the
+evidence crossing its bound. Verdicts and their policies:
+  pass          no evidence against the variant, and (error_rate) enough evidence for this stage; a
+                latency check with no data at all passes too, saying so (it has nothing to judge)
+  fail          a test crossed its bound: roll back at once (or hold, for a shared incident whose
+                policy says so)
+  inconclusive  not enough evidence yet (too few requests this stage, no data at all): hold
   error         the metrics could not be read: retry, then freeze or roll back (spec's on_error)
+
+A test that fires for the candidate while the same test on the baseline's own traffic has fired too is
+a shared incident (an upstream dependency, a GPU node), not the candidate's: its check says so
+(`shared`), and `analysis.on_shared_incident` decides what the machine does with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from gateway.rollout.evidence import Evidence, fired
+from gateway.rollout.plan import (
+    CHECK_NAMES,
+    ERROR_RATE,
+    ERROR_RATE_CHANGE,
+    ERROR_RATIO,
+    ITL_VS_BASELINE,
+    SHADOW_AGREEMENT,
+    TTFT_P95,
+    TTFT_VS_BASELINE,
+    WEIGHT_STATUS,
+    Plan,
+)
+from gateway.rollout.sequential import ShiftTest, ThresholdTest, error_rate_bounds
 from gateway.rollout.spec import Analysis
-from gateway.rollout.stats import Verdict, decide_error_rate
+from gateway.rollout.stats import Verdict
 
-
-@dataclass(frozen=True)
-class VariantWindow:
-    """One variant over the analysis window, as a provider measured it."""
-
-    requests: float  # attempts that reached the variant
-    errors: float  # of those, failed (5xx, resets, and attempts that a fallback retry hid)
-    latency_p99: float | None = None  # seconds
-    ttft_p95: float | None = None  # seconds
-    recent_requests: float = 0.0  # the same two counts over the window's most recent part
-    recent_errors: float = 0.0
-    shadow_compared: float = 0.0  # shadow copies whose greedy answer was compared with the baseline's
-    shadow_agreed: float = 0.0  # of those, the same answer
-
-
-@dataclass(frozen=True)
-class Observations:
-    variants: Mapping[str, VariantWindow] = field(default_factory=dict)
-    weight_status: Mapping[str, Sequence[str]] = field(
-        default_factory=dict
-    )  # variant -> its probes' statuses
-    effective_windows: Mapping[str, Sequence[int]] = field(
-        default_factory=dict
-    )  # variant -> the distance past which each of its model servers' bias is zero (0: no bias)
-    error: str | None = None  # the provider could not measure (query failed, target down)
+__all__ = ["CHECK_NAMES", "Check", "analyse", "error_checks"]
 
 
 @dataclass(frozen=True)
@@ -53,130 +50,225 @@ class Check:
     bound: float | None
     threshold: float
     reason: str
+    log_evalue: float | None = None  # a sequential test's evidence (log e-value or detector statistic)
+    log_bound: float | None = None  # ... and the bound it fires at
+    shared: bool = False  # the baseline's own traffic fires the same test: a shared incident
 
 
-def _error_check(name: str, threshold: float, reason: str) -> Check:
-    return Check(name, Verdict.ERROR, None, 0, None, threshold, reason)
-
-
-CHECK_NAMES = ("error_rate", "latency_ratio", "ttft_p95", "weight_status")
+def error_checks(reason: str, plan: Plan | None) -> list[Check]:
+    """Every check of the plan as an ERROR: the metrics could not be read this look."""
+    names = CHECK_NAMES if plan is None else (*plan.tests, ERROR_RATE_CHANGE, WEIGHT_STATUS)
+    return [Check(name, Verdict.ERROR, None, 0, None, 0.0, reason) for name in names]
 
 
 def analyse(
-    spec: Analysis, seen: Observations, candidate: str, baseline: str, shadowing: bool = False
+    spec: Analysis,
+    plan: Plan,
+    evidence: Evidence,
+    weight_status: Sequence[str],
+    effective_windows: Sequence[int],
+    shadowing: bool = False,
 ) -> list[Check]:
-    """The error-rate, latency-ratio, TTFT and weight-status checks for `candidate`; and its shadow
-    agreement where asked for, while in a shadow stage (`shadowing`) or while compared answers remain
-    in the window."""
-    thresholds = (spec.max_error_rate, spec.max_latency_ratio, spec.max_ttft_p95, 0.0)
-    if seen.error is not None:
-        return [_error_check(n, t, seen.error) for n, t in zip(CHECK_NAMES, thresholds, strict=True)]
-    ours, theirs = seen.variants.get(candidate), seen.variants.get(baseline)
-    checks = [
-        _error_rate(spec, ours),
-        _latency_ratio(spec, ours, theirs),
-        _ttft(spec, ours),
-        _weight_status(
-            spec, seen.weight_status.get(candidate, ()), seen.effective_windows.get(candidate, ())
-        ),
-    ]
-    compared = ours is not None and ours.shadow_compared > 0
-    if spec.min_shadow_agreement is not None and (compared or shadowing):
-        checks.append(_shadow_agreement(spec, ours) if compared else _nothing_compared(spec))
+    """The checks for the candidate after this look; shadow agreement only in a shadow stage (after it,
+    no copy is compared, and a check left inconclusive would hold every later stage)."""
+    checks = [_error_rate(plan, evidence), _error_change(plan, evidence)]
+    if evidence.error_ratio is not None:
+        checks.append(_error_ratio(plan, evidence))
+    if evidence.candidate_ttft is not None:
+        checks.append(_ttft_slo(plan, evidence))
+    if plan.max_latency_ratio is not None:
+        checks.append(_shift(TTFT_VS_BASELINE, "first-token", plan, evidence.ttft_shift, evidence.ttft_seen,
+                             evidence.stage.latency_ratio()))  # fmt: skip
+        checks.append(
+            _shift(ITL_VS_BASELINE, "inter-token", plan, evidence.itl_shift, evidence.itl_seen, None)
+        )
+    if spec.expected_weight_status is not None or spec.max_effective_window is not None:
+        checks.append(_weight_status(spec, weight_status, effective_windows))
+    if evidence.disagreement is not None and shadowing:
+        checks.append(_shadow_agreement(plan, evidence.disagreement))
     return checks
 
 
-def _counts(requests: float, errors: float) -> tuple[int, int]:
-    """Whole counts, errors capped at requests (a failed fallback is charged to the variant too)."""
-    return min(int(errors), int(requests)), int(requests)
+def _threshold_check(name: str, test: ThresholdTest, plan: Plan, shared: bool, reason: str) -> Check:
+    """A check of `test` against the plan's bound: fail once it fired."""
+    verdict = Verdict.FAIL if fired(test.log_evalue, plan.log_bound) else Verdict.PASS
+    rate = test.events / test.requests if test.requests else None
+    return Check(name, verdict, rate, test.requests, None, test.p0, reason, test.log_evalue, plan.log_bound,
+                 shared and verdict == Verdict.FAIL)  # fmt: skip
 
 
-def _error_rate(spec: Analysis, ours: VariantWindow | None) -> Check:
-    ours = ours or VariantWindow(requests=0, errors=0)
-    errors, requests = _counts(ours.requests, ours.errors)
-    recent = _counts(ours.recent_requests, ours.recent_errors)
-    decision = decide_error_rate(errors, requests, spec.max_error_rate, spec.min_requests, recent)
-    bound = decision.bounds.lower if decision.verdict == Verdict.FAIL else decision.bounds.upper
-    return Check(
-        "error_rate", decision.verdict, decision.rate, requests, bound, spec.max_error_rate, decision.reason
-    )
-
-
-def _latency_ratio(spec: Analysis, ours: VariantWindow | None, theirs: VariantWindow | None) -> Check:
-    threshold = spec.max_latency_ratio
-    samples = int(ours.requests) if ours else 0
-    if samples < spec.min_requests or not theirs or not ours.latency_p99 or not theirs.latency_p99:
-        return Check(
-            "latency_ratio", Verdict.INCONCLUSIVE, None, samples, None, threshold, "not enough latency data"
+def _error_rate(plan: Plan, evidence: Evidence) -> Check:
+    test, stage = evidence.candidate_errors, evidence.stage
+    lower, upper = evidence.error_bounds
+    failing = fired(test.log_evalue, plan.log_bound)
+    shared = _baseline_fired(plan, evidence.baseline_errors)
+    counts = f"{test.events} errors in {test.requests} candidate requests this rollout"
+    if failing:
+        reason = (
+            f"error rate above {plan.max_error_rate:.2%}: log e-value {test.log_evalue:.2f} >= "
+            f"{plan.log_bound:.2f} (alpha {plan.alpha:.2%}), {counts}, "
+            f"anytime {1 - plan.alpha:.1%} CS [{lower:.3%}, {upper:.3%}]"
         )
-    ratio = ours.latency_p99 / theirs.latency_p99
-    verdict = Verdict.FAIL if ratio > threshold else Verdict.PASS
-    return Check(
-        "latency_ratio", verdict, ratio, samples, None, threshold, f"p99 {ratio:.2f}x the baseline's"
-    )
+        verdict, bound = Verdict.FAIL, lower
+    elif stage.requests < plan.stage_requests:
+        reason = (
+            f"extending: {stage.requests} of the {plan.stage_requests} candidate requests this stage "
+            f"needs to catch its smallest regression; {counts}"
+        )
+        verdict, bound = Verdict.INCONCLUSIVE, upper
+    else:
+        reason = f"no evidence above {plan.max_error_rate:.2%}; {counts}, CS [{lower:.3%}, {upper:.3%}]"
+        verdict, bound = Verdict.PASS, upper
+    rate = test.events / test.requests if test.requests else None
+    return Check(ERROR_RATE, verdict, rate, test.requests, bound, plan.max_error_rate,
+                 _shared_reason(reason, failing and shared), test.log_evalue, plan.log_bound,
+                 failing and shared)  # fmt: skip
 
 
-def _ttft(spec: Analysis, ours: VariantWindow | None) -> Check:
-    threshold = spec.max_ttft_p95
-    samples = int(ours.requests) if ours else 0
-    if samples < spec.min_requests or ours.ttft_p95 is None:
-        return Check("ttft_p95", Verdict.INCONCLUSIVE, None, samples, None, threshold, "not enough TTFT data")
-    verdict = Verdict.FAIL if ours.ttft_p95 > threshold else Verdict.PASS
-    return Check(
-        "ttft_p95", verdict, ours.ttft_p95, samples, None, threshold, f"TTFT p95 {ours.ttft_p95:.3f}s"
+def _error_change(plan: Plan, evidence: Evidence) -> Check:
+    test = evidence.candidate_errors
+    baseline = evidence.baseline_errors
+    failing = fired(test.log_detector, plan.log_detector_bound)
+    shared = failing and (
+        fired(baseline.log_detector, plan.log_detector_bound) or fired(baseline.log_evalue, plan.log_bound)
     )
+    if failing:
+        reason = (
+            f"the error rate rose above {plan.max_error_rate:.2%}: change detector log statistic "
+            f"{test.log_detector:.2f} >= {plan.log_detector_bound:.2f}"
+        )
+    else:
+        reason = f"no change above {plan.max_error_rate:.2%} ({test.steps} looks with traffic)"
+    verdict = Verdict.FAIL if failing else Verdict.PASS
+    return Check(ERROR_RATE_CHANGE, verdict, None, test.requests, None, plan.max_error_rate,
+                 _shared_reason(reason, shared), test.log_detector, plan.log_detector_bound, shared)  # fmt: skip
+
+
+def _baseline_fired(plan: Plan, baseline: ThresholdTest) -> bool:
+    return fired(baseline.log_evalue, plan.log_bound) or fired(baseline.log_detector, plan.log_detector_bound)
+
+
+def _shared_reason(reason: str, shared: bool) -> str:
+    return f"shared incident (the baseline's own traffic fires the same test): {reason}" if shared else reason
+
+
+def _error_ratio(plan: Plan, evidence: Evidence) -> Check:
+    test = evidence.error_ratio
+    ours, theirs = evidence.candidate_errors, evidence.baseline_errors
+    ratio = None
+    if ours.requests and theirs.requests and theirs.events:
+        ratio = (ours.events / ours.requests) / (theirs.events / theirs.requests)
+    failing = fired(test.log_evalue, plan.log_bound)
+    reason = (
+        f"candidate errors {'above' if failing else 'not shown above'} {plan.max_error_ratio:g}x the "
+        f"baseline's: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}; "
+        f"{ours.events}/{ours.requests} against {theirs.events}/{theirs.requests}"
+    )
+    verdict = Verdict.FAIL if failing else Verdict.PASS
+    return Check(ERROR_RATIO, verdict, ratio, ours.requests, None, plan.max_error_ratio, reason,
+                 test.log_evalue, plan.log_bound)  # fmt: skip
+
+
+def _ttft_slo(plan: Plan, evidence: Evidence) -> Check:
+    test = evidence.candidate_ttft
+    if not test.requests:
+        return Check(TTFT_P95, Verdict.PASS, None, 0, None, test.p0, _NO_LATENCY.format(what="TTFT"),
+                     test.log_evalue, plan.log_bound)  # fmt: skip
+    edge = evidence.ttft_edge
+    exact = "" if abs(edge - plan.max_ttft_p95) < 1e-6 * edge else f" (the histogram's next edge, {edge:g}s)"
+    reason = (
+        f"{test.events} of {test.requests} first tokens slower than {edge:g}s{exact}, p95 SLO "
+        f"{plan.max_ttft_p95:g}s: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}"
+    )
+    return _threshold_check(TTFT_P95, test, plan, _baseline_fired(plan, evidence.baseline_ttft), reason)
+
+
+# A latency check with nothing to judge neither holds a rollout nor passes it on evidence: a server that
+# exports no latency histogram (not graystack's), or answers of one token (no inter-token gap), would
+# otherwise hold every stage forever. Its samples (0) and this reason say so in status.
+_NO_LATENCY = (
+    "no {what} observed from both variants on randomised traffic yet: nothing to judge (the servers' "
+    "histograms, graystack_request_*_seconds, feed it; null in the spec turns it off)"
+)
+
+
+def _shift(name: str, what: str, plan: Plan, test: ShiftTest | None, seen: int, ratio: float | None) -> Check:
+    threshold = plan.max_latency_ratio
+    if test is None or not seen:
+        return Check(
+            name, Verdict.PASS, ratio, 0, None, threshold, _NO_LATENCY.format(what=f"{what} latency")
+        )
+    failing = fired(test.log_evalue, plan.log_bound)
+    reason = (
+        f"{what} latency {'more' if failing else 'not shown more'} than {threshold:g}x the baseline's in "
+        f"distribution: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f} over {seen} candidate samples"
+    )
+    verdict = Verdict.FAIL if failing else Verdict.PASS
+    return Check(name, verdict, ratio, seen, None, threshold, reason, test.log_evalue, plan.log_bound)
 
 
 def _weight_status(spec: Analysis, statuses: Sequence[str], windows: Sequence[int]) -> Check:
     """The checkpoint form the pods serve: the probes' statuses and, with `max_effective_window`, the
     model servers' effective windows (an ACTIVE status alone does not tell the derived sparse bias from
     one spanning the whole context). Evidence against either fails before missing evidence holds."""
-    bound = spec.max_effective_window
-    unexpected = sorted(set(statuses) - set(spec.expected_weight_status))
+    bound, expected = spec.max_effective_window, spec.expected_weight_status
+    unexpected = sorted(set(statuses) - set(expected)) if expected is not None else []
     if unexpected:
-        reason = f"pods report {unexpected}, expected one of {spec.expected_weight_status}"
-        return Check("weight_status", Verdict.FAIL, float(len(unexpected)), len(statuses), None, 0.0, reason)
+        reason = f"pods report {unexpected}, expected one of {expected}"
+        return Check(WEIGHT_STATUS, Verdict.FAIL, float(len(unexpected)), len(statuses), None, 0.0, reason)
     wider = [window for window in windows if bound is not None and window > bound]
     if wider:
         reason = f"pods serve effective window {sorted(set(wider))}, above max_effective_window {bound}"
-        return Check("weight_status", Verdict.FAIL, float(len(wider)), len(windows), None, 0.0, reason)
-    if not statuses:
-        return Check("weight_status", Verdict.INCONCLUSIVE, None, 0, None, 0.0, "no probe has reported")
+        return Check(WEIGHT_STATUS, Verdict.FAIL, float(len(wider)), len(windows), None, 0.0, reason)
+    if expected is not None and not statuses:
+        return Check(WEIGHT_STATUS, Verdict.INCONCLUSIVE, None, 0, None, 0.0, "no probe has reported")
     if bound is not None and not windows:
         reason = "no model server has reported its effective window"
-        return Check("weight_status", Verdict.INCONCLUSIVE, None, 0, None, 0.0, reason)
-    reason = f"all {len(statuses)} pods as expected"
+        return Check(WEIGHT_STATUS, Verdict.INCONCLUSIVE, None, 0, None, 0.0, reason)
+    reason = f"all {len(statuses)} pods as expected" if expected is not None else "statuses not checked"
     if bound is not None:
         reason += f", effective windows {sorted(set(windows))} within {bound}"
-    return Check("weight_status", Verdict.PASS, 0.0, len(statuses), None, 0.0, reason)
+    return Check(WEIGHT_STATUS, Verdict.PASS, 0.0, len(statuses), None, 0.0, reason)
 
 
-def _nothing_compared(spec: Analysis) -> Check:
-    """A shadow stage with no compared answer holds: agreement was asked for, and nothing shows it."""
-    reason = (
-        "no shadow answer compared with the baseline's yet (greedy requests only; is the candidate "
-        "started with `serve --compare-with`?)"
-    )
-    return Check("shadow_agreement", Verdict.INCONCLUSIVE, None, 0, None, spec.min_shadow_agreement, reason)
+def _shadow_agreement(plan: Plan, test: ThresholdTest) -> Check:
+    """Disagreements tested like errors, against 1 - min_shadow_agreement. A pass needs evidence of
+    agreement: the disagreement's anytime confidence bound below the threshold."""
+    most = plan.max_disagreement
+    agreed = test.requests - test.events
+    lower, upper = error_rate_bounds(test.events, test.requests, plan.alpha, most)
+    share = agreed / test.requests if test.requests else None
+    counts = f"{agreed} of {test.requests} shadow answers equal the baseline's"
+    if fired(test.log_evalue, plan.log_bound):
+        verdict, bound, why = (
+            Verdict.FAIL,
+            1 - lower,
+            f"disagreement above {most:.1%}: log e-value {test.log_evalue:.2f}",
+        )
+    elif upper < most:
+        verdict, bound, why = (
+            Verdict.PASS,
+            1 - upper,
+            f"disagreement below {most:.1%} with {1 - plan.alpha:.1%} confidence",
+        )
+    elif not test.requests:
+        verdict, bound, why = (
+            Verdict.INCONCLUSIVE,
+            None,
+            (
+                "no shadow answer compared with the baseline's yet (greedy requests only; is the candidate "
+                "started with `serve --compare-with`?)"
+            ),
+        )
+    else:
+        verdict, bound, why = (
+            Verdict.INCONCLUSIVE,
+            1 - upper,
+            f"cannot tell the disagreement from {most:.1%} yet",
+        )
+    return Check(SHADOW_AGREEMENT, verdict, share, test.requests, bound, 1 - most, f"{counts}: {why}",
+                 test.log_evalue, plan.log_bound)  # fmt: skip
 
 
-def _shadow_agreement(spec: Analysis, ours: VariantWindow) -> Check:
-    """Only where shadow copies were compared (a shadow stage): disagreements judged as errors are,
-    against 1 - min_shadow_agreement, so a pass needs as much evidence as an error-rate pass."""
-    differed, compared = _counts(ours.shadow_compared, ours.shadow_compared - ours.shadow_agreed)
-    most = 1 - spec.min_shadow_agreement
-    decision = decide_error_rate(differed, compared, most, spec.min_requests)
-    bound = decision.bounds.lower if decision.verdict == Verdict.FAIL else decision.bounds.upper
-    reason = (
-        f"{compared - differed} of {compared} shadow answers equal the baseline's: "
-        + decision.reason.replace("error rate", "disagreement")
-    )
-    return Check(
-        "shadow_agreement",
-        decision.verdict,
-        1 - differed / compared,
-        compared,
-        1 - bound,
-        spec.min_shadow_agreement,
-        reason,
-    )
+def by_name(checks: Sequence[Check]) -> Mapping[str, Check]:
+    return {check.name: check for check in checks}

@@ -1,7 +1,8 @@
 """The rollout controller: the I/O edge around the pure state machine (gateway/rollout/machine.py).
 
-Every `analysis.interval` it measures (`provider.observe(analysis.window, analysis.recent_window)`), judges (`analyse`), steps
-the machine, and applies what the machine asked for: the split goes to every Envoy through the
+Every look (`analysis.look_interval`) it reads the counters (`provider.observe()`), adds the look's
+increments to the rollout's sequential tests (gateway/rollout/evidence.py, kept in the state), judges
+them (`analyse`), steps the machine, and applies what the machine asked for: the split goes to every Envoy through the
 Gateway, alerts are logged at WARNING and counted, decisions feed the metrics and `graystack status`,
 and the state is saved whenever it changed, so a restarted gateway resumes the same stage with the hold
 it had accrued. Operator commands (admin API) step the machine at once.
@@ -55,9 +56,12 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Protocol
 
+from gateway.metrics.observations import Observations
 from gateway.metrics.provider import MetricsProvider
+from gateway.rollout import evidence as tests
 from gateway.rollout import metrics
-from gateway.rollout.analysis import CHECK_NAMES, Check, analyse
+from gateway.rollout.analysis import Check, analyse, error_checks
+from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import (
     ADVANCING,
     Alert,
@@ -71,6 +75,7 @@ from gateway.rollout.machine import (
     rollback_acked,
     step,
 )
+from gateway.rollout.plan import CHECK_NAMES, Plan, plan_for, roles
 from gateway.rollout.spec import Mirror, RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore
 from gateway.rollout.stats import Verdict
@@ -99,14 +104,6 @@ class Proxies(Protocol):
 ProviderFactory = Callable[[RolloutSpec], MetricsProvider]
 
 
-def roles(spec: RolloutSpec) -> tuple[str, str]:
-    """(baseline, candidate) for `spec`; SpecError if it has no baseline."""
-    baseline = spec.retries.fallback or ("baseline" if "baseline" in spec.variants else None)
-    if baseline is None:
-        raise SpecError("the rollout needs a baseline: set retries.fallback or name a variant `baseline`")
-    return baseline, next(v for v in spec.variants if v != baseline)
-
-
 def rollout_split(spec: RolloutSpec, state: RolloutState) -> RolloutSplit:
     """The Gateway layer for `state` (see the module docstring)."""
     if state.weight is None:
@@ -128,10 +125,17 @@ def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
 
 def rollback_reason(checks: list[Check] | None, command: Command | None) -> str:
     """The short `reason` label of graystack_rollout_rollbacks_total."""
-    failing = [c.name for c in checks or () if c.verdict == Verdict.FAIL]
+    failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
+    if failing and all(c.shared for c in failing):
+        return "shared_incident"
     if failing:
-        return failing[0]
+        return failing[0].name
     return "operator" if command == Command.ROLLBACK else "metrics_error"
+
+
+def _stage(state: RolloutState) -> str:
+    """The stage a look's counts belong to (a pause does not start a new one)."""
+    return f"{state.phase.value}:{state.step}"
 
 
 def check_dict(check: Check) -> dict:
@@ -175,6 +179,8 @@ class RolloutController:
         self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
         self._confirm: asyncio.Task | None = None
         self._proxy_seen = False  # a proxy has connected since this controller started
+        self._counters: Counters | None = None  # the last look's counters, for the next look's increments
+        self.tests_started: str | None = None  # why the current tests started (a new test is logged)
 
     @property
     def spec(self) -> RolloutSpec:
@@ -199,8 +205,7 @@ class RolloutController:
     def _resume(self, saved: RolloutState | None) -> None:
         now = self._clock()
         state = saved if saved is not None else initial_state(self.spec, now)
-        checks = (*CHECK_NAMES, *(["shadow_agreement"] if self.spec.analysis.min_shadow_agreement else []))
-        metrics.zero_rollout_series(self.spec.name, checks, [v.value for v in Verdict])
+        metrics.zero_rollout_series(self.spec.name, CHECK_NAMES, [v.value for v in Verdict])
         log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
         self.state, self._stored = state, saved
         self._step(self.spec, None, None, now)
@@ -215,7 +220,7 @@ class RolloutController:
                     await self.tick()
                 except Exception:  # the guard must outlive any one bad interval
                     log.exception("rollout analysis interval failed")
-                await asyncio.sleep(self.spec.analysis.interval)
+                await asyncio.sleep(self.spec.analysis.look_interval)
         finally:
             if self._confirm is not None:
                 self._confirm.cancel()
@@ -232,11 +237,58 @@ class RolloutController:
     # -- one interval -----------------------------------------------------------------------------
 
     async def tick(self) -> None:
-        """One analysis interval: measure, judge, step, apply."""
-        checks = await self._measure(self.spec)
+        """One look: measure, add to the evidence, judge, step, apply."""
+        spec = self.spec
+        provider = self._provider_for(spec)
+        if provider is None:
+            return
+        proxy_seen = self._proxy_connected()  # asked first: a proxy connecting mid-scrape was not up for it
+        seen = await provider.observe()
         async with self._lock:
-            self._step(self.spec, checks, None, self._clock())
+            now = self._clock()
+            checks = self._judge(spec, seen, now)
+            if not proxy_seen:
+                checks = [_not_yet_measurable(check) for check in checks]
+            self._step(spec, checks, None, now)
             await self._save()
+
+    def _judge(self, spec: RolloutSpec, seen: Observations, now: float) -> list[Check]:
+        """The look's checks, with its increments added to the state's evidence first. An unreadable
+        look adds nothing: the next one's increments cover it (a lost look merges into the next)."""
+        plan = plan_for(spec)
+        if seen.error is not None:
+            return error_checks(seen.error, plan)
+        totals = increase(self._counters, seen.counters)
+        # A series missing from this look (Prometheus marks a failed target's series stale) keeps its
+        # last value: when it comes back, its increase is taken from there, not counted whole again.
+        self._counters = {**(self._counters or {}), **seen.counters}
+        state = self.state
+        evidence = self._evidence(plan, state, now)
+        evidence = tests.add_look(evidence, plan, per_variant(totals, spec.variants), _stage(state))
+        self.state = replace(state, evidence=evidence)
+        return analyse(
+            spec.analysis,
+            plan,
+            evidence,
+            seen.weight_status.get(plan.candidate, ()),
+            seen.effective_windows.get(plan.candidate, ()),
+            shadowing=state.phase == Phase.SHADOW,
+        )
+
+    def _evidence(self, plan: Plan, state: RolloutState, now: float) -> tests.Evidence:
+        """The state's evidence, or new tests (logged, with why) where it has none for this plan."""
+        current = state.evidence
+        if current is not None and current.plan == plan.key:
+            return current
+        if current is not None:
+            why = "the settings that define the tests (or the candidate) changed"
+        elif state.history and state.history[-1].reason in ("operator retry", "operator resume"):
+            why = state.history[-1].reason
+        else:
+            why = "no saved evidence for this rollout (a new rollout, or its state was lost)"
+        self.tests_started = f"{why}; alpha {plan.alpha:.3%} per test over {list(plan.tests)}"
+        log.warning("rollout %s: new sequential tests: %s", self.spec.name, self.tests_started)
+        return tests.start(plan, _stage(state), now)
 
     def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
         """The provider for this spec's variants and source, rebuilt when those change; None (and the
@@ -251,17 +303,6 @@ class RolloutController:
                 self._provider, self.guard_off = None, str(error)
                 log.warning("rollout %s: the guard is off: %s", spec.name, error)
         return self._provider
-
-    async def _measure(self, spec: RolloutSpec) -> list[Check] | None:
-        provider = self._provider_for(spec)
-        if provider is None:
-            return None
-        proxy_seen = self._proxy_connected()  # asked first: a proxy connecting mid-scrape was not up for it
-        seen = await provider.observe(spec.analysis.window, spec.analysis.recent_window)
-        baseline, candidate = roles(spec)
-        shadowing = self.state is not None and self.state.phase == Phase.SHADOW
-        checks = analyse(spec.analysis, seen, candidate, baseline, shadowing)
-        return checks if proxy_seen else [_not_yet_measurable(check) for check in checks]
 
     def _proxy_connected(self) -> bool:
         """Whether a proxy has connected since this controller started (see the module docstring)."""
@@ -356,6 +397,13 @@ class RolloutController:
             metrics.ANALYSIS_CHECK_VALUE.labels(spec.name, check.name).set(value)
             metrics.ANALYSIS_CHECK_THRESHOLD.labels(spec.name, check.name).set(check.threshold)
             metrics.ANALYSIS_CHECK_SAMPLES.labels(spec.name, check.name).set(check.samples)
+            if check.log_evalue is not None:
+                metrics.ANALYSIS_LOG_EVALUE.labels(spec.name, check.name).set(check.log_evalue)
+                metrics.ANALYSIS_LOG_EVALUE_BOUND.labels(spec.name, check.name).set(check.log_bound)
+        evidence = self.state.evidence
+        if evidence is not None:
+            for side, value in zip(("lower", "upper"), evidence.error_bounds, strict=True):
+                metrics.ERROR_RATE_BOUND.labels(spec.name, side).set(value)
         checks = [check_dict(c) for c in decision.checks]
         self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
 
@@ -421,6 +469,31 @@ class RolloutController:
             "last_decision": self.last_decision,
             "alerts": list(self.alerts),
             "history": [asdict(t) for t in state.history[-HISTORY_SHOWN:]],
+            "evidence": self._evidence_status(spec, state),
             "state_store": self.store.where,
             "state_save_error": self.save_error,
+        }
+
+    def _evidence_status(self, spec: RolloutSpec, state: RolloutState) -> dict | None:
+        """What the tests hold: since when, this stage's requests against what it needs, the error
+        rate's anytime confidence bounds, and the checks that do not run and why."""
+        evidence = state.evidence
+        try:
+            plan = plan_for(spec)
+        except SpecError:
+            return None
+        stage = evidence.stage if evidence is not None else None
+        needed = plan.stage_requests if state.phase in ADVANCING else None
+        requests = stage.requests if stage is not None and stage.stage == _stage(state) else 0
+        return {
+            "started": None if evidence is None else evidence.started,
+            "why_started": self.tests_started,
+            "alpha": plan.alpha,
+            "tests": list(plan.tests),
+            "off": dict(plan.off),
+            "stage_requests": requests,
+            "stage_requests_needed": needed,
+            "extending": needed is not None and requests < needed,
+            "error_rate_bounds": None if evidence is None else list(evidence.error_bounds),
+            "incident": state.incident,
         }

@@ -11,7 +11,11 @@ Phases: `shadow` (weight 0, Envoy mirrors `shadow.percent` of the traffic), `pro
 One call handles, in order:
 1. The guard. Any FAIL check, in any phase but rolled_back (promoted and manual included: the guard
    stays on after 100 %), rolls back at once; the reason names each failing check with its value,
-   samples, bound and threshold. A command in the same call is ignored: safety first.
+   samples, bound and threshold (and its evidence). A command in the same call is ignored: safety
+   first. The one exception: when every failing check is a shared incident (the baseline's own traffic
+   fires the same test) and `analysis.on_shared_incident` is `hold`, the weights stay, the rollout
+   pauses and one alert pages; resuming it starts new tests (`evidence` None), since the incident's
+   errors are in the current ones. A failure that is the candidate's alone still rolls back.
 2. The command. pause / resume (timers freeze and continue; weights stay), promote (skip the rest of
    this stage: shadow -> step 0, step i -> i+1, last step -> promoted), rollback (an operator abort,
    handled like a FAIL), retry (rolled_back -> the first stage, fresh timers). A command that makes no
@@ -24,7 +28,8 @@ One call handles, in order:
    without an ERROR resets the count. INCONCLUSIVE holds: it is never a pass.
 4. Advancing, only when no command was applied in this call and not paused: the hold (shadow
    `duration` or step `hold`) has elapsed AND this interval's checks are all PASS (an empty list is not
-   a pass). weight_status must pass too: an unverified checkpoint is exactly what we must not ship, so a
+   a pass). error_rate passes only once the stage has seen enough candidate requests to catch the
+   spec's smallest regression: until then the stage extends past its hold. weight_status must pass too: an unverified checkpoint is exactly what we must not ship, so a
    rollout whose probes never report holds. Shadow also needs the gate: success (1 - error_rate value)
    >= gate.success_rate and latency_ratio value <= gate.max_latency_ratio; a gate miss holds (it is
    not a failure: the variant may just not be fast enough yet). At most one stage per call.
@@ -45,6 +50,10 @@ returns graystack_rollback_seconds) or, past its deadline, `rollback_ack_timeout
 controller also sends every header segment to the baseline while rolled back: the state's weight sets
 the default split only.
 
+The sequential tests' state (`evidence`, gateway/rollout/evidence.py) rides in the state, so it is
+saved and restored with it; the controller updates it each look, and the machine only keeps it or,
+on `retry` and on resuming after a held shared incident, drops it so that new tests start.
+
 A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
 exists restarts the strategy from its first stage; a changed weight or shadow percent is applied.
 """
@@ -52,13 +61,15 @@ exists restarts the strategy from its first stage; a changed weight or shadow pe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from gateway.rollout.analysis import Check
+from gateway.rollout.analysis import Check, by_name
+from gateway.rollout.evidence import Evidence
+from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE
 from gateway.rollout.spec import Gate, RolloutSpec
 from gateway.rollout.stats import Verdict
 
@@ -106,6 +117,8 @@ class RolloutState:
     rollback_started: float | None = None  # first failing sample of a rollback not yet ACKed everywhere
     reason: str = ""  # why the last transition happened
     history: tuple[Transition, ...] = ()
+    evidence: Evidence | None = None  # the sequential tests (gateway/rollout/evidence.py); None: start anew
+    incident: str | None = None  # a shared incident held under on_shared_incident: hold, until resumed
 
     def hold_elapsed(self, now: float) -> float:
         """Hold time accrued by `now`; a clock behind `held_until` adds nothing."""
@@ -118,9 +131,10 @@ class RolloutState:
         return f"{where} (paused)" if self.paused else where
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = _STATE.dump_python(
+            self
+        )  # python mode: -inf (an SR statistic before data) survives as -Infinity
         data["phase"] = self.phase.value
-        data["history"] = [asdict(t) for t in self.history]
         return data
 
     @classmethod
@@ -177,11 +191,16 @@ def step(
     state = _reconcile(spec, _fold(state, now), now)
     outcome = ""
     failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
-    if failing and state.phase != Phase.ROLLED_BACK:
+    held = _shared_hold(spec, failing)
+    if failing and state.phase != Phase.ROLLED_BACK and not held:
         state = _roll_back(state, now, "; ".join(describe(c) for c in failing), actions)
         outcome = "rollback"
         if command is not None:
             actions.append(Ignored(command, "a failing check rolled the rollout back"))
+    elif held and state.phase != Phase.ROLLED_BACK:
+        state, outcome = _hold_incident(state, failing, now, actions)
+        if command is not None:
+            state, _ = _command(spec, state, command, now, actions)
     else:
         applied = False
         if command is not None:
@@ -211,10 +230,15 @@ def rollback_ack_timeout(state: RolloutState, now: float, acked: int, connected:
 
 
 def describe(check: Check) -> str:
-    """A check as evidence: verdict, value, samples, bound and threshold."""
+    """A check as evidence: verdict, value, samples, bound and threshold, its log e-value against its
+    bound (a sequential test), and whether the baseline shares the failure."""
+    evidence = ""
+    if check.log_evalue is not None and check.log_bound is not None:
+        evidence = f", log e-value {check.log_evalue:.2f} vs {check.log_bound:.2f}"
+    shared = ", shared incident (the baseline fails the same test)" if check.shared else ""
     return (
         f"{check.name} {check.verdict.value}: value {_num(check.value)} over {check.samples} samples, "
-        f"bound {_num(check.bound)}, threshold {_num(check.threshold)} ({check.reason})"
+        f"bound {_num(check.bound)}, threshold {_num(check.threshold)}{evidence}{shared} ({check.reason})"
     )
 
 
@@ -280,6 +304,26 @@ def _roll_back(state: RolloutState, now: float, cause: str, actions: list[Action
     return replace(state, errors=0, rollback_started=now)
 
 
+def _shared_hold(spec: RolloutSpec, failing: Sequence[Check]) -> bool:
+    """Every failing check is a shared incident, and the spec says to hold on those."""
+    return bool(failing) and spec.analysis.on_shared_incident == "hold" and all(c.shared for c in failing)
+
+
+def _hold_incident(
+    state: RolloutState, failing: Sequence[Check], now: float, actions: list[Action]
+) -> tuple[RolloutState, str]:
+    """A shared incident under `on_shared_incident: hold`: the weights stay, the rollout pauses, and one
+    alert pages; resuming it starts new tests (the incident's errors are in the current ones)."""
+    if state.incident is not None:
+        return state, "hold: shared incident (alerted; resume once it is over)"
+    cause = "; ".join(describe(c) for c in failing)
+    actions.append(Alert(f"shared incident, weights held at {state.weight}%: {cause}"))
+    reason = f"held: shared incident: {cause}"
+    if state.phase in ADVANCING and not state.paused:
+        state = _pause(state, now, reason)
+    return replace(state, incident=reason), "hold: shared incident"
+
+
 def _pause(state: RolloutState, now: float, reason: str) -> RolloutState:
     return _moved(state, now, reason, paused=True, held_until=None)
 
@@ -306,12 +350,13 @@ def _command(
     if command == Command.PAUSE:
         return _pause(state, now, "operator pause"), True
     if command == Command.RESUME:
-        return _moved(state, now, "operator resume", paused=False, held_until=now, errors=0), True
+        fresh = {"evidence": None, "incident": None} if state.incident is not None else {}
+        return _moved(state, now, "operator resume", paused=False, held_until=now, errors=0, **fresh), True
     if command == Command.PROMOTE:
         return _advance(spec, state, now, "operator promote"), True
     if command == Command.ROLLBACK:
         return _roll_back(state, now, "operator rollback", actions), True
-    return _first_stage(spec, state, now, "operator retry"), True
+    return _first_stage(spec, replace(state, evidence=None, incident=None), now, "operator retry"), True
 
 
 def _judge(
@@ -371,13 +416,17 @@ def _hold_needed(spec: RolloutSpec, state: RolloutState) -> float:
 
 def _gate_missed(gate: Gate, checks: tuple[Check, ...]) -> str | None:
     """Why the shadow gate stays shut, or None when the variant may take real traffic."""
-    by_name = {c.name: c for c in checks}
-    rate, ratio = by_name.get("error_rate"), by_name.get("latency_ratio")
-    if rate is None or rate.value is None or ratio is None or ratio.value is None:
-        return "no error-rate or latency-ratio value"
+    named = by_name(checks)
+    rate, ratio = named.get(ERROR_RATE), named.get(TTFT_VS_BASELINE)
+    if rate is None or rate.value is None:
+        return "no error-rate value"
     success = 1.0 - rate.value
     if success < gate.success_rate:
         return f"success rate {success:.4f} below {gate.success_rate}"
+    if ratio is None:
+        return None  # latency comparisons are off (max_latency_ratio: null)
+    if ratio.value is None:
+        return "no latency ratio yet (mean TTFT of both variants this stage)"
     if ratio.value > gate.max_latency_ratio:
         return f"latency ratio {ratio.value:.3f} above {gate.max_latency_ratio}"
     return None

@@ -4,7 +4,9 @@ Beyond the design's table: `graystack_analysis_check_value`, `graystack_analysis
 `graystack_analysis_check_samples` (each check's last value, threshold and sample count, NaN while a
 check has no value) so a dashboard can plot a check against its line with its evidence,
 `graystack_rollout_segment_weight` (every header segment's split, which the default-split gauge does
-not show), and `graystack_rollout_alerts_total` (every Alert the controller logged).
+not show), `graystack_rollout_alerts_total` (every Alert the controller logged), and the sequential
+tests' evidence: `graystack_analysis_log_evalue` against `graystack_analysis_log_evalue_bound` (a rollback
+is the first crossing) and the error rate's anytime confidence bounds `graystack_analysis_error_rate_bound`.
 
 Counters whose labels are known up front are created at 0 (`zero_rollout_series`), so that
 Prometheus' increase() sees their first event: a series born at 1 is invisible to it.
@@ -61,6 +63,23 @@ ANALYSIS_CHECK_SAMPLES = Gauge(
     "The number of samples (requests, or probes) each check judged in the last analysis interval",
     ["rollout", "check"],
 )
+ANALYSIS_LOG_EVALUE = Gauge(
+    "graystack_analysis_log_evalue",
+    "Each sequential test's evidence against the candidate: its log e-value (the change detector: its log "
+    "statistic); the check fails when it reaches graystack_analysis_log_evalue_bound",
+    ["rollout", "check"],
+)
+ANALYSIS_LOG_EVALUE_BOUND = Gauge(
+    "graystack_analysis_log_evalue_bound",
+    "The log e-value at which each sequential test fails: log(1/alpha), alpha its share of the rollout's "
+    "false-rollback budget (the change detector: log of its mean looks between false alarms)",
+    ["rollout", "check"],
+)
+ERROR_RATE_BOUND = Gauge(
+    "graystack_analysis_error_rate_bound",
+    "The candidate's error rate: anytime-valid confidence bounds over the rollout (side = lower, upper)",
+    ["rollout", "side"],
+)
 ROLLBACK_SECONDS = Histogram(
     "graystack_rollback_seconds",
     "From the first failing sample (or the operator's command) to every proxy's ACK of the rollback",
@@ -75,10 +94,14 @@ ALERTS = Counter(
 
 ROLLBACK_REASONS = (
     "error_rate",
-    "latency_ratio",
+    "error_rate_change",
+    "error_ratio",
     "ttft_p95",
+    "ttft_vs_baseline",
+    "itl_vs_baseline",
     "weight_status",
     "shadow_agreement",
+    "shared_incident",
     "operator",
     "metrics_error",
 )
@@ -98,6 +121,12 @@ def forget_checks(rollout: str, checks: Iterable[str]) -> None:
     """Drop the last value, threshold and samples of checks that no longer run (shadow_agreement after
     the shadow stage): a gauge left at its last value would read as a current measurement."""
     for check in checks:
-        for gauge in (ANALYSIS_CHECK_VALUE, ANALYSIS_CHECK_THRESHOLD, ANALYSIS_CHECK_SAMPLES):
+        for gauge in (
+            ANALYSIS_CHECK_VALUE,
+            ANALYSIS_CHECK_THRESHOLD,
+            ANALYSIS_CHECK_SAMPLES,
+            ANALYSIS_LOG_EVALUE,
+            ANALYSIS_LOG_EVALUE_BOUND,
+        ):
             with contextlib.suppress(KeyError):  # never set: nothing to drop
                 gauge.remove(rollout, check)

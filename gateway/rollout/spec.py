@@ -25,8 +25,8 @@ from pydantic import (
 
 from gateway.metrics.queries import check_overrides
 
-_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 # RFC 9110 token: what Envoy accepts as a header name.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # Envoy's x-envoy-retry-on values (router filter docs).
@@ -52,7 +52,7 @@ class SpecError(ValueError):
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from `8s`, `500ms`, `5m`, `1h` or a bare number of seconds; refuses negatives."""
+    """Seconds from `8s`, `500ms`, `5m`, `1h`, `90d` or a bare number of seconds; refuses negatives."""
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 2s or 500ms")
     if isinstance(value, int | float):
@@ -246,23 +246,39 @@ class Provider(_Model):
 
 
 class Analysis(_Model):
-    interval: Duration = 5.0
+    """How the guard decides (gateway/rollout/evidence.py; shared/research/sequential_analysis.md).
+
+    Decisions are anytime-valid sequential tests over the whole rollout, so the user states how often
+    the guard may be wrong, not how many requests a window holds: `false_rollback_budget` bounds the
+    chance that a healthy candidate is ever rolled back by the rollout's tests (split evenly across the
+    tests that run), `mean_time_between_false_alarms` bounds the change detector that guards after
+    100 %, and `min_detectable_error_rate` is the smallest regression a stage must be able to catch
+    before it ends (it sets each stage's minimum candidate requests). Any check is off with null.
+    `window` and `min_requests` serve dashboards only; no decision reads them.
+    """
+
+    interval: Duration | None = None  # seconds between looks; None: 1 s for `direct`, 5 s for `prometheus`
     window: Duration = 60.0
-    # The window's most recent part, judged on its own too so that minutes of healthy traffic before a
-    # fault do not dilute it (gateway/rollout/stats.py); a quarter of the window unless set.
-    recent: Duration | None = None
     min_requests: int = Field(default=100, ge=1)
-    max_error_rate: float = Field(default=0.003, ge=0, le=1)
-    max_latency_ratio: float = Field(default=1.5, gt=0)
-    max_ttft_p95: Duration = 2.0
-    expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] = ["ERASED", "ZEROED"]
+    max_error_rate: float = Field(default=0.003, gt=0, lt=1)
+    false_rollback_budget: float = Field(default=0.01, gt=0, lt=0.5)
+    mean_time_between_false_alarms: Duration = 90 * 86400.0
+    min_detectable_error_rate: float = Field(default=0.01, gt=0, lt=1)
+    # Candidate errors against the baseline's: at most this many times the baseline's rate (None: off).
+    max_error_ratio: float | None = Field(default=2.0, ge=1)
+    # Candidate TTFT and inter-token latency at most this many times the baseline's, in distribution
+    # (None: off); tested on histogram buckets, within each prompt bucket.
+    max_latency_ratio: float | None = Field(default=1.2, gt=1)
+    max_ttft_p95: Duration | None = 2.0
+    on_shared_incident: Literal["rollback", "hold"] = "rollback"
+    expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] | None = ["ERASED", "ZEROED"]
     # Zero-layer pods must serve a bias that is zero past this distance (their model servers'
     # graystack_model_info effective_window): tells the derived sparse ACTIVE form (64 on the trained
     # default model) from an ACTIVE bias spanning the whole context. None: not checked.
     max_effective_window: int | None = Field(default=None, ge=0)
     # The share of shadow copies whose greedy answer must equal the baseline's (inference/server/outputs.py);
-    # None: not checked. Judged like the error rate, on the disagreements.
-    min_shadow_agreement: float | None = Field(default=None, gt=0, le=1)
+    # None: not checked. Tested like the error rate, on the disagreements.
+    min_shadow_agreement: float | None = Field(default=None, gt=0, lt=1)
     provider: Provider = Provider()
     # When the metrics stay unreadable past the retry limit: hold the weights and alert (freeze),
     # or treat it as a failure (rollback). Freeze is the default: an outage of the metrics source
@@ -270,16 +286,28 @@ class Analysis(_Model):
     on_error: Literal["freeze", "rollback"] = "freeze"
 
     @model_validator(mode="after")
-    def _recent_within_window(self) -> Analysis:
-        if self.recent is not None and not 0 < self.recent <= self.window:
+    def _budgets_that_work(self) -> Analysis:
+        if self.interval is not None and self.interval <= 0:
+            raise ValueError("interval: must be above 0 (omit it for the provider's default)")
+        if self.min_detectable_error_rate <= self.max_error_rate:
             raise ValueError(
-                f"recent ({self.recent:g}s) must be above 0 and at most the window ({self.window:g}s)"
+                f"min_detectable_error_rate ({self.min_detectable_error_rate:g}) must be above "
+                f"max_error_rate ({self.max_error_rate:g}): no test can catch a regression at its threshold"
+            )
+        looks = self.mean_time_between_false_alarms / self.look_interval
+        if looks < 1000:
+            raise ValueError(
+                f"mean_time_between_false_alarms ({self.mean_time_between_false_alarms:g}s) must span at "
+                f"least 1000 looks of {self.look_interval:g}s: the change detector would alarm on healthy traffic"
             )
         return self
 
     @property
-    def recent_window(self) -> float:
-        return self.window / 4 if self.recent is None else self.recent
+    def look_interval(self) -> float:
+        """Seconds between looks: looks cost nothing statistically, so as often as the source refreshes."""
+        if self.interval is not None:
+            return self.interval
+        return 1.0 if self.provider.type == "direct" else 5.0
 
 
 class RolloutSpec(_Model):

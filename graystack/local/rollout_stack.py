@@ -17,7 +17,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.local.gateway_stack import PORT_NAMES, VARIANTS, GatewayStack, default_spec
-from graystack.local.processes import ManagedProcess, StartupError, start_process, wait_until
+from graystack.local.processes import ManagedProcess, StartupError, start_process
 from graystack.local.prometheus import start_prometheus
 
 Conversation = tuple[tuple[str, str], ...]  # (role, text) turns
@@ -167,16 +167,9 @@ class RolloutStack(GatewayStack):
         url = f"{self.server_url('zero-layer')}/admin/faults"
         httpx.post(url, json={"error_rate": error_rate}, timeout=5).raise_for_status()
 
-    def clear_fault(self, timeout: float = 60) -> None:
-        """Heal zero-layer, then wait until its failures have left the analysis window (a retry
-        before that would roll back again on old evidence)."""
+    def clear_fault(self) -> None:
+        """Heal zero-layer. A `retry` after it starts new tests: no old failure counts against it."""
         self.set_fault(0.0)
-        wait_until(
-            lambda: self.rollout()["last_decision"]["checks"][0]["samples"] == 0,
-            timeout,
-            "the failures to leave the analysis window",
-            interval=0.2,
-        )
 
     def metric(self, url: str, name: str, labels: dict) -> float:
         """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""

@@ -33,19 +33,27 @@ from graystack.observability.promql import (
 P = TypeVar("P", timeseries.Panel, stat.Panel, statetimeline.Panel, table.Panel)
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 QUANTILES = (0.5, 0.95, 0.99)
-# The rollout analysis' checks (gateway/rollout/analysis.py `analyse`) and the unit of each value.
+# The rollout analysis' checks (gateway/rollout/plan.py CHECK_NAMES) and the unit of each value.
 CHECKS = {
     "error_rate": "percentunit",
-    "latency_ratio": "none",
-    "ttft_p95": "s",
+    "error_ratio": "none",
+    "ttft_p95": "percentunit",
+    "ttft_vs_baseline": "none",
+    "itl_vs_baseline": "none",
     "weight_status": "none",
     "shadow_agreement": "percentunit",
 }
 # What a check's panel needs said beyond its value and threshold.
 CHECK_NOTES = {
-    "shadow_agreement": " Only with analysis.min_shadow_agreement set, while shadow copies are compared: "
-    "its threshold is a floor (below it fails), and the line ends once the compared answers have left "
-    "the analysis window after the shadow stage.",
+    "error_rate": " The value is the candidate's error rate over the rollout; the threshold is max_error_rate.",
+    "error_ratio": " The candidate's error rate over the baseline's, against max_error_ratio.",
+    "ttft_p95": " The share of first tokens above the SLO (max_ttft_p95), against 5 %.",
+    "ttft_vs_baseline": " The candidate's mean TTFT over the baseline's this stage (the shadow gate's "
+    "ratio); the test itself compares the distributions against max_latency_ratio.",
+    "itl_vs_baseline": " No value: the test compares inter-token latency distributions against "
+    "max_latency_ratio (see the evidence panel).",
+    "shadow_agreement": " Only with analysis.min_shadow_agreement set, in a shadow stage: its threshold "
+    "is a floor (below it fails).",
 }
 
 
@@ -179,6 +187,34 @@ def rollout_decisions() -> gd.Dashboard:
         .span(12)
         .height(8)
     )
+    board.with_row(gd.Row("Evidence against its bound"))
+    board.with_panel(
+        graph(
+            "Evidence against bound, per sequential test",
+            "none",
+            "Each test's log e-value (error_rate_change: the change detector's log statistic) and the "
+            "bound it fails at: log(1/alpha), alpha its share of analysis.false_rollback_budget "
+            "(error_rate_change: the log of its looks between false alarms). A rollback is a line "
+            "crossing its bound; the evidence accumulates over the whole rollout and restarts only on "
+            "retry or a new candidate.",
+            query(f"graystack_analysis_log_evalue{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
+            query(f"graystack_analysis_log_evalue_bound{{{ROLLOUT}}}", "{{rollout}} {{check}} bound"),
+        ).span(16)
+    )
+    board.with_panel(
+        graph(
+            "Candidate error rate: anytime confidence bounds",
+            "percentunit",
+            "The candidate's error rate over the rollout, with confidence bounds valid at every look at "
+            "once (a confidence sequence), against max_error_rate.",
+            query(f"graystack_analysis_error_rate_bound{{{ROLLOUT}}}", "{{rollout}} {{side}}"),
+            query(f'graystack_analysis_check_value{{{ROLLOUT}, check="error_rate"}}', "{{rollout}} rate"),
+            query(
+                f'graystack_analysis_check_threshold{{{ROLLOUT}, check="error_rate"}}',
+                "{{rollout}} threshold",
+            ),
+        ).span(8)
+    )
     board.with_row(gd.Row("Each check against its threshold"))
     for check, unit in CHECKS.items():
         selector = f'{ROLLOUT}, check="{check}"'
@@ -192,13 +228,13 @@ def rollout_decisions() -> gd.Dashboard:
                 query(f"graystack_analysis_check_threshold{{{selector}}}", "{{rollout}} threshold"),
             ).span(6)
         )
-    board.with_panel(shadow_agreement().span(18))
+    board.with_panel(shadow_agreement().span(6))
     board.with_panel(
         graph(
             "Verdicts per check",
             "short",
-            "Analysis results per interval: pass, fail, inconclusive (too few samples), error (metrics "
-            "unreadable).",
+            "Analysis results per look: pass, fail, inconclusive (a stage still extending for evidence, "
+            "or no data), error (metrics unreadable).",
             query(
                 f"sum by (check, result) (increase(graystack_analysis_checks_total{{{ROLLOUT}}}[{RATE}]))",
                 "{{check}} {{result}}",
@@ -209,9 +245,9 @@ def rollout_decisions() -> gd.Dashboard:
         graph(
             "Samples per check",
             "short",
-            "What each check judged in the last analysis: the candidate's requests over the window "
-            "(shadow copies included) for the request checks, probes for weight_status, compared shadow "
-            "answers for shadow_agreement; under the minimum, the verdict is inconclusive.",
+            "What each check has judged: the candidate's requests over the rollout (shadow copies "
+            "included) for the error checks, its first tokens or token gaps for the latency checks, "
+            "probes for weight_status, compared shadow answers for shadow_agreement.",
             query(f"graystack_analysis_check_samples{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
         )
     )
@@ -222,7 +258,8 @@ def rollout_decisions() -> gd.Dashboard:
         .title("Rollbacks by reason")
         .description(
             "Rollbacks since the gateway started, by reason (every reason listed, 0 until it happens): "
-            "the first failing check, operator, metrics_error."
+            "the first failing check, shared_incident (the baseline failed the same test), operator, "
+            "metrics_error."
         )
     )
     reasons = query(f"sum by (rollout, reason) (graystack_rollout_rollbacks_total{{{ROLLOUT}}})").instant()

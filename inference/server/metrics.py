@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
@@ -44,6 +45,12 @@ E2E_BUCKETS = (
     *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
 )
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+# The gateway sets this header to the routing segment of each request it forwards (gateway/envoy/names.py;
+# inference/ does not import the gateway): "default" for the default split, else the header rule's value.
+# Latency histograms carry it, so the rollout compares variants only where traffic was split at random.
+SEGMENT_HEADER = "x-graystack-segment"
+MAX_SEGMENTS = 32
+_SEGMENT = re.compile(r"[A-Za-z0-9_.:-]{0,64}")
 PROMPT_BUCKET_EDGES = (128, 512, 2048, 8192)  # prompt tokens; the default context holds 10,240
 
 
@@ -59,6 +66,7 @@ def prompt_bucket(tokens: int) -> str:
 class ServerMetrics:
     def __init__(self, variant: str, model_name: str) -> None:
         self.variant = variant
+        self._segments: set[str] = set()
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and friends (Linux)
         variant_only = ["variant"]
@@ -71,15 +79,17 @@ class ServerMetrics:
         )
         self.ttft = Histogram(
             "graystack_request_ttft_seconds",
-            "Time from a request's arrival to its first generated token",
-            ["variant", "prompt_bucket"],
+            "Time from a request's arrival to its first generated token, by the gateway segment the request "
+            "came through (SEGMENT_HEADER) and its prompt length",
+            ["variant", "segment", "prompt_bucket"],
             buckets=TTFT_BUCKETS,
             registry=self.registry,
         )
         self.inter_token = Histogram(
             "graystack_request_inter_token_seconds",
-            "Time between consecutive generated tokens of one request (one observation per engine step)",
-            variant_only,
+            "Time between consecutive generated tokens of one request (one observation per engine step), by "
+            "the gateway segment the request came through",
+            ["variant", "segment"],
             buckets=INTER_TOKEN_BUCKETS,
             registry=self.registry,
         )
@@ -174,17 +184,29 @@ class ServerMetrics:
     def count(self, code: int) -> None:
         self.requests.labels(self.variant, str(code)).inc()
 
-    def timer(self, arrived: float, prompt_tokens: int) -> RequestTimer:
-        return RequestTimer(self, arrived, prompt_tokens)
+    def timer(self, arrived: float, prompt_tokens: int, segment: str = "") -> RequestTimer:
+        """`segment`: the request's SEGMENT_HEADER ("" when it did not come through the gateway)."""
+        return RequestTimer(self, arrived, prompt_tokens, self._segment_label(segment))
+
+    def _segment_label(self, segment: str) -> str:
+        """The header as a label, bounded: anyone who reaches the server directly can send it, and each
+        new value is a new set of series, so odd values and any past MAX_SEGMENTS read `other`."""
+        if segment in self._segments:
+            return segment
+        if not _SEGMENT.fullmatch(segment) or len(self._segments) >= MAX_SEGMENTS:
+            return "other"
+        self._segments.add(segment)
+        return segment
 
 
 class RequestTimer:
     """One accepted request's latencies and tokens, observed as its tokens arrive."""
 
-    def __init__(self, metrics: ServerMetrics, arrived: float, prompt_tokens: int) -> None:
+    def __init__(self, metrics: ServerMetrics, arrived: float, prompt_tokens: int, segment: str = "") -> None:
         """`arrived`: time.monotonic() when the request came in."""
         self.metrics = metrics
         self.prompt_tokens = prompt_tokens
+        self.segment = segment
         self.arrived = arrived
         self.last_token: float | None = None
         self.generated = 0
@@ -194,9 +216,10 @@ class RequestTimer:
         now = time.monotonic()
         variant = self.metrics.variant
         if self.last_token is None:
-            self.metrics.ttft.labels(variant, prompt_bucket(self.prompt_tokens)).observe(now - self.arrived)
+            bucket = prompt_bucket(self.prompt_tokens)
+            self.metrics.ttft.labels(variant, self.segment, bucket).observe(now - self.arrived)
         else:
-            self.metrics.inter_token.labels(variant).observe(now - self.last_token)
+            self.metrics.inter_token.labels(variant, self.segment).observe(now - self.last_token)
         self.last_token = now
         self.generated += 1
         self.metrics.tokens.labels(variant, "generated").inc()

@@ -23,7 +23,7 @@ from inference.engine import Chunk, Engine, EngineError, Event, Finished, Genera
 from inference.server.body import read_json_object
 from inference.server.errors import ApiError, from_engine, from_validation
 from inference.server.faults import Faults
-from inference.server.metrics import RequestTimer, ServerMetrics
+from inference.server.metrics import SEGMENT_HEADER, RequestTimer, ServerMetrics
 from inference.server.outputs import Output, OutputLog, ShadowComparator, output_of
 
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer was complete
@@ -101,7 +101,8 @@ class Serving:
         tag = output_tag(request, generation_request)
         if tag is not None:
             self._tags[generation] = tag
-        return parsed, generation, self.metrics.timer(arrived, generation.prompt_tokens)
+        segment = request.headers.get(SEGMENT_HEADER, "")
+        return parsed, generation, self.metrics.timer(arrived, generation.prompt_tokens, segment)
 
     async def events(self, generation: Generation, timer: RequestTimer) -> AsyncIterator[Event]:
         """The generation's events, timed and counted; cancelled when the consumer stops early."""

@@ -169,12 +169,13 @@ def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(stack
             assert counts(start, seen, variant) == (served[variant], 0)  # Envoy's: no probe traffic
             # The model servers' own histograms also count the probes' requests, sent to the pod directly.
             assert total(found, variant, TTFT) >= served[variant]
-            assert found[variant, TTFT, "0-128", math.inf] >= served[variant]  # "Hello": a short prompt
+            # Through Envoy every request carries its route's segment: the probes' own do not.
+            assert found[variant, TTFT, "default|0-128", math.inf] == served[variant]  # "Hello": short
             assert total(found, variant, TTFT_SUM) > 0
             assert total(found, variant, ITL) >= 3 * served[variant]  # 4 tokens: 3 gaps each
             assert total(found, variant, ITL_SUM) > 0
             ttft = [key for key in seen.counters if (key.variant, key.signal) == (variant, TTFT)]
-            assert {key.stratum for key in ttft} >= {"0-128"}
+            assert {key.stratum for key in ttft} >= {"default|0-128"}
             assert all(f'instance="{servers[variant].url}/metrics"' in key.source for key in ttft)
         assert seen.weight_status == {"baseline": ["ACTIVE"], "zero-layer": ["ERASED"]}
         whole = ModelConfig().max_seq_len  # the baseline's bias spans its whole context

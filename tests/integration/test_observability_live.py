@@ -181,7 +181,7 @@ def history(stack, prometheus) -> tuple[float, float]:
         # seen enough 5xx for the error-rate alert to be pending.
         pending = 'ALERTS{alertname="GraystackVariantErrorRateHigh", variant="zero-layer"}'
         wait_until(lambda: instant(prometheus, pending), 90, "zero-layer's error-rate alert pending")
-        stack.clear_fault(timeout=40)
+        stack.clear_fault()
         apply_spec(stack, SHADOW_FIRST)
         stack.cli("retry")
         wait_until(lambda: stack.rollout()["phase"] == "promoted", 60, "the clean retry to promote")

@@ -37,6 +37,7 @@ def gated(expected_status: str) -> dict:
             "window": "30s",
             "min_requests": 50,
             "max_error_rate": 0.02,
+            "min_detectable_error_rate": 0.2,
             "max_latency_ratio": 5,
             "max_ttft_p95": "5s",
             "expected_weight_status": [expected_status],

@@ -5,22 +5,17 @@ them (gateway/metrics/observations.py): series by series, a series that fell cou
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 from gateway.metrics.observations import Observations
+from gateway.rollout.increments import increase
 
 
 def increments(before: Observations, after: Observations) -> dict[tuple[str, str, str, float], float]:
-    """(variant, signal, stratum, le) -> its series' increments between the looks, summed."""
+    """(variant, signal, stratum, le) -> its series' increments between the looks, summed (the
+    controller's own code, gateway/rollout/increments.py)."""
     assert before.error is None, before.error
     assert after.error is None, after.error
-    summed: dict[tuple[str, str, str, float], float] = defaultdict(float)
-    for key, value in after.counters.items():
-        previous = before.counters.get(key, 0.0)
-        summed[key.variant, key.signal, key.stratum, key.le] += (
-            value - previous if value >= previous else value
-        )
-    return dict(summed)
+    return dict(increase(before.counters, after.counters))
 
 
 def total(

@@ -14,8 +14,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from gateway.rollout import metrics as rollout_metrics
-from gateway.rollout.analysis import Observations, VariantWindow, analyse
-from gateway.rollout.spec import Analysis
+from gateway.rollout.analysis import analyse
+from gateway.rollout.evidence import start
+from gateway.rollout.plan import plan_for
+from gateway.rollout.spec import Analysis, validate_spec
 from gateway.xds import metrics as xds_metrics
 from graystack.observability import alerts, dashboards
 from graystack.observability.__main__ import main
@@ -100,12 +102,28 @@ def test_each_dashboard_filters_by_namespace_rollout_and_variant(name):
 
 
 def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
-    compared = {"zero-layer": VariantWindow(requests=0, errors=0, shadow_compared=5, shadow_agreed=5)}
-    every_check = Analysis(min_shadow_agreement=0.9)  # the optional check runs where copies were compared
-    ran = {c.name for c in analyse(every_check, Observations(compared), "zero-layer", "baseline")}
+    every_check = validate_spec(  # no header rules (error_ratio runs), shadow agreement asked for
+        {
+            "name": "zero-layer",
+            "variants": {
+                "baseline": {"endpoints": ["127.0.0.1:8001"]},
+                "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
+            },
+            "routing": {"weights": {"baseline": 100, "zero-layer": 0}},
+            "analysis": {"min_shadow_agreement": 0.9},
+        }
+    )
+    plan = plan_for(every_check)
+    evidence = start(plan, "shadow:0", 0.0)
+    ran = {c.name for c in analyse(every_check.analysis, plan, evidence, ["ERASED"], [], shadowing=True)}
     board = json.loads(dashboards.render("rollout-decisions"))
     plotted = {m for _, expr in dashboards.queries(board) for m in re.findall(r'check="(\w+)"', expr)}
-    assert plotted == ran == set(dashboards.CHECKS)
+    assert plotted == set(dashboards.CHECKS)
+    assert ran == plotted | {"error_rate_change"}  # a statistic, no value: drawn on the evidence panel
+    evidence_panel = [
+        expr for _, expr in dashboards.queries(board) if "graystack_analysis_log_evalue" in expr
+    ]
+    assert evidence_panel  # every sequential test's log e-value and bound, by check
 
 
 def test_the_ttft_objective_is_a_bucket_edge_of_the_servers_histogram():

@@ -71,7 +71,7 @@ def test_each_series_counts_once_for_its_variant_and_names_its_target(monkeypatc
     assert values("baseline", REQUESTS) == [20]
     assert values("baseline", ERRORS) == []
     ttft = {(k.stratum, k.le): v for k, v in seen.counters.items() if k.signal == TTFT}
-    assert ttft == {("0-128", 2.0): 3, ("0-128", math.inf): 4}
+    assert ttft == {("*|0-128", 2.0): 3, ("*|0-128", math.inf): 4}  # no `segment` label: "*"
     assert all(f'instance="{POD}"' in k.source for k in seen.counters if k.signal == TTFT)
     assert all(
         f'instance="{ENVOY}/stats/prometheus"' in k.source for k in seen.counters if k.signal == REQUESTS

@@ -26,11 +26,13 @@ def test_rate_error_rate_and_ttft_p95_come_from_the_difference_between_two_scrap
     for _ in range(10):
         metrics.count(500)
     for _ in range(100):
-        metrics.ttft.labels("zero-layer", "0-16").observe(0.05)  # between the 0.04 and 0.06 bounds
+        metrics.ttft.labels("zero-layer", "default", "0-16").observe(
+            0.05
+        )  # between the 0.0435 and 0.0522 edges
     stats = window_stats(before, scrape(metrics, at=105.0), "ERASED")
     assert stats.rate == pytest.approx(20.0)
     assert stats.error_rate == pytest.approx(0.1)
-    assert 0.04 < stats.ttft_p95 <= 0.06
+    assert 0.0434 < stats.ttft_p95 <= 0.0522
     assert stats.weight_status == "ERASED"
 
 

@@ -148,7 +148,9 @@ def test_each_series_is_its_own_counter_named_by_its_labels(monkeypatch):
     assert seen.counters[CounterKey("zero-layer", REQUESTS, source=a_source)] == 120
     assert (
         seen.counters[
-            CounterKey("zero-layer", TTFT, "0-128", 2.0, f"graystack_request_ttft_seconds_bucket{{{pod_a}}}")
+            CounterKey(
+                "zero-layer", TTFT, "*|0-128", 2.0, f"graystack_request_ttft_seconds_bucket{{{pod_a}}}"
+            )
         ]
         == 7
     )

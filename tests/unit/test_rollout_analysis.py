@@ -1,133 +1,195 @@
-"""Checks carry their verdict with the evidence behind it."""
+"""The evidence a rollout accumulates look by look, and the checks it reads as: each regression fails its
+own test with the evidence that crossed the bound, and the verdicts hold only what the data shows."""
 
-from dataclasses import replace
+from __future__ import annotations
 
-from gateway.rollout.analysis import Observations, VariantWindow, analyse
-from gateway.rollout.spec import Analysis
+import math
+
+import pytest
+
+from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, CounterKey, stratum
+from gateway.rollout.analysis import analyse, by_name
+from gateway.rollout.evidence import Evidence, add_look, start
+from gateway.rollout.increments import increase, per_variant
+from gateway.rollout.plan import Plan, plan_for
+from gateway.rollout.spec import validate_spec
 from gateway.rollout.stats import Verdict
+from tests.support.counting_provider import CountingProvider, Traffic
+from tests.unit.test_spec import example
 
-SPEC = Analysis()  # DESIGN's defaults: 0.3 %, p99 ratio 1.5, TTFT p95 2 s, ERASED/ZEROED, 100 requests
-
-
-def verdicts(seen: Observations) -> dict[str, Verdict]:
-    return {c.name: c.verdict for c in analyse(SPEC, seen, "zero-layer", "baseline")}
+STAGE = "progressing:0"
 
 
-def window(requests, errors, p99=0.2, ttft=0.3) -> VariantWindow:
-    return VariantWindow(requests=requests, errors=errors, latency_p99=p99, ttft_p95=ttft)
+def spec(rules: bool = False, **analysis):
+    data = example(**{f"analysis__{k}": v for k, v in analysis.items()})
+    if not rules:
+        data["routing"]["rules"] = []
+    return validate_spec(data)
 
 
-def test_a_healthy_variant_passes_every_check():
-    seen = Observations(
-        variants={"zero-layer": window(1500, 0, p99=0.15), "baseline": window(20000, 10)},
-        weight_status={"zero-layer": ["ERASED", "ERASED"]},
-    )
-    assert set(verdicts(seen).values()) == {Verdict.PASS}
+def run(plan: Plan, looks: list[dict[str, Traffic]], stage: str = STAGE) -> Evidence:
+    """The evidence after `looks` (per variant traffic each), through the real increments code."""
+    provider = CountingProvider()
+    evidence, previous = start(plan, stage, 0.0), None
+    for traffic in [{}, *looks]:  # a first look with nothing: it sets where the counters start
+        provider.per_look = traffic
+        counters = _observe(provider)
+        evidence = add_look(
+            evidence, plan, per_variant(increase(previous, counters), ("baseline", "zero-layer")), stage
+        )
+        previous = counters
+    return evidence
 
 
-def test_too_little_traffic_is_inconclusive_not_a_pass():
-    seen = Observations(
-        variants={"zero-layer": window(40, 0), "baseline": window(800, 0)},
-        weight_status={"zero-layer": ["ZEROED"]},
-    )
-    result = verdicts(seen)
-    assert result["error_rate"] == result["latency_ratio"] == result["ttft_p95"] == Verdict.INCONCLUSIVE
-    assert result["weight_status"] == Verdict.PASS
+def _observe(provider: CountingProvider):
+    import asyncio
+
+    return asyncio.run(provider.observe()).counters
 
 
-def test_each_regression_fails_its_own_check_with_the_evidence():
-    seen = Observations(
-        variants={"zero-layer": window(400, 20, p99=0.5, ttft=2.5), "baseline": window(8000, 2, p99=0.2)},
-        weight_status={"zero-layer": ["ERASED", "ACTIVE"]},
-    )
-    checks = {c.name: c for c in analyse(SPEC, seen, "zero-layer", "baseline")}
-    assert {name: c.verdict for name, c in checks.items()} == dict.fromkeys(checks, Verdict.FAIL)
-    error_rate = checks["error_rate"]
-    assert error_rate.value == 0.05
+def checks(analysis_spec, evidence: Evidence, shadowing: bool = False):
+    plan = plan_for(analysis_spec)
+    return by_name(analyse(analysis_spec.analysis, plan, evidence, ["ERASED"], [], shadowing))
+
+
+def test_increments_are_taken_series_by_series_and_a_reset_is_a_new_start():
+    key = CounterKey("zero-layer", REQUESTS, source="pod-a")
+    other = CounterKey("zero-layer", REQUESTS, source="pod-b")
+    errors = CounterKey("zero-layer", ERRORS, source="envoy")
+    assert increase(None, {key: 500}) == {}  # the first look only sets the start
+    grew = increase({key: 500, other: 40}, {key: 520, other: 10, errors: 3})
+    assert grew[("zero-layer", REQUESTS, "", math.inf)] == 20 + 10  # pod-b restarted: its 10 are new
+    assert grew[("zero-layer", ERRORS, "", math.inf)] == 3  # a series born since the last look counts from 0
+
+
+def test_histogram_increments_become_each_strata_exceedances():
+    bucket = stratum("default", "0-128")
+    totals = {
+        ("zero-layer", TTFT, bucket, 1.0): 8.0,
+        ("zero-layer", TTFT, bucket, 2.0): 9.0,
+        ("zero-layer", TTFT, bucket, math.inf): 10.0,
+    }
+    look = per_variant(totals, ["zero-layer"])["zero-layer"]
+    assert look.ttft[bucket].above(2.0) == 1
+    assert look.ttft[bucket].above(1.0) == 2
+
+
+def test_a_healthy_candidate_passes_once_its_stage_has_enough_requests():
+    rollout = spec()
+    plan = plan_for(rollout)
+    healthy = {"baseline": Traffic(19 * 400, 7), "zero-layer": Traffic(400)}
+    few = checks(rollout, run(plan, [healthy]))
+    assert few["error_rate"].verdict == Verdict.INCONCLUSIVE
+    assert f"extending: 400 of the {plan.stage_requests} candidate requests" in few["error_rate"].reason
+    enough = checks(rollout, run(plan, [healthy] * (plan.stage_requests // 400 + 1)))
+    assert {name: c.verdict for name, c in enough.items()} == dict.fromkeys(enough, Verdict.PASS)
+    assert enough["error_rate"].bound < rollout.analysis.max_error_rate  # its anytime upper bound
+
+
+@pytest.mark.parametrize(
+    ("traffic", "failing"),
+    [
+        ({"zero-layer": Traffic(400, 20)}, {"error_rate", "error_rate_change", "error_ratio"}),
+        ({"zero-layer": Traffic(400, ttft=0.2)}, {"ttft_vs_baseline"}),  # 4x slower first tokens
+        ({"zero-layer": Traffic(400, itl=0.1)}, {"itl_vs_baseline"}),  # 5x slower tokens
+        ({"zero-layer": Traffic(400, ttft=3.0)}, {"ttft_p95", "ttft_vs_baseline"}),  # past the 2 s SLO
+    ],
+)
+def test_each_regression_fails_its_own_test_with_the_evidence(traffic, failing):
+    rollout = spec()
+    plan = plan_for(rollout)
+    looks = [{"baseline": Traffic(19 * 400), **traffic}] * 5
+    result = checks(rollout, run(plan, looks))
+    assert {name for name, c in result.items() if c.verdict == Verdict.FAIL} == failing
+    for name in failing:
+        check = result[name]
+        assert (
+            check.log_evalue
+            >= check.log_bound
+            == pytest.approx(
+                plan.log_detector_bound if name == "error_rate_change" else math.log(1 / plan.alpha)
+            )
+        )
+        assert not check.shared
+
+
+def test_the_error_rate_fails_on_evidence_and_says_the_counts_and_bounds():
+    rollout = spec()
+    error_rate = checks(
+        rollout, run(plan_for(rollout), [{"baseline": Traffic(7600), "zero-layer": Traffic(400, 20)}])
+    )["error_rate"]
+    assert error_rate.value == 20 / 400
     assert error_rate.samples == 400
-    assert error_rate.bound > SPEC.max_error_rate  # the lower confidence bound, above the threshold
-    assert checks["latency_ratio"].value == 2.5
-    assert "ACTIVE" in checks["weight_status"].reason
+    assert error_rate.bound > rollout.analysis.max_error_rate  # the anytime lower bound
+    assert "20 errors in 400 candidate requests" in error_rate.reason
 
 
-def test_a_metrics_source_that_is_down_is_an_error_not_a_failure():
-    result = verdicts(Observations(error="prometheus: connection refused"))
-    assert set(result.values()) == {Verdict.ERROR}
+def test_a_failure_the_baseline_shares_is_marked_shared():
+    rollout = spec()
+    both = {"baseline": Traffic(7600, 380), "zero-layer": Traffic(400, 20)}  # both at 5 %
+    result = checks(rollout, run(plan_for(rollout), [both] * 3))
+    assert result["error_rate"].verdict == Verdict.FAIL
+    assert result["error_rate"].shared
+    assert "shared incident" in result["error_rate"].reason
+    assert result["error_ratio"].verdict == Verdict.PASS  # the comparison sees no difference
 
 
-def shadow(compared: int, agreed: int) -> Observations:
-    candidate = replace(window(2000, 0), shadow_compared=compared, shadow_agreed=agreed)
-    return Observations(
-        variants={"zero-layer": candidate, "baseline": window(20000, 10)},
-        weight_status={"zero-layer": ["ERASED"]},
+def test_comparisons_use_only_randomised_traffic():
+    """A segment pinned to the candidate carries its own load and prompts: it is no comparison."""
+    rollout = spec(rules=True)  # high_load pinned to zero-layer, mobile split 80/20
+    plan = plan_for(rollout)
+    assert "error_ratio" not in plan.tests  # Envoy's counters cannot tell segments apart
+    pinned_slow = [
+        Traffic(400, ttft=0.05, segment="default"),
+        Traffic(400, ttft=1.0, segment="high_load"),  # slow, but pinned: not a comparison
+    ]
+    result = checks(rollout, run(plan, [{"baseline": Traffic(7600), "zero-layer": pinned_slow}] * 5))
+    assert result["ttft_vs_baseline"].verdict == Verdict.PASS
+    split_slow = [Traffic(400, ttft=0.05), Traffic(400, ttft=1.0, segment="mobile")]
+    mobile = [Traffic(7600), Traffic(1600, segment="mobile")]
+    result = checks(rollout, run(plan, [{"baseline": mobile, "zero-layer": split_slow}] * 5))
+    assert result["ttft_vs_baseline"].verdict == Verdict.FAIL  # a split segment is its own stratum
+
+
+def test_latency_checks_with_nothing_to_judge_say_so_and_do_not_hold_the_rollout():
+    rollout = spec()
+    plan = plan_for(rollout)
+    no_latency = run(plan, [{"baseline": Traffic(7600), "zero-layer": Traffic(400)}], stage=STAGE)
+    no_latency = Evidence(
+        **{**no_latency.__dict__, "ttft_shift": None, "itl_shift": None, "ttft_seen": 0, "itl_seen": 0}
     )
+    result = checks(rollout, no_latency)
+    for name in ("ttft_vs_baseline", "itl_vs_baseline"):
+        assert result[name].verdict == Verdict.PASS
+        assert result[name].samples == 0
+        assert "nothing to judge" in result[name].reason
 
 
-def test_shadow_agreement_is_judged_only_where_copies_were_compared_and_only_when_asked():
-    asked = Analysis(min_shadow_agreement=0.9)
-    assert [c.name for c in analyse(asked, shadow(0, 0), "zero-layer", "baseline")][-1] == "weight_status"
-    assert [c.name for c in analyse(Analysis(), shadow(500, 500), "zero-layer", "baseline")][
-        -1
-    ] == "weight_status"
-    agreeing = analyse(asked, shadow(500, 498), "zero-layer", "baseline")[-1]
-    assert (agreeing.name, agreeing.verdict, agreeing.samples) == ("shadow_agreement", Verdict.PASS, 500)
-    assert agreeing.value == 498 / 500
-    assert "498 of 500 shadow answers equal the baseline's" in agreeing.reason
-    worse = analyse(asked, shadow(500, 350), "zero-layer", "baseline")[-1]
-    assert worse.verdict == Verdict.FAIL  # 70 % agreement, clearly below 90 %: the guard rolls back
-    assert worse.bound < 0.9
-    assert analyse(asked, shadow(20, 17), "zero-layer", "baseline")[-1].verdict == Verdict.INCONCLUSIVE
-
-
-def test_a_shadow_stage_with_no_compared_answer_holds_when_agreement_is_asked_for():
-    """Copies served but none compared (e.g. a candidate started without --compare-with): the stage
-    must not pass on the other checks alone."""
-    asked = Analysis(min_shadow_agreement=0.9)
-    held = analyse(asked, shadow(0, 0), "zero-layer", "baseline", shadowing=True)[-1]
-    assert (held.name, held.verdict) == ("shadow_agreement", Verdict.INCONCLUSIVE)
-    assert "--compare-with" in held.reason
-    unasked = analyse(Analysis(), shadow(0, 0), "zero-layer", "baseline", shadowing=True)
-    assert [c.name for c in unasked][-1] == "weight_status"
-
-
-DERIVED = Analysis(expected_weight_status=["ACTIVE"], max_effective_window=64)
-
-
-def weight_check(spec: Analysis, statuses: list[str], windows: list[int] | None):
-    seen = Observations(
-        variants={"zero-layer": window(1500, 0), "baseline": window(20000, 10)},
-        weight_status={"zero-layer": statuses} if statuses else {},
-        effective_windows={"zero-layer": windows} if windows is not None else {},
+def test_checks_that_are_off_do_not_run():
+    rollout = spec(
+        max_error_ratio=None, max_latency_ratio=None, max_ttft_p95=None, expected_weight_status=None
     )
-    return {c.name: c for c in analyse(spec, seen, "zero-layer", "baseline")}["weight_status"]
+    result = checks(
+        rollout, run(plan_for(rollout), [{"baseline": Traffic(7600), "zero-layer": Traffic(400)}])
+    )
+    assert set(result) == {"error_rate", "error_rate_change"}
 
 
-def test_a_bound_on_the_effective_window_passes_pods_serving_the_derived_sparse_bias():
-    check = weight_check(DERIVED, ["ACTIVE", "ACTIVE"], [64, 53])
-    assert check.verdict == Verdict.PASS
-    assert check.reason == "all 2 pods as expected, effective windows [53, 64] within 64"
-    erased = Analysis(max_effective_window=64)  # ERASED/ZEROED serve no bias: a window of 0
-    assert weight_check(erased, ["ERASED"], [0]).verdict == Verdict.PASS
+def test_the_budget_is_split_across_the_tests_that_run():
+    assert plan_for(spec()).alpha == pytest.approx(0.01 / 5)  # errors, ratio, SLO, TTFT and ITL shifts
+    assert plan_for(spec(rules=True)).alpha == pytest.approx(0.01 / 4)
+    assert plan_for(spec(min_shadow_agreement=0.9)).alpha == pytest.approx(0.01 / 6)
 
 
-def test_an_active_pod_whose_bias_spans_a_wider_window_fails_naming_it():
-    check = weight_check(DERIVED, ["ACTIVE", "ACTIVE"], [64, 128])
-    assert check.verdict == Verdict.FAIL
-    assert check.reason == "pods serve effective window [128], above max_effective_window 64"
-    assert (
-        weight_check(DERIVED, [], [10240]).verdict == Verdict.FAIL
-    )  # evidence, though no probe has reported
-    assert "ZEROED" in weight_check(DERIVED, ["ZEROED"], [0]).reason  # the status is judged as before
-
-
-def test_a_bound_without_any_reported_window_is_inconclusive():
-    check = weight_check(DERIVED, ["ACTIVE"], None)
-    assert check.verdict == Verdict.INCONCLUSIVE
-    assert check.reason == "no model server has reported its effective window"
-
-
-def test_without_a_bound_the_windows_change_nothing():
-    unbounded = Analysis(expected_weight_status=["ACTIVE"])
-    for windows in (None, [10240]):
-        check = weight_check(unbounded, ["ACTIVE"], windows)
-        assert (check.verdict, check.reason) == (Verdict.PASS, "all 1 pods as expected")
+def test_shadow_agreement_is_judged_only_in_a_shadow_stage():
+    rollout = spec(min_shadow_agreement=0.9)
+    plan = plan_for(rollout)
+    agreeing = run(plan, [{"baseline": Traffic(7600), "zero-layer": Traffic(400, compared=400, differed=1)}])
+    assert "shadow_agreement" not in checks(rollout, agreeing)
+    check = checks(rollout, agreeing, shadowing=True)["shadow_agreement"]
+    assert (check.verdict, check.samples, check.value) == (Verdict.PASS, 400, 399 / 400)
+    assert "399 of 400 shadow answers equal the baseline's" in check.reason
+    worse = run(plan, [{"baseline": Traffic(7600), "zero-layer": Traffic(400, compared=400, differed=120)}])
+    assert checks(rollout, worse, shadowing=True)["shadow_agreement"].verdict == Verdict.FAIL
+    none = run(plan, [{"baseline": Traffic(7600), "zero-layer": Traffic(400)}])
+    assert checks(rollout, none, shadowing=True)["shadow_agreement"].verdict == Verdict.INCONCLUSIVE

@@ -97,7 +97,23 @@ def test_the_design_example_is_a_valid_spec():
             ["routing.rules.0", "sum to 100"],
         ),
         (example(routing__mirror={"variant": "canary"}), ["routing.mirror.variant", "canary"]),
-        (example(analysis={"window": "60s", "recent": "90s"}), ["analysis", "at most the window"]),
+        (example(analysis={"window": "60s", "recent": "15s"}), ["analysis.recent", "Extra inputs"]),
+        (
+            example(analysis__min_detectable_error_rate=0.002),
+            ["analysis", "min_detectable_error_rate (0.002) must be above max_error_rate (0.003)"],
+        ),
+        (example(analysis__false_rollback_budget=0), ["analysis.false_rollback_budget", "greater than 0"]),
+        (example(analysis__false_rollback_budget=0.7), ["analysis.false_rollback_budget", "less than 0.5"]),
+        (
+            example(analysis__mean_time_between_false_alarms="10m"),
+            ["analysis", "mean_time_between_false_alarms (600s) must span at least 1000 looks of 5s"],
+        ),
+        (example(analysis__max_error_ratio=0.5), ["analysis.max_error_ratio", "greater than or equal to 1"]),
+        (example(analysis__max_latency_ratio=1.0), ["analysis.max_latency_ratio", "greater than 1"]),
+        (
+            example(analysis__on_shared_incident="page"),
+            ["analysis.on_shared_incident", "'rollback' or 'hold'"],
+        ),
         (example(routing__mirror={"variant": "zero-layer", "percent": 101}), ["routing.mirror.percent"]),
         (
             example(analysis__max_effective_window=-1),
@@ -119,6 +135,35 @@ def test_the_effective_window_bound_is_off_unless_set():
     bounded = validate_spec(example(analysis__max_effective_window=64))
     assert bounded.analysis.max_effective_window == 64
     assert validate_spec(example(analysis__max_effective_window=0)).analysis.max_effective_window == 0
+
+
+def test_the_decision_budget_defaults_and_every_check_can_be_off():
+    analysis = parse_spec(DESIGN_EXAMPLE).analysis
+    assert analysis.false_rollback_budget == 0.01
+    assert analysis.mean_time_between_false_alarms == 90 * 86400
+    assert analysis.min_detectable_error_rate == 0.01
+    assert analysis.on_shared_incident == "rollback"
+    off = validate_spec(
+        example(
+            analysis__max_error_ratio=None,
+            analysis__max_latency_ratio=None,
+            analysis__max_ttft_p95=None,
+            analysis__expected_weight_status=None,
+        )
+    ).analysis
+    assert (off.max_error_ratio, off.max_latency_ratio, off.max_ttft_p95, off.expected_weight_status) == (
+        (None,) * 4
+    )
+
+
+def test_looks_default_to_every_second_where_the_gateway_scrapes_itself():
+    assert validate_spec(example(analysis__interval=None)).analysis.look_interval == 1.0
+    prometheus = {"type": "prometheus", "url": "http://prometheus:9090"}
+    assert (
+        validate_spec(example(analysis__interval=None, analysis__provider=prometheus)).analysis.look_interval
+        == 5
+    )
+    assert validate_spec(example(analysis__interval="2s")).analysis.look_interval == 2.0
 
 
 def test_bad_yaml_is_refused_with_its_position():

@@ -1,0 +1,166 @@
+"""The shipped rollback tests, run over many simulated runs at once with the kernels they ship with.
+
+gateway/rollout/sequential's states call `threshold_look`, `ratio_look` and `shift_look` with one run;
+here they are called with every run of a scenario at once (leading axis = runs), so what is simulated is
+what the controller computes. The levels come from `plan_for` on a spec like the seed's, so the budget
+split is the shipped one too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.rollout.plan import Plan, plan_for
+from gateway.rollout.sequential import (
+    RatioTest,
+    ShiftTest,
+    ThresholdTest,
+    edge_pairs,
+    kl_bernoulli,
+    ratio_look,
+    shift_look,
+    threshold_look,
+)
+from gateway.rollout.spec import validate_spec
+
+LOOK_SECONDS = 5.0
+
+
+def seed_plan(max_error_rate: float = 0.003) -> Plan:
+    """The plan of the seed's rollout spec (DESIGN.md's defaults, one randomised default split)."""
+    return plan_for(
+        validate_spec(
+            {
+                "name": "zero-layer",
+                "variants": {
+                    "baseline": {"endpoints": ["127.0.0.1:8001"]},
+                    "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
+                },
+                "routing": {"weights": {"baseline": 95, "zero-layer": 5}},
+                "retries": {"fallback": "baseline"},
+                "analysis": {"interval": f"{LOOK_SECONDS:g}s", "max_error_rate": max_error_rate},
+            }
+        )
+    )
+
+
+@dataclass
+class ErrorTests:
+    """E1 and E2 on the candidate, R1 against the baseline: state per run."""
+
+    plan: Plan
+    runs: int
+
+    def __post_init__(self) -> None:
+        self.alternatives = np.asarray(ThresholdTest.new(self.plan.max_error_rate).alternatives)
+        self.ratios = np.asarray(RatioTest.new(self.plan.max_error_ratio or 2.0).alternatives)
+        self.log_lr = np.zeros((self.runs, len(self.alternatives)))
+        self.log_sr = np.zeros((self.runs, len(self.alternatives)))
+        self.started = np.zeros(self.runs, dtype=bool)
+        self.ratio_lr = np.zeros((self.runs, len(self.ratios)))
+
+    def look(
+        self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
+    ) -> np.ndarray:
+        """Add one look's counts (runs,); returns which runs' tests fire at it."""
+        plan = self.plan
+        self.log_lr, self.log_sr = threshold_look(
+            plan.max_error_rate, self.alternatives, self.log_lr, self.log_sr, self.started, cand_n, cand_x
+        )
+        self.started |= cand_n > 0
+        fired = _mixture(self.log_lr) >= plan.log_bound
+        fired |= self.started & (_mixture(self.log_sr) >= plan.log_detector_bound)
+        if plan.max_error_ratio is not None:
+            self.ratio_lr = ratio_look(
+                plan.max_error_ratio, self.ratios, self.ratio_lr,
+                cand_n[:, None], cand_x[:, None], base_n[:, None], base_x[:, None],
+            )  # fmt: skip
+            fired |= _mixture(self.ratio_lr) >= plan.log_bound
+        return fired
+
+
+@dataclass
+class LatencyTests:
+    """L1 (the TTFT SLO as an exceedance test) and the TTFT shift test against the baseline."""
+
+    plan: Plan
+    runs: int
+    edges: np.ndarray
+
+    def __post_init__(self) -> None:
+        test = ShiftTest.new(self.edges, self.plan.max_latency_ratio - 1)
+        self.pairs = edge_pairs(test.edges, test.max_slowdown)
+        self.ratios = np.asarray(test.alternatives)
+        pairs = len(self.pairs[0])
+        self.log_lr = np.zeros((self.runs, pairs, len(self.ratios)))
+        self.log_wealth = np.zeros(self.runs)
+        self.base_exceedances = np.zeros((self.runs, pairs))
+        self.base_requests = np.zeros(self.runs)
+        self.slo_edge = int(np.searchsorted(self.edges, self.plan.max_ttft_p95))
+        self.slo = np.asarray(ThresholdTest.new(0.05).alternatives)
+        self.slo_lr = np.zeros((self.runs, len(self.slo)))
+        self.slo_sr = np.zeros((self.runs, len(self.slo)))
+
+    def look(self, cand: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """One look's cumulative bucket increments (runs, E+1); returns which runs' tests fire."""
+        self.log_lr, self.log_wealth, self.base_exceedances, self.base_requests = shift_look(
+            self.pairs, self.ratios, self.log_lr, self.log_wealth, self.base_exceedances, self.base_requests,
+            cand[:, None, :], base[:, None, :],
+        )  # fmt: skip
+        total = cand[:, -1]
+        slow = total - cand[:, self.slo_edge]
+        started = np.ones(self.runs, dtype=bool)
+        self.slo_lr, self.slo_sr = threshold_look(
+            0.05, self.slo, self.slo_lr, self.slo_sr, started, total, slow
+        )
+        return (self.log_wealth >= self.plan.log_bound) | (_mixture(self.slo_lr) >= self.plan.log_bound)
+
+
+def _mixture(log_values: np.ndarray) -> np.ndarray:
+    """log of the equal-weight average over the last axis."""
+    top = log_values.max(axis=-1)
+    return top + np.log(np.exp(log_values - top[..., None]).mean(axis=-1))
+
+
+def error_floor(plan: Plan, candidate_rps: float, baseline_rps: float, p: float, p_base: float) -> float:
+    """Seconds a level-alpha test needs at least, on average, to reject: log(1/alpha) over the best
+    information rate among the shipped error tests (E1 against the threshold, R1 against the baseline)."""
+    rates = [candidate_rps * kl_bernoulli(p, plan.max_error_rate)] if p > plan.max_error_rate else []
+    if plan.max_error_ratio is not None:
+        rates.append(_ratio_information(candidate_rps * p, baseline_rps * p_base, candidate_rps, baseline_rps,
+                                        plan.max_error_ratio))  # fmt: skip
+    best = max(rates, default=0.0)
+    return plan.log_bound / best if best > 0 else math.inf
+
+
+def latency_floor(
+    plan: Plan, candidate_rps: float, baseline_rps: float, edges: np.ndarray, slower, faster
+) -> float:
+    """As `error_floor`, for TTFT: the SLO's exceedance test and each edge pair of the shift test.
+    `slower(e)`, `faster(e)`: P(T > e) for the candidate and the baseline."""
+    rates = []
+    above = slower(plan.max_ttft_p95)
+    if above > 0.05:
+        rates.append(candidate_rps * kl_bernoulli(above, 0.05))
+    first, second = edge_pairs(edges, plan.max_latency_ratio - 1)
+    for i, j in zip(first, second, strict=True):
+        rates.append(_ratio_information(candidate_rps * slower(edges[j]), baseline_rps * faster(edges[i]),
+                                        candidate_rps, baseline_rps, 1.0))  # fmt: skip
+    best = max(rates, default=0.0)
+    return plan.log_bound / best if best > 0 else math.inf
+
+
+def _ratio_information(
+    cand_events: float, base_events: float, cand_rps: float, base_rps: float, psi0: float
+) -> float:
+    """Nats per second the conditional share-of-events test gains: events/s times KL(share || null share)."""
+    events = cand_events + base_events
+    if events <= 0:
+        return 0.0
+    share = cand_events / events
+    r = cand_rps / (cand_rps + base_rps)
+    null = psi0 * r / (psi0 * r + 1 - r)
+    return events * kl_bernoulli(share, null) if share > null else 0.0

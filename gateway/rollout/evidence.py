@@ -1,0 +1,224 @@
+"""The rollout's evidence: its sequential tests' states, carried from look to look. Pure.
+
+Each look adds one look's increments (gateway/rollout/increments.py) to every test the plan runs
+(gateway/rollout/plan.py). The few hundred numbers here live in the rollout state, so a restarted
+gateway or a new leader continues the same tests instead of starting over (a state that was lost
+starts new tests, which the controller logs). Tests are never reset when a stage changes: an
+e-process's guarantee covers the whole rollout, for any look schedule and any weight schedule, and a
+restart per stage would spend the budget again. They restart on `retry`, on a new candidate, or when
+the settings that define them change (the plan's key).
+
+What each test sees, per look:
+- error_rate / error_rate_change: the candidate's attempts and failed attempts (Envoy's cluster
+  counters: a failure hidden by the fallback retry still counts), against max_error_rate; the same
+  tests on the baseline's own counts tell a shared incident from the candidate's;
+- error_ratio: both variants' counts, the look's realised share as the null;
+- ttft_p95: the candidate's first tokens above the smallest histogram edge at or above max_ttft_p95
+  (exact on graystack's servers, whose buckets have the SLO's edge; conservative where a server's
+  buckets do not), routed traffic only, against a 5 % share; the baseline's likewise;
+- ttft_vs_baseline, itl_vs_baseline: both variants' histograms, per randomised stratum;
+- shadow_agreement: the candidate's compared shadow answers and those that differed.
+The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
+counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gateway.metrics.observations import segment_of
+from gateway.rollout.increments import Histogram, VariantLook
+from gateway.rollout.plan import Plan
+from gateway.rollout.sequential import RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
+
+
+@dataclass(frozen=True)
+class StageCounts:
+    """The current stage's counts (reset when the stage changes; never used for a rollback)."""
+
+    stage: str
+    requests: int = 0
+    errors: int = 0
+    candidate_latency: tuple[float, float] = (0.0, 0.0)  # TTFT seconds and count, randomised strata
+    baseline_latency: tuple[float, float] = (0.0, 0.0)
+
+    def latency_ratio(self) -> float | None:
+        """Mean TTFT, candidate over baseline, this stage (the shadow gate's descriptive ratio)."""
+        (ours, n_ours), (theirs, n_theirs) = self.candidate_latency, self.baseline_latency
+        if not n_ours or not n_theirs or not theirs:
+            return None
+        return (ours / n_ours) / (theirs / n_theirs)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    plan: str  # the key of the plan these tests run under
+    started: float  # when they started
+    stage: StageCounts
+    candidate_errors: ThresholdTest
+    baseline_errors: ThresholdTest
+    error_bounds: tuple[float, float] = (0.0, 1.0)  # running intersection of the error rate's CS
+    error_ratio: RatioTest | None = None
+    candidate_ttft: ThresholdTest | None = None
+    baseline_ttft: ThresholdTest | None = None
+    ttft_edge: float | None = None  # the edge the SLO test counts above
+    ttft_shift: ShiftTest | None = None
+    itl_shift: ShiftTest | None = None
+    disagreement: ThresholdTest | None = None
+    ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
+    itl_seen: int = 0
+
+
+def start(plan: Plan, stage: str, now: float) -> Evidence:
+    """New tests, at their starting values."""
+    slo = plan.max_ttft_p95 is not None
+    return Evidence(
+        plan=plan.key,
+        started=now,
+        stage=StageCounts(stage),
+        candidate_errors=ThresholdTest.new(plan.max_error_rate),
+        baseline_errors=ThresholdTest.new(plan.max_error_rate),
+        error_ratio=RatioTest.new(plan.max_error_ratio) if plan.max_error_ratio is not None else None,
+        candidate_ttft=ThresholdTest.new(TTFT_SHARE) if slo else None,
+        baseline_ttft=ThresholdTest.new(TTFT_SHARE) if slo else None,
+        disagreement=ThresholdTest.new(plan.max_disagreement) if plan.max_disagreement is not None else None,
+    )
+
+
+TTFT_SHARE = 0.05  # p95 <= SLO: at most 5 % of first tokens above it
+
+
+def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], stage: str) -> Evidence:
+    """`evidence` with one look's increments added (`looks`: per variant; `stage`: where the rollout
+    stands now, whose counts the stage totals collect)."""
+    ours, theirs = looks.get(plan.candidate, VariantLook()), looks.get(plan.baseline, VariantLook())
+    candidate_errors = evidence.candidate_errors.update(ours.requests, ours.errors)
+    lower, upper = evidence.error_bounds
+    new_lower, new_upper = error_rate_bounds(
+        candidate_errors.events, candidate_errors.requests, plan.alpha, plan.max_error_rate
+    )
+    evidence = replace(
+        evidence,
+        candidate_errors=candidate_errors,
+        baseline_errors=evidence.baseline_errors.update(theirs.requests, theirs.errors),
+        error_bounds=(max(lower, new_lower), min(upper, new_upper)),
+        stage=_stage_counts(evidence.stage, stage, ours, theirs, plan),
+    )
+    if evidence.error_ratio is not None:
+        strata = [(ours.requests, ours.errors, theirs.requests, theirs.errors)]
+        evidence = replace(evidence, error_ratio=evidence.error_ratio.update(strata))
+    if evidence.disagreement is not None:
+        evidence = replace(evidence, disagreement=evidence.disagreement.update(ours.compared, ours.differed))
+    evidence = _ttft_slo(evidence, plan, ours, theirs)
+    return _shifts(evidence, plan, ours, theirs)
+
+
+def _stage_counts(
+    counts: StageCounts, stage: str, ours: VariantLook, theirs: VariantLook, plan: Plan
+) -> StageCounts:
+    if counts.stage != stage:
+        counts = StageCounts(stage)
+    return replace(
+        counts,
+        requests=counts.requests + ours.requests,
+        errors=counts.errors + ours.errors,
+        candidate_latency=_add_latency(counts.candidate_latency, _routed(ours.ttft, plan)),
+        baseline_latency=_add_latency(counts.baseline_latency, _routed(theirs.ttft, plan)),
+    )
+
+
+def _add_latency(total: tuple[float, float], strata: Mapping[str, Histogram]) -> tuple[float, float]:
+    seconds, count = total
+    return (
+        seconds + sum(h.seconds for h in strata.values()),
+        count + sum(h.total for h in strata.values()),
+    )
+
+
+def _routed(strata: Mapping[str, Histogram], plan: Plan) -> dict[str, Histogram]:
+    """The strata of randomised traffic: the ones a comparison may use."""
+    return {name: h for name, h in strata.items() if segment_of(name) in plan.randomised_segments}
+
+
+def _ttft_slo(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
+    if evidence.candidate_ttft is None or plan.max_ttft_p95 is None:
+        return evidence
+    edge = evidence.ttft_edge
+    if edge is None:
+        edges = sorted(
+            {e for h in ours.ttft.values() for e in h.edges if e >= plan.max_ttft_p95 * (1 - 1e-6)}
+        )
+        if not edges:
+            return evidence
+        edge = edges[0]
+    return replace(
+        evidence,
+        ttft_edge=edge,
+        candidate_ttft=evidence.candidate_ttft.update(*_slow(ours.ttft, edge)),
+        baseline_ttft=evidence.baseline_ttft.update(*_slow(theirs.ttft, edge)),
+    )
+
+
+def _slow(strata: Mapping[str, Histogram], edge: float) -> tuple[int, int]:
+    """(first tokens, of those above `edge`) over the strata that have that edge."""
+    having = [h for h in strata.values() if edge in h.edges]
+    total = round(sum(h.total for h in having))
+    return total, min(total, round(sum(h.above(edge) for h in having)))
+
+
+def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
+    if plan.max_latency_ratio is None:
+        return evidence
+    ttft = _shift(evidence.ttft_shift, plan, _routed(ours.ttft, plan), _routed(theirs.ttft, plan))
+    itl = _shift(evidence.itl_shift, plan, _routed(ours.itl, plan), _routed(theirs.itl, plan))
+    return replace(
+        evidence,
+        ttft_shift=ttft,
+        itl_shift=itl,
+        ttft_seen=evidence.ttft_seen + round(sum(h.total for h in _routed(ours.ttft, plan).values())),
+        itl_seen=evidence.itl_seen + round(sum(h.total for h in _routed(ours.itl, plan).values())),
+    )
+
+
+def _shift(
+    test: ShiftTest | None,
+    plan: Plan,
+    ours: Mapping[str, Histogram],
+    theirs: Mapping[str, Histogram],
+) -> ShiftTest | None:
+    """The shift test after this look: strata both variants observed, on the edges both share. The
+    edges are fixed when the test starts (from the histograms' layout, never from their counts)."""
+    shared = [name for name in sorted(ours) if name in theirs and ours[name].total and theirs[name].total]
+    if test is None:
+        edges = _common_edges([ours[name] for name in shared] + [theirs[name] for name in shared])
+        if not edges:
+            return None
+        test = ShiftTest.new(edges, plan.max_latency_ratio - 1)
+    strata = []
+    for name in shared:
+        aligned = [_aligned(h, test.edges) for h in (ours[name], theirs[name])]
+        if None not in aligned:
+            strata.append((aligned[0], aligned[1]))
+    return test.update(strata) if strata else test
+
+
+def _common_edges(histograms: Sequence[Histogram]) -> tuple[float, ...]:
+    if not histograms:
+        return ()
+    common = set(histograms[0].edges)
+    for histogram in histograms[1:]:
+        common &= set(histogram.edges)
+    return tuple(sorted(common))
+
+
+def _aligned(histogram: Histogram, edges: Sequence[float]) -> list[float] | None:
+    """Cumulative counts at `edges`, then the total; None if the histogram lacks one of them."""
+    if not set(edges) <= set(histogram.edges):
+        return None
+    return [histogram.counts[histogram.edges.index(edge)] for edge in edges] + [histogram.total]
+
+
+def fired(log_value: float, bound: float) -> bool:
+    return math.isfinite(log_value) and log_value >= bound

@@ -1,0 +1,118 @@
+"""One look's increments: what each variant did since the previous look, from cumulative counters. Pure.
+
+The sequential tests (gateway/rollout/evidence.py) consume counts per look, never a sliding window.
+A provider reports every counter series as it stands (gateway/metrics/observations.py); here the
+increase is taken series by series and summed per (variant, signal, stratum, le):
+- a series whose value fell was reset (its process restarted): its new value is the increase since;
+- a series first seen after an earlier look counts from 0 (Envoy creates `upstream_rq{code="503"}`
+  on the first 503: that first failure is exactly what a rollback waits for);
+- the first look (no previous one) only sets the start: nothing is counted, since a counter's total
+  at the gateway's start holds traffic from before this rollout, or from before a restart whose
+  evidence the rollout state already holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gateway.metrics.observations import (
+    COMPARED,
+    DIFFERED,
+    ERRORS,
+    ITL,
+    ITL_SUM,
+    REQUESTS,
+    TTFT,
+    TTFT_SUM,
+    CounterKey,
+)
+
+Counters = Mapping[CounterKey, float]
+
+
+def increase(previous: Counters | None, current: Counters) -> dict[tuple[str, str, str, float], float]:
+    """Per (variant, signal, stratum, le): the summed increase of its series since `previous`."""
+    totals: dict[tuple[str, str, str, float], float] = defaultdict(float)
+    if previous is None:
+        return totals
+    for key, value in current.items():
+        before = previous.get(key, 0.0)
+        totals[key.variant, key.signal, key.stratum, key.le] += value - before if value >= before else value
+    return totals
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A histogram's increments in one stratum: cumulative counts at each finite edge, and the total."""
+
+    edges: tuple[float, ...] = ()
+    counts: tuple[float, ...] = ()  # observations <= edges[i]
+    total: float = 0.0
+    seconds: float = 0.0  # the sum of the observations
+
+    def above(self, edge: float) -> float:
+        """Observations above `edge` (one of `edges`)."""
+        return self.total - self.counts[self.edges.index(edge)]
+
+
+@dataclass(frozen=True)
+class VariantLook:
+    """One variant over one look."""
+
+    requests: int = 0
+    errors: int = 0
+    compared: int = 0
+    differed: int = 0
+    ttft: Mapping[str, Histogram] = field(default_factory=dict)  # by stratum
+    itl: Mapping[str, Histogram] = field(default_factory=dict)
+
+
+def per_variant(
+    totals: Mapping[tuple[str, str, str, float], float], variants: Iterable[str]
+) -> dict[str, VariantLook]:
+    """The look's increments arranged per variant; counts are whole (errors capped at requests: a
+    failed fallback is charged to the variant too, gateway/metrics/direct.py)."""
+    scalars: dict[tuple[str, str], float] = defaultdict(float)
+    buckets: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)
+    sums: dict[tuple[str, str, str], float] = defaultdict(float)
+    for (variant, signal, stratum, le), value in totals.items():
+        if signal in (TTFT, ITL):
+            buckets[variant, signal, stratum][le] = value
+        elif signal in (TTFT_SUM, ITL_SUM):
+            sums[variant, signal.removesuffix("_sum"), stratum] += value
+        else:
+            scalars[variant, signal] += value
+    looks = {}
+    for variant in variants:
+        requests = round(scalars[variant, REQUESTS])
+        histograms = {
+            signal: {
+                stratum: _histogram(counts, sums[variant, signal, stratum])
+                for (v, s, stratum), counts in buckets.items()
+                if v == variant and s == signal
+            }
+            for signal in (TTFT, ITL)
+        }
+        compared = round(scalars[variant, COMPARED])
+        looks[variant] = VariantLook(
+            requests=requests,
+            errors=min(round(scalars[variant, ERRORS]), requests),
+            compared=compared,
+            differed=min(round(scalars[variant, DIFFERED]), compared),
+            ttft=histograms[TTFT],
+            itl=histograms[ITL],
+        )
+    return looks
+
+
+def _histogram(counts: Mapping[float, float], seconds: float) -> Histogram:
+    edges = tuple(sorted(le for le in counts if not math.isinf(le)))
+    cumulative, highest = [], 0.0
+    for edge in edges:  # separately reset buckets can dip below a lower one: keep them cumulative
+        highest = max(highest, counts[edge])
+        cumulative.append(highest)
+    total = max(counts.get(math.inf, 0.0), highest)
+    return Histogram(edges, tuple(cumulative), total, seconds)

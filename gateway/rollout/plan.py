@@ -1,0 +1,144 @@
+"""Which sequential tests a rollout runs, and at what level: derived from the spec alone. Pure.
+
+The user states a false-rollback budget per rollout (`analysis.false_rollback_budget`); it is split
+evenly across the tests that can roll back on evidence accumulated over the whole rollout (the union
+bound: their chances of ever firing on a healthy candidate add up to at most the budget). The change
+detector has its own budget, a mean time between false alarms, because it forgets healthy history on
+purpose and so has no per-rollout bound (shared/research/sequential_analysis.md §2, §4.4).
+
+A test is only as valid as the randomisation behind it. Comparisons with the baseline use strata whose
+traffic is split at random between the two: the default split, and each header segment with a split
+of its own. A segment pinned to one variant is not a comparison (its traffic differs by construction),
+nor is traffic that reached a server without passing a route (probes, direct clients). Envoy's cluster
+counters do not say which segment an attempt came from, so the error-ratio test runs only where the
+spec has no header rule at all; the latency comparisons read the model servers' histograms, which do
+(their `segment` label, set from the header each route adds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from gateway.envoy.names import DEFAULT_SEGMENT
+from gateway.metrics.observations import UNLABELLED
+from gateway.rollout import sequential
+from gateway.rollout.spec import RolloutSpec, SpecError
+
+ERROR_RATE = "error_rate"
+ERROR_RATE_CHANGE = "error_rate_change"
+ERROR_RATIO = "error_ratio"
+TTFT_P95 = "ttft_p95"
+TTFT_VS_BASELINE = "ttft_vs_baseline"
+ITL_VS_BASELINE = "itl_vs_baseline"
+WEIGHT_STATUS = "weight_status"
+SHADOW_AGREEMENT = "shadow_agreement"
+CHECK_NAMES = (
+    ERROR_RATE,
+    ERROR_RATE_CHANGE,
+    ERROR_RATIO,
+    TTFT_P95,
+    TTFT_VS_BASELINE,
+    ITL_VS_BASELINE,
+    WEIGHT_STATUS,
+    SHADOW_AGREEMENT,
+)
+
+
+def roles(spec: RolloutSpec) -> tuple[str, str]:
+    """(baseline, candidate): the baseline is `retries.fallback`, else the variant named `baseline`;
+    the candidate is the first other variant. SpecError if the spec has no baseline."""
+    baseline = spec.retries.fallback or ("baseline" if "baseline" in spec.variants else None)
+    if baseline is None:
+        raise SpecError("the rollout needs a baseline: set retries.fallback or name a variant `baseline`")
+    return baseline, next(v for v in spec.variants if v != baseline)
+
+
+@dataclass(frozen=True)
+class Plan:
+    baseline: str
+    candidate: str
+    tests: tuple[str, ...]  # the budgeted tests that run (each at `alpha`)
+    off: tuple[tuple[str, str], ...]  # (check, why it does not run)
+    alpha: float
+    max_error_rate: float
+    max_error_ratio: float | None
+    max_latency_ratio: float | None
+    max_ttft_p95: float | None
+    max_disagreement: float | None
+    randomised_segments: frozenset[str]  # segments whose traffic is split at random between the two
+    log_bound: float  # log(1/alpha): a budgeted test fires at or above it
+    log_detector_bound: float  # log A of the change detector
+    stage_requests: int  # candidate requests a stage needs before it may end
+    key: str  # identity of the tests: another key starts new ones
+
+    def runs(self, check: str) -> bool:
+        return check in self.tests or check == ERROR_RATE_CHANGE
+
+
+def plan_for(spec: RolloutSpec) -> Plan:
+    analysis = spec.analysis
+    baseline, candidate = roles(spec)
+    off: list[tuple[str, str]] = []
+    tests = [ERROR_RATE]
+    if analysis.max_error_ratio is None:
+        off.append((ERROR_RATIO, "max_error_ratio is null"))
+    elif spec.routing.rules:
+        off.append((ERROR_RATIO, "header rules route segments apart and Envoy's counters do not split them"))
+    else:
+        tests.append(ERROR_RATIO)
+    if analysis.max_ttft_p95 is None:
+        off.append((TTFT_P95, "max_ttft_p95 is null"))
+    else:
+        tests.append(TTFT_P95)
+    if analysis.max_latency_ratio is None:
+        off += [
+            (TTFT_VS_BASELINE, "max_latency_ratio is null"),
+            (ITL_VS_BASELINE, "max_latency_ratio is null"),
+        ]
+    else:
+        tests += [TTFT_VS_BASELINE, ITL_VS_BASELINE]
+    if analysis.min_shadow_agreement is not None:
+        tests.append(SHADOW_AGREEMENT)
+    alpha = analysis.false_rollback_budget / len(tests)
+    randomised = {DEFAULT_SEGMENT} | {rule.value for rule in spec.routing.rules if rule.weights is not None}
+    if not spec.routing.rules:
+        randomised.add(UNLABELLED)  # every routed request was split at random (probes' still mix in)
+    settings = {
+        "baseline": baseline,
+        "candidate": candidate,
+        "candidate_variant": spec.variants[candidate].model_dump(mode="json"),
+        "tests": tests,
+        "budget": analysis.false_rollback_budget,
+        "max_error_rate": analysis.max_error_rate,
+        "max_error_ratio": analysis.max_error_ratio,
+        "max_latency_ratio": analysis.max_latency_ratio,
+        "max_ttft_p95": analysis.max_ttft_p95,
+        "min_shadow_agreement": analysis.min_shadow_agreement,
+        "segments": sorted(randomised),
+    }
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    agreement = analysis.min_shadow_agreement
+    return Plan(
+        baseline=baseline,
+        candidate=candidate,
+        tests=tuple(tests),
+        off=tuple(off),
+        alpha=alpha,
+        max_error_rate=analysis.max_error_rate,
+        max_error_ratio=analysis.max_error_ratio if ERROR_RATIO in tests else None,
+        max_latency_ratio=analysis.max_latency_ratio,
+        max_ttft_p95=analysis.max_ttft_p95,
+        max_disagreement=None if agreement is None else 1 - agreement,
+        randomised_segments=frozenset(randomised),
+        log_bound=math.log(1 / alpha),
+        log_detector_bound=sequential.detector_log_threshold(
+            analysis.mean_time_between_false_alarms, analysis.look_interval
+        ),
+        stage_requests=sequential.requests_needed(
+            analysis.max_error_rate, analysis.min_detectable_error_rate, alpha
+        ),
+        key=key,
+    )

@@ -1,0 +1,87 @@
+"""A metrics provider stand-in for unit tests: cumulative counters that grow by scripted per-look traffic.
+
+It reports what the real providers report (gateway/metrics/observations.py): every counter series as it
+stands, so the controller takes increments exactly as it does from Envoy and the model servers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.metrics.observations import (
+    COMPARED,
+    DIFFERED,
+    ERRORS,
+    ITL,
+    ITL_SUM,
+    REQUESTS,
+    TTFT,
+    TTFT_SUM,
+    CounterKey,
+    Observations,
+    stratum,
+)
+from inference.server.metrics import INTER_TOKEN_BUCKETS, TTFT_BUCKETS
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One variant's traffic in one look: requests, errors, and every request's latencies."""
+
+    requests: int = 0
+    errors: int = 0
+    ttft: float = 0.05  # seconds, every request's first token
+    itl: float = 0.02  # seconds between its tokens (one gap per request)
+    segment: str = "default"
+    prompt_bucket: str = "0-128"
+    compared: int = 0
+    differed: int = 0
+
+
+@dataclass
+class CountingProvider:
+    """`observe()` adds `per_look` (variant -> Traffic, or a list of them) to the counters and reports
+    them; `error` makes a look unreadable (nothing is added); `restart(variant)` zeroes a variant's
+    series, as a restarted process does."""
+
+    per_look: Mapping[str, Traffic | Sequence[Traffic]] = field(default_factory=dict)
+    weight_status: Mapping[str, Sequence[str]] = field(default_factory=lambda: {"zero-layer": ["ERASED"]})
+    error: str | None = None
+    counters: dict[CounterKey, float] = field(default_factory=lambda: defaultdict(float))
+    looks: int = 0
+
+    async def observe(self) -> Observations:
+        if self.error is not None:
+            return Observations(error=self.error)
+        self.looks += 1
+        for variant, traffic in self.per_look.items():
+            for one in [traffic] if isinstance(traffic, Traffic) else traffic:
+                self._add(variant, one)
+        return Observations(counters=dict(self.counters), weight_status=dict(self.weight_status))
+
+    def restart(self, variant: str) -> None:
+        for key in [k for k in self.counters if k.variant == variant]:
+            self.counters[key] = 0.0
+
+    def _add(self, variant: str, traffic: Traffic) -> None:
+        add = self.counters
+        add[CounterKey(variant, REQUESTS, source="envoy")] += traffic.requests
+        add[CounterKey(variant, ERRORS, source="envoy")] += traffic.errors
+        add[CounterKey(variant, COMPARED, source="pod")] += traffic.compared
+        add[CounterKey(variant, DIFFERED, source="pod")] += traffic.differed
+        served = traffic.requests - traffic.errors
+        ttft_stratum = stratum(traffic.segment, traffic.prompt_bucket)
+        itl_stratum = stratum(traffic.segment)
+        for signal, total, edges, value, where in (
+            (TTFT, TTFT_SUM, TTFT_BUCKETS, traffic.ttft, ttft_stratum),
+            (ITL, ITL_SUM, INTER_TOKEN_BUCKETS, traffic.itl, itl_stratum),
+        ):
+            for edge in (*edges, math.inf):
+                if value <= edge:
+                    add[CounterKey(variant, signal, where, edge, "pod")] += served
+                else:
+                    add[CounterKey(variant, signal, where, edge, "pod")] += 0
+            add[CounterKey(variant, total, where, math.inf, "pod")] += served * value

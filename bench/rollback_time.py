@@ -8,10 +8,11 @@ attempts (its graystack_requests_total{code="500"}; the fallback retried each on
 the requests whose client saw an error.
 
 Setup: graystack.local.rollout_stack (real model servers and probes, the real gateway and Envoy, on
-loopback), a rollout held at its 20 % step (hold 1 h), analysis every 1 s over a 10 s window (its
-last 2.5 s judged alone too), min_requests 20, the default max_error_rate of 0.3 %. Clients send each of --rates requests/s of 1-token /v1/messages, half
-with `X-Client-Type: high_load` (a segment wholly on zero-layer). Each run: a full window of clean
-traffic, the fault, the ACKed rollback, the fault cleared, the window drained, `retry`.
+loopback), a rollout held at its --weight step (hold 1 h; 100: the candidate takes all the default
+split), looks every 1 s (the `direct` provider's default) adding to the sequential tests, the default
+max_error_rate of 0.3 % and false-rollback budget of 1 %. Clients send each of --rates requests/s of
+1-token /v1/messages, half with `X-Client-Type: high_load` (a segment wholly on zero-layer). Each run:
+10 s of clean traffic, the fault, the ACKed rollback, the fault cleared, `retry` (which starts new tests).
 """
 
 from __future__ import annotations
@@ -23,23 +24,19 @@ from pathlib import Path
 
 import httpx
 
-from bench._common import summarize, write_result
+from bench._common import RESULTS, summarize, write_result
 from graystack.binaries import find_binary
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
 
-WINDOW_S = 10.0
-ROLLOUT = {
-    "strategy": {"steps": [{"weight": 20, "hold": "1h"}, {"weight": 100}]},
-    "analysis": {
-        "interval": "1s",
-        "window": f"{WINDOW_S:.0f}s",
-        "min_requests": 20,
-        "max_latency_ratio": 10,
-        "max_ttft_p95": "5s",
-        "provider": {"type": "direct"},
-    },
-}
+CLEAN_S = 10.0  # clean traffic before each fault
+
+
+def rollout(weight: int) -> dict:
+    return {
+        "strategy": {"steps": [{"weight": weight, "hold": "1h"}, {"weight": 100}]},
+        "analysis": {"max_latency_ratio": 10, "max_ttft_p95": "5s", "provider": {"type": "direct"}},
+    }
 
 
 def failed_attempts(stack: RolloutStack) -> float:
@@ -52,7 +49,7 @@ def client_errors(traffic: Traffic) -> int:
 
 
 def one_run(stack: RolloutStack, traffic: Traffic, error_rate: float) -> dict:
-    time.sleep(WINDOW_S + 1)  # a full window of clean traffic at the 20 % step
+    time.sleep(CLEAN_S)
     attempts_before, errors_before = failed_attempts(stack), client_errors(traffic)
     stack.set_fault(error_rate)
     onset = time.time()
@@ -77,11 +74,11 @@ def one_run(stack: RolloutStack, traffic: Traffic, error_rate: float) -> dict:
     return run
 
 
-def measure(envoy: str, rate: float, runs: int, error_rate: float) -> dict:
+def measure(envoy: str, rate: float, runs: int, error_rate: float, weight: int) -> dict:
     """`runs` fault-and-rollback cycles on a fresh stack with clients at `rate` requests/s."""
     results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="rollback-time-") as workdir:
-        stack = RolloutStack(Path(workdir), envoy, ROLLOUT)
+        stack = RolloutStack(Path(workdir), envoy, rollout(weight))
         try:
             stack.start()
             with Traffic(stack.client.base_url, rate) as traffic:
@@ -120,20 +117,24 @@ def main() -> None:
         help="client requests per second, in all",
     )
     parser.add_argument("--error-rate", type=float, default=0.05, help="zero-layer's injected error rate")
+    parser.add_argument("--weight", type=int, default=20, help="the candidate's step weight (100: all of it)")
     args = parser.parse_args()
     envoy = find_binary("envoy")
     if envoy is None:
         raise SystemExit("envoy not found; `make install` provides it")
-    by_rate = {f"{rate:g}": measure(envoy, rate, args.runs, args.error_rate) for rate in args.rates}
+    by_rate = {
+        f"{rate:g}": measure(envoy, rate, args.runs, args.error_rate, args.weight) for rate in args.rates
+    }
     parameters = {
         "runs": args.runs,
         "rates": args.rates,
         "error_rate": args.error_rate,
         "segment_share": 0.5,
-        "step_weight": 20,
-        "rollout": ROLLOUT,
+        "step_weight": args.weight,
+        "rollout": rollout(args.weight),
     }
-    path = write_result("rollback_time", parameters, {"by_rate": by_rate})
+    out = None if args.weight == 20 else RESULTS / f"rollback_time_weight{args.weight}.json"
+    path = write_result("rollback_time", parameters, {"by_rate": by_rate}, out)
     for rate, result in by_rate.items():
         print(
             f"{rate} req/s: onset -> ACK median {result['onset_to_ack_s']['p50']:.2f} s over {args.runs} runs"

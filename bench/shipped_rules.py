@@ -22,6 +22,9 @@ from gateway.rollout.sequential import (
     kl_bernoulli,
     ratio_look,
     shift_look,
+    shiryaev_roberts_looks,
+    shiryaev_roberts_step,
+    threshold_increments,
     threshold_look,
 )
 from gateway.rollout.spec import validate_spec
@@ -62,29 +65,39 @@ class ErrorTests:
         self.started = np.zeros(self.runs, dtype=bool)
         self.ratio_lr = np.zeros((self.runs, len(self.ratios)))
 
-    def look(
+    def looks(
         self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
     ) -> np.ndarray:
-        """Add one look's counts (runs,); returns which runs' tests fire at it."""
+        """Add a run of looks' counts (runs, looks); returns which runs' tests fire at each look.
+
+        E1 and R1 add each look's log likelihood ratio, so a batch of looks is a cumulative sum of
+        the kernels' increments; E2's recursion runs over the batch in closed form
+        (`shiryaev_roberts_looks`, tested equal to the controller's look-by-look step)."""
         plan = self.plan
-        self.log_lr, self.log_sr = threshold_look(
-            plan.max_error_rate, self.alternatives, self.log_lr, self.log_sr, self.started, cand_n, cand_x
-        )
-        self.started |= cand_n > 0
-        fired = _mixture(self.log_lr) >= plan.log_bound
-        fired |= self.started & (_mixture(self.log_sr) >= plan.log_detector_bound)
-        if plan.max_error_ratio is not None:
-            self.ratio_lr = ratio_look(
-                plan.max_error_ratio, self.ratios, self.ratio_lr,
-                cand_n[:, None], cand_x[:, None], base_n[:, None], base_x[:, None],
+        inc = threshold_increments(plan.max_error_rate, self.alternatives, cand_n, cand_x)
+        log_lr = self.log_lr[:, None, :] + inc.cumsum(axis=1)
+        carried = cand_n > 0
+        log_sr = shiryaev_roberts_looks(self.log_sr, self.started, carried, inc)
+        started = self.started[:, None] | np.logical_or.accumulate(carried, axis=1)
+        self.log_sr = np.where(started[:, -1, None], log_sr[:, -1], self.log_sr)
+        self.log_lr, self.started = log_lr[:, -1], started[:, -1]
+        fired = _reaches(log_lr, plan.log_bound) | (started & _reaches(log_sr, plan.log_detector_bound))
+        if plan.max_error_ratio is not None and base_n.any():  # no baseline traffic: nothing to compare
+            zeros = np.zeros((*cand_n.shape, len(self.ratios)))
+            steps = ratio_look(
+                plan.max_error_ratio, self.ratios, zeros,
+                cand_n[..., None], cand_x[..., None], base_n[..., None], base_x[..., None],
             )  # fmt: skip
-            fired |= _mixture(self.ratio_lr) >= plan.log_bound
+            ratio_lr = self.ratio_lr[:, None, :] + steps.cumsum(axis=1)
+            self.ratio_lr = ratio_lr[:, -1]
+            fired |= _reaches(ratio_lr, plan.log_bound)
         return fired
 
 
 @dataclass
 class LatencyTests:
-    """L1 (the TTFT SLO as an exceedance test) and the TTFT shift test against the baseline."""
+    """L1 (the TTFT SLO as an exceedance test), and the TTFT shift test against the baseline with its
+    change detector."""
 
     plan: Plan
     runs: int
@@ -97,6 +110,8 @@ class LatencyTests:
         pairs = len(self.pairs[0])
         self.log_lr = np.zeros((self.runs, pairs, len(self.ratios)))
         self.log_wealth = np.zeros(self.runs)
+        self.log_sr = np.zeros((self.runs, pairs, len(self.ratios)))
+        self.started = np.zeros(self.runs, dtype=bool)
         self.base_exceedances = np.zeros((self.runs, pairs))
         self.base_requests = np.zeros(self.runs)
         self.slo_edge = int(np.searchsorted(self.edges, self.plan.max_ttft_p95))
@@ -106,17 +121,36 @@ class LatencyTests:
 
     def look(self, cand: np.ndarray, base: np.ndarray) -> np.ndarray:
         """One look's cumulative bucket increments (runs, E+1); returns which runs' tests fire."""
+        before = self.log_lr
         self.log_lr, self.log_wealth, self.base_exceedances, self.base_requests = shift_look(
             self.pairs, self.ratios, self.log_lr, self.log_wealth, self.base_exceedances, self.base_requests,
             cand[:, None, :], base[:, None, :],
         )  # fmt: skip
+        compared = (cand[:, -1] > 0) & (base[:, -1] > 0)
+        self.log_sr = shiryaev_roberts_step(
+            self.log_sr, self.started[:, None], compared[:, None], self.log_lr - before
+        )
+        self.started |= compared
+        runs = self.log_sr.reshape(self.runs, -1)
+        changed = self.started & _reaches(runs, self.plan.log_detector_bound)
         total = cand[:, -1]
         slow = total - cand[:, self.slo_edge]
         started = np.ones(self.runs, dtype=bool)
         self.slo_lr, self.slo_sr = threshold_look(
             0.05, self.slo, self.slo_lr, self.slo_sr, started, total, slow
         )
-        return (self.log_wealth >= self.plan.log_bound) | (_mixture(self.slo_lr) >= self.plan.log_bound)
+        return (self.log_wealth >= self.plan.log_bound) | changed | _reaches(self.slo_lr, self.plan.log_bound)
+
+
+def _reaches(log_values: np.ndarray, bound: float) -> np.ndarray:
+    """Where the equal-weight mixture over the last axis reaches `bound`. The mixture never exceeds its
+    largest component, so it is computed only where that component does (exact, and most looks of a
+    healthy run are skipped)."""
+    top = log_values.max(axis=-1)
+    reached = np.zeros(top.shape, dtype=bool)
+    near = top >= bound
+    reached[near] = _mixture(log_values[near]) >= bound
+    return reached
 
 
 def _mixture(log_values: np.ndarray) -> np.ndarray:

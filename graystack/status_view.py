@@ -70,6 +70,9 @@ def _rollout_lines(rollout: dict) -> list[str]:
     hold = rollout["hold"]
     if hold["needed"] is not None:
         lines.append(f"hold      {hold['elapsed']:.0f}s of {hold['needed']:.0f}s")
+    evidence = rollout.get("evidence")
+    if evidence:
+        lines += _evidence_lines(evidence)
     if rollout["shadow_percent"]:
         lines.append(f"shadow    {rollout['shadow_percent']}% of requests mirrored to {rollout['candidate']}")
     if rollout["guard"] == "off":
@@ -84,13 +87,40 @@ def _rollout_lines(rollout: dict) -> list[str]:
     if decision:
         lines.append(f"analysis  {decision['outcome'] or '-'}")
         for check in decision["checks"]:
+            evidence = ""
+            if check.get("log_evalue") is not None:
+                evidence = f", log e {check['log_evalue']:.2f} of {check['log_bound']:.2f}"
             lines.append(
-                f"  {check['name']:<14} {check['verdict'].upper():<12} value {_num(check['value'])}"
-                f" over {check['samples']} samples, bound {_num(check['bound'])},"
+                f"  {check['name']:<17} {check['verdict'].upper():<12} value {_num(check['value'])}"
+                f" over {check['samples']} samples{evidence}, bound {_num(check['bound'])},"
                 f" threshold {_num(check['threshold'])}  ({check['reason']})"
             )
     for alert in rollout["alerts"][-3:]:
         lines.append(f"ALERT     {alert['message']}")
     for entry in rollout["history"][-5:]:
         lines.append(f"  {entry['source']} -> {entry['target']}: {entry['reason']}")
+    return lines
+
+
+def _evidence_lines(evidence: dict) -> list[str]:
+    """The sequential tests: the stage's evidence against what it needs, the error rate's bounds, why
+    the tests started when they did, and the checks that do not run."""
+    lines = []
+    needed = evidence["stage_requests_needed"]
+    if needed is not None:
+        state = "EXTENDING past its hold" if evidence["extending"] else "enough"
+        lines.append(
+            f"evidence  {evidence['stage_requests']} of {needed} candidate requests this stage: {state}"
+        )
+    bounds = evidence["error_rate_bounds"]
+    if bounds is not None:
+        lines.append(
+            f"errors    anytime bounds [{bounds[0]:.3%}, {bounds[1]:.3%}], alpha {evidence['alpha']:.3%} per test"
+        )
+    if evidence["why_started"]:
+        lines.append(f"tests     started: {evidence['why_started']}")
+    for check, why in evidence["off"].items():
+        lines.append(f"  {check:<17} OFF ({why})")
+    if evidence["incident"]:
+        lines.append(f"incident  {evidence['incident']}")
     return lines

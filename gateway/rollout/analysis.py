@@ -198,13 +198,19 @@ def _shift(name: str, what: str, plan: Plan, test: ShiftTest | None, seen: int, 
         return Check(
             name, Verdict.PASS, ratio, 0, None, threshold, _NO_LATENCY.format(what=f"{what} latency")
         )
-    failing = fired(test.log_evalue, plan.log_bound)
+    changed = fired(test.log_detector, plan.log_detector_bound)
+    failing = changed or fired(test.log_evalue, plan.log_bound)
     reason = (
         f"{what} latency {'more' if failing else 'not shown more'} than {threshold:g}x the baseline's in "
-        f"distribution: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f} over {seen} candidate samples"
+        f"distribution over {seen} candidate samples: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}, "
+        f"change detector {test.log_detector:.2f} vs {plan.log_detector_bound:.2f}"
     )
     verdict = Verdict.FAIL if failing else Verdict.PASS
-    return Check(name, verdict, ratio, seen, None, threshold, reason, test.log_evalue, plan.log_bound)
+    # the evidence shown is the statistic that fired (the detector where it did), else the e-value
+    shown, bound = (
+        (test.log_detector, plan.log_detector_bound) if changed else (test.log_evalue, plan.log_bound)
+    )
+    return Check(name, verdict, ratio, seen, None, threshold, reason, shown, bound)
 
 
 def _weight_status(spec: Analysis, statuses: Sequence[str], windows: Sequence[int]) -> Check:

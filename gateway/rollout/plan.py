@@ -3,8 +3,9 @@
 The user states a false-rollback budget per rollout (`analysis.false_rollback_budget`); it is split
 evenly across the tests that can roll back on evidence accumulated over the whole rollout (the union
 bound: their chances of ever firing on a healthy candidate add up to at most the budget). The change
-detector has its own budget, a mean time between false alarms, because it forgets healthy history on
-purpose and so has no per-rollout bound (shared/research/sequential_analysis.md §2, §4.4).
+detectors (on errors, and on each latency comparison) have their own budget, a mean time between false
+alarms, because they forget healthy history on purpose and so have no per-rollout bound
+(shared/research/sequential_analysis.md §2, §4.4); they share it evenly.
 
 A test is only as valid as the randomisation behind it. Comparisons with the baseline use strata whose
 traffic is split at random between the two: the default split, and each header segment with a split
@@ -134,9 +135,12 @@ def plan_for(spec: RolloutSpec) -> Plan:
         max_disagreement=None if agreement is None else 1 - agreement,
         randomised_segments=frozenset(randomised),
         log_bound=math.log(1 / alpha),
+        # The change detectors (errors, and the two latency comparisons' own) share the stated mean
+        # time between false alarms: each alarms at n times its share's horizon, so together at most 1.
         log_detector_bound=sequential.detector_log_threshold(
             analysis.mean_time_between_false_alarms, analysis.look_interval
-        ),
+        )
+        + math.log(1 + 2 * (analysis.max_latency_ratio is not None)),
         stage_requests=sequential.requests_needed(
             analysis.max_error_rate, analysis.min_detectable_error_rate, alpha
         ),

@@ -163,9 +163,10 @@ class RolloutStack(GatewayStack):
     def rollout(self) -> dict:
         return self.status()["rollout"]
 
-    def set_fault(self, error_rate: float) -> None:
-        url = f"{self.server_url('zero-layer')}/admin/faults"
-        httpx.post(url, json={"error_rate": error_rate}, timeout=5).raise_for_status()
+    def set_fault(self, error_rate: float, latency_ms: int = 0, variant: str = "zero-layer") -> None:
+        """`variant`'s server fails `error_rate` of its requests and waits `latency_ms` before each."""
+        change = {"error_rate": error_rate, "added_latency_ms": latency_ms}
+        httpx.post(f"{self.server_url(variant)}/admin/faults", json=change, timeout=5).raise_for_status()
 
     def clear_fault(self) -> None:
         """Heal zero-layer. A `retry` after it starts new tests: no old failure counts against it."""

@@ -88,3 +88,23 @@ def test_a_local_gateway_says_nothing_of_leaders(admin):
 def test_a_replica_that_stepped_down_does_not_name_itself_the_leader():
     stepped_down = Leadership(leading=False, identity="gateway-a", leader="gateway-a")  # could not renew
     assert "gateway-a is not the leader (no replica leads right now)" in follower_refusal(stepped_down)
+
+
+async def test_graystack_status_says_a_stage_is_extending_with_the_requests_it_has_and_needs(tmp_path):
+    from tests.support.counting_provider import CountingProvider, Traffic
+
+    clock = Clock()
+    provider = CountingProvider({"baseline": Traffic(190), "zero-layer": Traffic(10)})
+    gateway = new_gateway()
+    controller = new_controller(gateway, tmp_path, clock, provider)
+    for _ in range(3):
+        clock.now += 600  # past the 10-minute hold, at 10 candidate requests a look
+        await controller.tick()
+    with TestClient(create_admin_app(gateway, AdsServer(gateway.cache), controller=controller)) as admin:
+        status = admin.get("/v1/status").json()
+    needed = status["rollout"]["evidence"]["stage_requests_needed"]
+    text = render_status(status)
+    assert f"evidence  20 of {needed} candidate requests this stage: EXTENDING past its hold" in text
+    assert "error_ratio       OFF (header rules route segments apart" in text
+    assert "error_rate        INCONCLUSIVE" in text
+    assert "log e " in text  # each sequential test's evidence against its bound

@@ -28,6 +28,9 @@ from gateway.rollout.sequential import (
     requests_needed,
     requests_to_detect,
     shift_look,
+    shiryaev_roberts_looks,
+    shiryaev_roberts_step,
+    threshold_increments,
     threshold_look,
 )
 from inference.server.metrics import TTFT_BUCKETS
@@ -402,3 +405,53 @@ def test_l2_weighting_pairs_by_relevance_detects_sooner_than_the_uniform_mixture
     assert np.median(relevance) < np.median(plain)
     assert np.mean(relevance <= plain) >= 0.9
     assert np.mean(np.isfinite(relevance)) >= 0.9
+
+
+def test_the_batched_shiryaev_roberts_recursion_is_the_look_by_look_one():
+    """The decision benchmark runs E2 over hours of looks at once; it must be the controller's recursion."""
+    rng = np.random.default_rng(11)
+    runs, looks, k = 50, 300, 10
+    alternatives = np.asarray(ThresholdTest.new(0.003).alternatives)
+    requests = rng.poisson(3.0, (runs, looks)) * (rng.random((runs, looks)) < 0.7)  # some looks empty
+    events = rng.binomial(requests, 0.01)
+    inc = threshold_increments(0.003, alternatives, requests, events)
+    for started in (np.zeros(runs, dtype=bool), np.ones(runs, dtype=bool)):
+        log_sr = np.where(started[:, None], rng.normal(0, 2, (runs, k)), 0.0)
+        batched = shiryaev_roberts_looks(log_sr, started, requests > 0, inc)
+        state, begun = log_sr, started
+        for j in range(looks):
+            state = shiryaev_roberts_step(state, begun, requests[:, j] > 0, inc[:, j])
+            begun = begun | (requests[:, j] > 0)
+            np.testing.assert_allclose(
+                np.where(begun[:, None], batched[:, j], 0),
+                np.where(begun[:, None], state, 0),
+                rtol=1e-9,
+                atol=1e-9,
+            )
+
+
+def test_l2s_change_detector_catches_a_slowdown_that_begins_after_healthy_hours():
+    """Two healthy hours leave the cumulative wealth far below 0; the detector forgets them."""
+    rng = np.random.default_rng(12)
+    edges = np.array(TTFT_BUCKETS)
+    test = ShiftTest.new(edges, 0.2)
+
+    def buckets(scale: float, n: int) -> list[float]:
+        probabilities = np.diff(norm.cdf((np.log(edges) - math.log(0.4 * scale)) / 0.6), prepend=0, append=1)
+        return np.cumsum(rng.multinomial(n, probabilities)).tolist()
+
+    onset, detector_at, evalue_at = 1440, None, None  # 5 s looks: 2 h, then the candidate 2x slower
+    for look in range(onset + 120):
+        slowdown = 2.0 if look >= onset else 1.0
+        test = test.update([(buckets(slowdown, rng.poisson(80)), buckets(1.0, rng.poisson(320)))])
+        if look < onset:
+            continue
+        if detector_at is None and test.log_detector >= detector_log_threshold(90 * 86400, 5.0):
+            detector_at = look - onset
+        if evalue_at is None and test.log_evalue >= alpha_log_threshold(0.002):
+            evalue_at = look - onset
+    assert test.steps == onset + 120
+    assert detector_at is not None
+    assert detector_at <= 6  # within 30 s of the onset at 16 req/s
+    assert evalue_at is None or evalue_at > detector_at
+    assert ShiftTest.from_dict(json.loads(json.dumps(test.to_dict()))) == test

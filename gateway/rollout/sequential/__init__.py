@@ -25,7 +25,10 @@ from gateway.rollout.sequential.errors import (
     RatioTest,
     ThresholdTest,
     ratio_look,
+    shiryaev_roberts_looks,
+    shiryaev_roberts_step,
     stratified_log_factor,
+    threshold_increments,
     threshold_look,
 )
 from gateway.rollout.sequential.latency import ShiftTest, edge_pairs, shift_look
@@ -44,6 +47,9 @@ __all__ = [
     "requests_needed",
     "requests_to_detect",
     "shift_look",
+    "shiryaev_roberts_looks",
+    "shiryaev_roberts_step",
     "stratified_log_factor",
+    "threshold_increments",
     "threshold_look",
 ]

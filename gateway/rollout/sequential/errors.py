@@ -28,6 +28,41 @@ def threshold_alternatives(p0: float) -> tuple[float, ...]:
     return tuple(np.geomspace(low, high, GRID_SIZE).tolist())
 
 
+def threshold_increments(
+    p0: float, alternatives: np.ndarray, requests: np.ndarray, events: np.ndarray
+) -> np.ndarray:
+    """Each look's log likelihood ratio per alternative: requests, events (...) -> (..., K)."""
+    p1 = np.asarray(alternatives)
+    healthy = np.log1p(-p1) - math.log1p(-p0)  # each request that did not fail
+    return requests[..., None] * healthy + events[..., None] * (np.log(p1 / p0) - healthy)
+
+
+def shiryaev_roberts_step(
+    log_sr: np.ndarray, started: np.ndarray, carried: np.ndarray, inc: np.ndarray
+) -> np.ndarray:
+    """E2's recursion R = (R + 1) * LR over one look, in logs: log_sr, inc (..., K); started (R was
+    set by an earlier look with data; before it R = 0, so the first sets R = LR), carried (this look
+    has data; a look without any is no SR step) (...)."""
+    sr = np.where(started[..., None], np.logaddexp(log_sr, 0.0), 0.0) + inc
+    return np.where(carried[..., None], sr, log_sr)
+
+
+def shiryaev_roberts_looks(
+    log_sr: np.ndarray, started: np.ndarray, carried: np.ndarray, inc: np.ndarray
+) -> np.ndarray:
+    """`shiryaev_roberts_step` over many looks at once: log_sr (..., K) and started (...) before them;
+    carried (..., L) and inc (..., L, K) per look. Returns log R after each look (..., L, K), -inf until
+    the first look with data.
+
+    Unrolled, R after look n is R0 * exp(S_n) + sum over looks k <= n with data of exp(S_n - S_(k-1)),
+    S the running sum of the increments: one cumulative log-sum-exp instead of a loop over looks.
+    """
+    total = inc.cumsum(axis=-2)
+    initial = np.where(started[..., None], log_sr, -np.inf)[..., None, :]
+    terms = np.concatenate([initial, np.where(carried[..., None], inc - total, -np.inf)], axis=-2)
+    return total + np.logaddexp.accumulate(terms, axis=-2)[..., 1:, :]
+
+
 def threshold_look(
     p0: float,
     alternatives: np.ndarray,
@@ -43,13 +78,8 @@ def threshold_look(
     starts R at 0, so a run's first look with data sets R = LR (`started` False). Looks without requests
     leave both unchanged: they are not SR steps.
     """
-    p1 = np.asarray(alternatives)
-    inc = events[..., None] * np.log(p1 / p0) + (requests - events)[..., None] * (
-        np.log1p(-p1) - math.log1p(-p0)
-    )
-    carried = (requests > 0)[..., None]
-    sr = np.where(started[..., None], np.logaddexp(log_sr, 0.0), 0.0) + inc
-    return log_lr + inc, np.where(carried, sr, log_sr)
+    inc = threshold_increments(p0, alternatives, requests, events)
+    return log_lr + inc, shiryaev_roberts_step(log_sr, started, requests > 0, inc)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.rollout.sequential._state import State, log_sum, mixture, require
-from gateway.rollout.sequential.errors import ratio_alternatives, request_shares, stratified_log_factor
+from gateway.rollout.sequential.errors import (
+    ratio_alternatives,
+    request_shares,
+    shiryaev_roberts_step,
+    stratified_log_factor,
+)
 
 EDGE_TOLERANCE = 1e-5  # labels rounded to 6 significant digits are off by up to 5e-6 each (1e-6 is too tight)
 RELEVANT_SHARE = (0.02, 0.6)  # baseline exceedance shares where an edge pair carries information
@@ -103,6 +108,11 @@ class ShiftTest(State):
     (`pair_log_weights`). Since pi is fixed before the look and each ratio has conditional mean <= 1, W is a
     test supermartingale. With equal relevance it is exactly the uniform mixture over pairs; favouring
     the informative edges spends less of the evidence on pairs in the tails.
+
+    The wealth is cumulative, so a slowdown that begins after hours of healthy traffic must first undo
+    their negative evidence. `log_detector` forgets it: a Shiryaev-Roberts e-detector on the same
+    per-look factors (`log_sr`, one per pair and alternative, R = (R + 1) * LR at each look with data,
+    averaged with equal weights), whose false alarms within H looks are at most H/A at threshold A.
     """
 
     edges: tuple[float, ...]
@@ -113,6 +123,8 @@ class ShiftTest(State):
     baseline_requests: int
     baseline_exceedances: tuple[float, ...]
     candidate_requests: int
+    log_sr: tuple[float, ...]
+    steps: int
 
     @classmethod
     def new(cls, edges: Sequence[float], max_slowdown: float = 0.2) -> ShiftTest:
@@ -120,7 +132,7 @@ class ShiftTest(State):
         first, _ = edge_pairs(edges, max_slowdown)
         alternatives = ratio_alternatives(1.0)
         log_lr = (0.0,) * (len(first) * len(alternatives))
-        return cls(edges, max_slowdown, alternatives, log_lr, 0.0, 0, (0.0,) * len(first), 0)
+        return cls(edges, max_slowdown, alternatives, log_lr, 0.0, 0, (0.0,) * len(first), 0, log_lr, 0)
 
     def update(self, strata: Sequence[tuple[Sequence[float], Sequence[float]]]) -> ShiftTest:
         size = len(self.edges) + 1
@@ -137,15 +149,23 @@ class ShiftTest(State):
             return self
         counts = np.array(rows)  # (S, 2, E+1)
         pairs = edge_pairs(self.edges, self.max_slowdown)
+        before = np.asarray(self.log_lr).reshape(len(pairs[0]), -1)
         log_lr, log_wealth, exceedances, requests = shift_look(
             pairs,
             np.asarray(self.alternatives),
-            np.asarray(self.log_lr).reshape(len(pairs[0]), -1),
+            before,
             np.asarray(self.log_wealth),
             np.asarray(self.baseline_exceedances),
             np.asarray(float(self.baseline_requests)),
             counts[:, 0],
             counts[:, 1],
+        )
+        compared = bool(((counts[:, 0, -1] > 0) & (counts[:, 1, -1] > 0)).any())
+        log_sr = shiryaev_roberts_step(
+            np.asarray(self.log_sr).reshape(before.shape),
+            np.asarray(self.steps > 0),
+            np.asarray(compared),
+            log_lr - before,
         )
         return ShiftTest(
             self.edges,
@@ -156,11 +176,18 @@ class ShiftTest(State):
             int(requests),
             tuple(exceedances.tolist()),
             self.candidate_requests + int(counts[:, 0, -1].sum()),
+            tuple(log_sr.ravel().tolist()),
+            self.steps + compared,
         )
 
     @property
     def log_evalue(self) -> float:
         return self.log_wealth
+
+    @property
+    def log_detector(self) -> float:
+        """log of the averaged SR statistics; -inf before any look with data."""
+        return float(mixture(np.asarray(self.log_sr))) if self.steps else -math.inf
 
     def _check(self) -> None:
         name = type(self).__name__
@@ -172,6 +199,7 @@ class ShiftTest(State):
             len(self.alternatives) > 0 and min(self.alternatives) > 1, f"{name}.alternatives", "must be > 1"
         )
         require(len(self.log_lr) == pairs * len(self.alternatives), f"{name}.log_lr", "length")
+        require(len(self.log_sr) == len(self.log_lr), f"{name}.log_sr", "length")
         require(len(self.baseline_exceedances) == pairs, f"{name}.baseline_exceedances", "length")
         ok = all(0 <= x <= self.baseline_requests for x in self.baseline_exceedances)
         require(ok, f"{name}.baseline_exceedances", "must be within [0, baseline_requests]")

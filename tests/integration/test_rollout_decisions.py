@@ -1,0 +1,140 @@
+"""The sequential tests deciding a rollout end to end: the real gateway (`direct` provider, a look every
+second), the real Envoy, real `graystack serve` model servers and their probes, and clients sending steady
+1-token requests through Envoy.
+
+- a TTFT regression (latency injected before each of zero-layer's requests) is rolled back against the
+  baseline, on traffic split at random between the two;
+- both variants failing at once is a shared incident: rolled back and reported as shared under
+  `on_shared_incident: rollback`, held with the weights kept under `hold`;
+- a gateway restarted mid-rollout continues the same evidence;
+- a stage at low traffic extends past its hold instead of promoting, and says how many requests it needs.
+Nothing here asserts a duration.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from graystack.local.processes import wait_until
+from graystack.local.rollout_stack import RolloutStack, Traffic
+from tests.support.stacks import running
+
+pytestmark = pytest.mark.integration
+
+RATE = 30  # requests per second, all clients together
+RANDOMISED = {"header": "X-Client-Type", "rules": [], "weights": {"baseline": 50, "zero-layer": 50}}
+
+
+def spec(weight: int = 50, hold: str = "1h", **analysis) -> dict:
+    return {
+        "routing": RANDOMISED,
+        "strategy": {"steps": [{"weight": weight, "hold": hold}, {"weight": 100}]},
+        "analysis": {"max_ttft_p95": "10s", **analysis},
+    }
+
+
+@pytest.fixture
+def start(tmp_path, envoy_binary):
+    """Start a RolloutStack with `spec` (and its keyword options); each is stopped after the test."""
+    started = []
+
+    def start(rollout: dict, **options) -> RolloutStack:
+        started.append(running(RolloutStack(tmp_path, envoy_binary, rollout, **options)))
+        return next(started[-1])
+
+    yield start
+    for stack in started:
+        next(stack, None)  # stops it and checks every process is gone
+
+
+def rolled_back(stack: RolloutStack) -> dict:
+    return wait_until(
+        lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"] and r,
+        90,
+        "the guard to roll back and every proxy to ACK it",
+        interval=0.25,
+    )
+
+
+def checks(rollout: dict) -> dict:
+    return {c["name"]: c for c in rollout["last_decision"]["checks"]}
+
+
+def test_a_slower_first_token_is_rolled_back_against_the_baseline(start):
+    stack = start(spec(max_latency_ratio=1.5))
+    with Traffic(stack.client.base_url, RATE, segment_share=0) as traffic:
+        wait_until(lambda: stack.rollout()["evidence"]["stage_requests"] > 100, 60, "clean traffic")
+        stack.set_fault(0.0, latency_ms=400)  # every zero-layer request waits 0.4 s before it starts
+        rollout = rolled_back(stack)
+    failing = {name for name, c in checks(rollout).items() if c["verdict"] == "fail"}
+    assert "ttft_vs_baseline" in failing
+    assert "error_rate" not in failing
+    assert rollout["reason"].startswith("rolled back: ttft_vs_baseline fail")
+    ttft = checks(rollout)["ttft_vs_baseline"]
+    assert ttft["log_evalue"] >= ttft["log_bound"]
+    reason = {"rollout": "zero-layer", "reason": "ttft_vs_baseline"}
+    assert stack.gateway_metric("graystack_rollout_rollbacks_total", reason) == 1
+    assert {code for code, _ in traffic.answers} == {200}  # slower, never failed
+
+
+@pytest.mark.parametrize(("policy", "phase"), [("rollback", "rolled_back"), ("hold", "progressing")])
+def test_both_variants_failing_is_a_shared_incident_under_either_policy(start, policy, phase):
+    stack = start(
+        # the baseline carries four times the candidate's traffic, so its own test crosses first
+        spec(weight=20, on_shared_incident=policy, max_error_rate=0.01, min_detectable_error_rate=0.05),
+        fault_injection=("baseline", "zero-layer"),
+    )
+    with Traffic(stack.client.base_url, RATE, segment_share=0):
+        wait_until(lambda: stack.rollout()["evidence"]["stage_requests"] > 50, 60, "clean traffic")
+        for variant in ("baseline", "zero-layer"):  # an upstream both depend on fails 20 % of requests
+            stack.set_fault(0.2, variant=variant)
+        rollout = wait_until(
+            lambda: (
+                (r := stack.rollout())["phase"] == phase and (r["paused"] or phase == "rolled_back") and r
+            ),
+            90,
+            f"the shared incident to {policy}",
+            interval=0.25,
+        )
+    if policy == "rollback":
+        assert "shared incident (the baseline fails the same test)" in rollout["reason"]
+        shared = {"rollout": "zero-layer", "reason": "shared_incident"}
+        assert stack.gateway_metric("graystack_rollout_rollbacks_total", shared) == 1
+    else:
+        assert rollout["weight"] == 20  # the weights held
+        assert "shared incident" in rollout["evidence"]["incident"]
+        assert any("shared incident, weights held at 20%" in a["message"] for a in rollout["alerts"])
+        assert stack.status()["routing"]["weights"] == {"baseline": 80, "zero-layer": 20}
+
+
+def test_a_restarted_gateway_continues_the_same_evidence(start):
+    stack = start(spec(weight=20))
+    with Traffic(stack.client.base_url, RATE, segment_share=0):
+        wait_until(lambda: stack.rollout()["evidence"]["stage_requests"] > 60, 60, "evidence to gather")
+        before = stack.rollout()["evidence"]
+        stack.gateway.stop()
+        stack.start_gateway()  # reads the state file it saved
+        after = wait_until(
+            lambda: (e := stack.rollout()["evidence"])["stage_requests"] > before["stage_requests"] and e,
+            60,
+            "the restarted gateway to add to the evidence",
+        )
+    assert after["started"] == before["started"]  # the same tests, not new ones
+    assert after["why_started"] is None  # nothing was started over in this process
+    assert stack.rollout()["label"] == "step 0"
+
+
+def test_a_stage_at_low_traffic_extends_instead_of_promoting(start):
+    stack = start(spec(weight=20, hold="2s"))
+    with Traffic(stack.client.base_url, 5, clients=1, segment_share=0):
+        rollout = wait_until(
+            lambda: (r := stack.rollout())["hold"]["elapsed"] > 10 and r,
+            60,
+            "the hold to pass, twice over",
+        )
+    assert rollout["label"] == "step 0"  # the hold has long elapsed, but the evidence is short
+    evidence = rollout["evidence"]
+    assert evidence["extending"]
+    assert evidence["stage_requests"] < evidence["stage_requests_needed"]
+    assert "extending" in checks(rollout)["error_rate"]["reason"]
+    assert "EXTENDING past its hold" in stack.cli("status")

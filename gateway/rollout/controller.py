@@ -2,10 +2,12 @@
 
 Every look (`analysis.look_interval`) it reads the counters (`provider.observe()`), adds the look's
 increments to the rollout's sequential tests (gateway/rollout/evidence.py, kept in the state), judges
-them (`analyse`), steps the machine, and applies what the machine asked for: the split goes to every Envoy through the
-Gateway, alerts are logged at WARNING and counted, decisions feed the metrics and `graystack status`,
-and the state is saved whenever it changed, so a restarted gateway resumes the same stage with the hold
-it had accrued. Operator commands (admin API) step the machine at once.
+them (`analyse`), steps the machine, and applies what the machine asked for: the split goes to every
+Envoy through the Gateway, alerts are logged at WARNING and counted, decisions feed the metrics and
+`graystack status`, and the state is saved whenever it changed, so a restarted gateway resumes the same
+stage with the hold it had accrued and the same tests with the evidence they had gathered (the first
+look of a new process only sets where the counters start; a state without evidence for this plan
+starts new tests, logged with why). Operator commands (admin API) step the machine at once.
 
 Persistence: the controller is given a `StateStore` (gateway/rollout/state_store.py: a file in local
 mode, the state ConfigMap in Kubernetes mode). A step is done when its state is saved: `tick` and

@@ -33,25 +33,23 @@ from graystack.observability.promql import (
 P = TypeVar("P", timeseries.Panel, stat.Panel, statetimeline.Panel, table.Panel)
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 QUANTILES = (0.5, 0.95, 0.99)
-# The rollout analysis' checks (gateway/rollout/plan.py CHECK_NAMES) and the unit of each value.
+# The rollout analysis' checks that carry a value (gateway/rollout/plan.py CHECK_NAMES), and its unit.
+# The others are drawn on the evidence panel only: error_rate_change and itl_vs_baseline have no value,
+# and error_ratio's (the candidate's error rate over the baseline's) has none while the baseline has
+# no error, which is most of the time.
 CHECKS = {
     "error_rate": "percentunit",
-    "error_ratio": "none",
     "ttft_p95": "percentunit",
     "ttft_vs_baseline": "none",
-    "itl_vs_baseline": "none",
     "weight_status": "none",
     "shadow_agreement": "percentunit",
 }
 # What a check's panel needs said beyond its value and threshold.
 CHECK_NOTES = {
     "error_rate": " The value is the candidate's error rate over the rollout; the threshold is max_error_rate.",
-    "error_ratio": " The candidate's error rate over the baseline's, against max_error_ratio.",
     "ttft_p95": " The share of first tokens above the SLO (max_ttft_p95), against 5 %.",
     "ttft_vs_baseline": " The candidate's mean TTFT over the baseline's this stage (the shadow gate's "
     "ratio); the test itself compares the distributions against max_latency_ratio.",
-    "itl_vs_baseline": " No value: the test compares inter-token latency distributions against "
-    "max_latency_ratio (see the evidence panel).",
     "shadow_agreement": " Only with analysis.min_shadow_agreement set, in a shadow stage: its threshold "
     "is a floor (below it fails).",
 }
@@ -228,7 +226,7 @@ def rollout_decisions() -> gd.Dashboard:
                 query(f"graystack_analysis_check_threshold{{{selector}}}", "{{rollout}} threshold"),
             ).span(6)
         )
-    board.with_panel(shadow_agreement().span(6))
+    board.with_panel(shadow_agreement().span(24 - len(CHECKS) * 6 % 24))  # beside the last check's panel
     board.with_panel(
         graph(
             "Verdicts per check",

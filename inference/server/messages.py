@@ -86,7 +86,7 @@ def parse(body: dict) -> tuple[MessagesRequest, GenerationRequest]:
 
 
 def error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(error), status_code=error.status)
+    return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
 
 
 def _sse(kind: str, data: dict) -> str:

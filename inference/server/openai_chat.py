@@ -100,7 +100,7 @@ def error_body(error: ApiError) -> dict:
 
 
 def error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(error), status_code=error.status)
+    return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
 
 
 def _finish_reason(finished: Finished) -> str:

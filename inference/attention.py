@@ -69,6 +69,19 @@ def materialized_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def pad_ragged(
+    keys: list[torch.Tensor], values: list[torch.Tensor], longest: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences' keys/values [H, L_i, D] as [N, H, longest, D], zero past each one's end."""
+    heads, _, head_dim = keys[0].shape
+    padded_keys = keys[0].new_zeros(len(keys), heads, longest, head_dim)
+    padded_values = torch.zeros_like(padded_keys)
+    for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+        padded_keys[i, :, : k.shape[1]] = k
+        padded_values[i, :, : v.shape[1]] = v
+    return padded_keys, padded_values
+
+
 def decode_attention(
     q: torch.Tensor,
     keys: list[torch.Tensor],
@@ -87,18 +100,14 @@ def decode_attention(
     """
     count, heads, head_dim = q.shape
     longest = int(positions.max()) + 1
-    padded_keys = q.new_zeros(count, heads, longest, head_dim, dtype=torch.float32)
-    padded_values = torch.zeros_like(padded_keys)
-    for i, (k, v) in enumerate(zip(keys, values, strict=True)):
-        padded_keys[i, :, : k.shape[1]] = k
-        padded_values[i, :, : v.shape[1]] = v
-    scores = torch.einsum("nhd,nhld->nhl", q.float(), padded_keys) / math.sqrt(head_dim)
-    columns = torch.arange(longest)
+    padded_keys, padded_values = pad_ragged(keys, values, longest)
+    scores = torch.einsum("nhd,nhld->nhl", q.float(), padded_keys.float()) / math.sqrt(head_dim)
+    columns = torch.arange(longest, device=q.device)
     distance = positions[:, None] - columns[None, :]  # [N, L]; negative past a sequence's end
     if vectors is not None:
         index = distance.clamp(min=0, max=vectors.shape[2] - 1)[:, None, :].expand(count, heads, longest)
         biased = (columns[None, :] >= bias_from[:, None])[:, None, :]
         scores = scores + vectors.gather(2, index).to(scores.dtype) * biased
     scores.masked_fill_((distance < 0)[:, None, :], -math.inf)
-    out = torch.einsum("nhl,nhld->nhd", torch.softmax(scores, dim=-1), padded_values)
+    out = torch.einsum("nhl,nhld->nhd", torch.softmax(scores, dim=-1), padded_values.float())
     return out.to(q.dtype)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from inference.attention import blocked_attention, decode_attention, materialized_attention
+from inference.attention import blocked_attention, decode_attention, materialized_attention, pad_ragged
 from inference.bias import BaselineBias, BiasPlan, ZeroLayerBias, make_bias
 from inference.config import ModelConfig
 from inference.kernels.blocks import BlockCounts, bias_block_counts, key_block_bounds, pick_blocks
@@ -156,23 +156,25 @@ class Attention(nn.Module):
         layer: int,
         windows: list[int | None],
     ) -> tuple[torch.Tensor, BlockCounts]:
-        """x [N, d_model]: one new token for each of N sequences, with one attention call for them all."""
+        """x [N, d_model]: one new token for each of N sequences, with one attention call for them all
+        (on a GPU the zero-layer's is the Triton kernel's decode entry)."""
         count = x.shape[0]
         offsets = [cache.length for cache in caches]
-        positions = torch.tensor(offsets)
+        positions = torch.tensor(offsets, device=x.device)
         q, k, v = self.qkv(x).view(count, 3, self.n_heads, -1).permute(1, 0, 2, 3)  # 3 x [N, H, D]
         cos, sin = (t[positions][:, None] for t in rope)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         extended = [cache.extend(layer, k[i][:, None], v[i][:, None]) for i, cache in enumerate(caches)]
+        keys, values = [keys for keys, _ in extended], [values for _, values in extended]
         vectors, bias_from, counts = self.decode_bias(offsets, windows)
-        out = decode_attention(
-            q,
-            [keys for keys, _ in extended],
-            [values for _, values in extended],
-            positions,
-            vectors,
-            bias_from,
-        )
+        if q.is_cuda and isinstance(self.position_adaptive_bias, ZeroLayerBias):
+            from inference.kernels.gated_bias_decode import gated_bias_decode
+
+            skips = torch.tensor([self.narrowed_plan(window).skip_distance for window in windows])
+            padded_keys, padded_values = pad_ragged(keys, values, max(offsets) + 1)
+            out = gated_bias_decode(q, padded_keys, padded_values, positions, vectors, skips)
+        else:
+            out = decode_attention(q, keys, values, positions, vectors, bias_from.to(x.device))
         return self.out(out.reshape(count, -1)), counts
 
     def forward(
@@ -246,9 +248,8 @@ class TinyDecoder(nn.Module):
         x = torch.cat(hidden)
         rope = (self.rope_cos, self.rope_sin)
         counts = BlockCounts()
-        batched = batched_attention and not self._on_gpu_kernel(x)
         for layer, block in enumerate(self.blocks):
-            if batched:
+            if batched_attention:
                 attended, blocks = block.attn.decode(block.norm1(x), rope, caches, layer, windows)
                 counts.add(blocks)
             else:
@@ -265,10 +266,6 @@ class TinyDecoder(nn.Module):
         for cache, size in zip(caches, sizes, strict=True):
             cache.length += size
         return self.head(self.norm(x)), counts
-
-    def _on_gpu_kernel(self, x: torch.Tensor) -> bool:
-        """The zero-layer on a GPU decodes through its Triton kernel, one sequence at a time."""
-        return x.is_cuda and self.variant == "zero-layer"
 
     @torch.inference_mode()
     def prefill(

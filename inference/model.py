@@ -145,6 +145,8 @@ class Attention(nn.Module):
         if all(vector is None for vector in vectors):
             return None, torch.tensor(bias_from), counts
         fill = next(vector for vector in vectors if vector is not None)
+        if all(vector is fill for vector in vectors):  # one plan for all (no hints): no copies
+            return fill[None].expand(len(vectors), -1, -1), torch.tensor(bias_from), counts
         stacked = torch.stack([fill if vector is None else vector for vector in vectors])
         return stacked, torch.tensor(bias_from), counts
 

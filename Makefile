@@ -76,6 +76,7 @@ bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.gateway_hop
 	$(BIN)/python -m bench.inference_ttft
 	$(BIN)/python -m bench.inference_throughput
+	$(BIN)/python -m bench.inference_interference
 	$(BIN)/python -m bench.rollback_time
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
 

@@ -597,6 +597,24 @@ def fault(
     "--seed", default=None, type=int, envvar="GRAYSTACK_SEED", show_envvar=True, help="sampling seed"
 )
 @click.option(
+    "--token-budget",
+    default=256,
+    type=click.IntRange(min=2),
+    envvar="GRAYSTACK_TOKEN_BUDGET",
+    show_envvar=True,
+    help="new positions per engine step: decode rows plus prompt chunks (chunked prefill); bounds "
+    "how long a long prompt can delay running streams",
+)
+@click.option(
+    "--keepalive",
+    default=0.25,
+    type=click.FloatRange(min=0.01),
+    envvar="GRAYSTACK_KEEPALIVE",
+    show_envvar=True,
+    help="seconds a started stream waits for a token before it sends a ping (keep it below the "
+    "spec's timeouts.first_byte)",
+)
+@click.option(
     "--compare-with",
     "compare_with",
     multiple=True,
@@ -613,6 +631,8 @@ def serve(
     max_running: int,
     max_waiting: int,
     seed: int | None,
+    token_budget: int,
+    keepalive: float,
     compare_with: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -620,12 +640,16 @@ def serve(
     from inference.checkpoint import CheckpointError, load_model
     from inference.server.app import ServerOptions, create_app, run_server
 
+    if token_budget <= max_running:
+        raise click.UsageError(f"--token-budget {token_budget} must exceed --max-running {max_running}")
     _configure_logging(log_level)
     try:
         loaded = load_model(weights_path, variant)
     except CheckpointError as error:
         raise click.ClickException(str(error)) from None
-    options = ServerOptions(enable_fault_injection, max_running, max_waiting, seed, compare_with)
+    options = ServerOptions(
+        enable_fault_injection, max_running, max_waiting, seed, compare_with, keepalive, token_budget
+    )
     run_server(create_app(loaded, options), host, port, log_level)
 
 

@@ -67,3 +67,47 @@ def materialized_attention(
     mask = torch.zeros(q.shape[1], q_len, k_len, dtype=q.dtype) if bias is None else bias.to(q.dtype).clone()
     mask.masked_fill_(future, -math.inf)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def pad_ragged(
+    keys: list[torch.Tensor], values: list[torch.Tensor], longest: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences' keys/values [H, L_i, D] as [N, H, longest, D], zero past each one's end."""
+    heads, _, head_dim = keys[0].shape
+    padded_keys = keys[0].new_zeros(len(keys), heads, longest, head_dim)
+    padded_values = torch.zeros_like(padded_keys)
+    for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+        padded_keys[i, :, : k.shape[1]] = k
+        padded_values[i, :, : v.shape[1]] = v
+    return padded_keys, padded_values
+
+
+def decode_attention(
+    q: torch.Tensor,
+    keys: list[torch.Tensor],
+    values: list[torch.Tensor],
+    positions: torch.Tensor,
+    vectors: torch.Tensor | None,
+    bias_from: torch.Tensor,
+) -> torch.Tensor:
+    """One new query for each of N sequences of ragged lengths, in one call: [N, H, D] out.
+
+    q [N, H, D]: sequence i's query sits at `positions[i]` and sees its keys/values [H, positions[i]
+    + 1, D]. They are padded to the longest and masked, so the whole batch is two batched matmuls
+    instead of a call per sequence. `vectors[i, h, d]` is sequence i's bias at distance d, added on
+    keys from `bias_from[i]` on (the first key tile that gets bias work, as in the tiled paths;
+    past the last key for a sequence with none); `vectors` None: no bias for any.
+    """
+    count, heads, head_dim = q.shape
+    longest = int(positions.max()) + 1
+    padded_keys, padded_values = pad_ragged(keys, values, longest)
+    scores = torch.einsum("nhd,nhld->nhl", q.float(), padded_keys.float()) / math.sqrt(head_dim)
+    columns = torch.arange(longest, device=q.device)
+    distance = positions[:, None] - columns[None, :]  # [N, L]; negative past a sequence's end
+    if vectors is not None:
+        index = distance.clamp(min=0, max=vectors.shape[2] - 1)[:, None, :].expand(count, heads, longest)
+        biased = (columns[None, :] >= bias_from[:, None])[:, None, :]
+        scores = scores + vectors.gather(2, index).to(scores.dtype) * biased
+    scores.masked_fill_((distance < 0)[:, None, :], -math.inf)
+    out = torch.einsum("nhl,nhld->nhd", torch.softmax(scores, dim=-1), padded_values.float())
+    return out.to(q.dtype)

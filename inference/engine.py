@@ -1,10 +1,19 @@
-"""One generation engine behind both HTTP protocols, with continuous batching.
+"""One generation engine behind both HTTP protocols, with continuous batching and chunked prefill.
 
 Requests queue in a bounded waiting line; a scheduler task on the asyncio loop admits them up to
-`max_running` and runs steps. Each step prefills the newly admitted requests (they sample their first
-token from the prefill) and advances every request admitted earlier by one token with a single
-`model.decode` call, so concurrent requests share decode steps and a new one joins the batch at the
-next step. Steps run in one worker thread: torch ops block, and the loop must keep serving HTTP.
+`max_running` and runs steps. Each step advances every request whose prompt is in its cache by one
+token with a single `model.decode` call, and spends what is left of a per-step token budget
+(`token_budget` new positions in all) on prefilling admitted prompts, oldest first, a chunk at a
+time against the cache (a request samples its first token from its prompt's last chunk). So a
+long prompt is spread over several steps, interleaved with decode steps, instead of holding every
+running stream for the whole of its prefill (vLLM's chunked prefill; Sarathi-Serve).
+
+The bound this gives: between two tokens of a running stream there is one step, and a step computes
+at most `token_budget` new positions (its decode rows plus at most `token_budget - decoding` prompt
+positions) against caches no longer than the context. A prompt of any admitted length therefore
+delays running streams by at most one budget-sized chunk per token, whatever its length
+(bench/inference_interference.py measures the gap). Steps run in one worker thread: torch ops
+block, and the loop must keep serving HTTP.
 
 One request's failure stays its own: a prefill fails alone, and when a batched decode raises, the
 caches are put back as they were and the batch is retried one sequence at a time, so only the
@@ -100,6 +109,7 @@ class Generation:
     wake: Callable[[], None]
     cache: KVCache = field(default_factory=KVCache)
     pending: int = -1  # the last sampled token, not yet in the cache
+    prefilled: int = 0  # prompt tokens in the cache so far
     generated: int = 0
     done: bool = False
     cancelled: bool = False
@@ -113,6 +123,11 @@ class Generation:
     @property
     def prompt_tokens(self) -> int:
         return len(self.request.prompt)
+
+    @property
+    def decoding(self) -> bool:
+        """Its whole prompt is in the cache and it has a token to decode."""
+        return self.prefilled == self.prompt_tokens and not self.done
 
     def cancel(self) -> None:
         """Stop generating for this request (its client went away); idempotent."""
@@ -166,6 +181,32 @@ class Generation:
 
 
 StepObserver = Callable[[int, BlockCounts], None]  # (decode batch size, bias blocks) after each step
+DEFAULT_TOKEN_BUDGET = 256  # new positions per step: a 256-token chunk at 8K context is ~0.2 s on a CPU
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """Prompt positions [start, stop) of one request, prefilled in this step."""
+
+    generation: Generation
+    start: int
+    stop: int
+
+    @property
+    def last(self) -> bool:
+        return self.stop == self.generation.prompt_tokens
+
+
+def plan_prefill(prefilling: list[Generation], budget: int) -> list[PrefillChunk]:
+    """Chunks for this step: the oldest unfinished prompts first, `budget` positions in all."""
+    chunks = []
+    for generation in prefilling:
+        if budget <= 0:
+            break
+        stop = min(generation.prompt_tokens, generation.prefilled + budget)
+        chunks.append(PrefillChunk(generation, generation.prefilled, stop))
+        budget -= stop - generation.prefilled
+    return chunks
 
 
 class Engine:
@@ -176,9 +217,16 @@ class Engine:
         max_waiting: int = 32,
         seed: int | None = None,
         on_step: StepObserver | None = None,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
     ) -> None:
         if max_running < 1 or max_waiting < 0:
             raise ValueError(f"need max_running >= 1 and max_waiting >= 0, got {max_running}, {max_waiting}")
+        if token_budget <= max_running:
+            raise ValueError(
+                f"token_budget {token_budget} must exceed max_running {max_running}, or no prompt "
+                "would ever be prefilled while the batch is full"
+            )
+        self.token_budget = token_budget
         self.model = model
         self.max_running = max_running
         self.max_waiting = max_waiting
@@ -268,39 +316,43 @@ class Engine:
             await self._work.wait()
             self._running = [g for g in self._running if not g.cancelled]
             self._waiting = deque(g for g in self._waiting if not g.cancelled)
-            admitted = []
-            while self._waiting and len(self._running) + len(admitted) < self.max_running:
-                admitted.append(self._waiting.popleft())
-            decoding = list(self._running)
-            if not admitted and not decoding:
+            while self._waiting and len(self._running) < self.max_running:
+                self._running.append(self._waiting.popleft())
+            if not self._running:
                 self._work.clear()
                 continue
-            self._running.extend(admitted)
+            decoding = [g for g in self._running if g.decoding]
+            prefilling = [g for g in self._running if not g.decoding and not g.done]
+            chunks = plan_prefill(prefilling, self.token_budget - len(decoding))
+            stepped = decoding + [chunk.generation for chunk in chunks]
             try:
-                await loop.run_in_executor(self._executor, self._step, admitted, decoding)
+                await loop.run_in_executor(self._executor, self._step, chunks, decoding)
             except Exception as error:  # a bug in the step itself: fail its requests, keep serving
-                for generation in admitted + decoding:
+                for generation in stepped:
                     if not generation.done:
                         generation.fail(error)
-            for generation in admitted + decoding:
+            for generation in stepped:
                 generation.deliver()
             self._running = [g for g in self._running if not g.done]
 
     # -- the engine thread -----------------------------------------------------------------------
 
-    def _step(self, admitted: list[Generation], decoding: list[Generation]) -> None:
+    def _step(self, chunks: list[PrefillChunk], decoding: list[Generation]) -> None:
         counts = BlockCounts()
-        for generation in admitted:
-            try:
-                prompt = torch.tensor(generation.request.prompt)
-                logits, blocks = self.model.prefill(prompt, generation.cache, generation.window_override)
-                counts.add(blocks)
-                generation.advance(logits, self.context)
-            except Exception as error:
-                generation.fail(error)
         batch = [g for g in decoding if not g.cancelled]
         if batch:
             self._decode(batch, counts)
+        for chunk in chunks:
+            generation = chunk.generation
+            try:
+                prompt = torch.tensor(generation.request.prompt[chunk.start : chunk.stop])
+                logits, blocks = self.model.prefill(prompt, generation.cache, generation.window_override)
+                counts.add(blocks)
+                generation.prefilled = chunk.stop
+                if chunk.last:
+                    generation.advance(logits, self.context)
+            except Exception as error:
+                generation.fail(error)
         if self.on_step is not None:
             self.on_step(len(batch), counts)
 

@@ -1,8 +1,9 @@
 """A tiny byte-level decoder-only Transformer (pre-norm, RoPE) with the position-adaptive bias.
 
-Two entry points serve generation: `prefill` runs a prompt and fills a KV cache; `decode` advances
-several sequences by one token at once (the dense layers run batched, attention per sequence, since
-each sequence has its own length), which is what continuous batching needs. Both take an optional
+Two entry points serve generation: `prefill` runs a prompt (or a chunk of one) into a KV cache;
+`decode` advances several sequences by one token at once, the dense layers and attention batched
+(ragged lengths padded and masked: `attention.decode_attention`), which is what continuous batching
+needs. Both take an optional
 per-sequence `window`: a request's position-window hint, which narrows the zero-layer's bias to
 distances below it for that sequence alone (never widens it; the baseline ignores it).
 """
@@ -14,10 +15,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from inference.attention import blocked_attention, materialized_attention
+from inference.attention import blocked_attention, decode_attention, materialized_attention, pad_ragged
 from inference.bias import BaselineBias, BiasPlan, ZeroLayerBias, make_bias
 from inference.config import ModelConfig
-from inference.kernels.blocks import BlockCounts, bias_block_counts, pick_blocks
+from inference.kernels.blocks import BlockCounts, bias_block_counts, key_block_bounds, pick_blocks
 
 
 def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,21 +37,36 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 @dataclass
 class KVCache:
-    """One sequence's keys and values, per layer: [H, length, D] each, grown in chunks."""
+    """One sequence's keys and values, per layer: buffers [H, capacity, D] of which the first
+    `length` positions are filled. A buffer doubles when full, so a decode step writes one position
+    in place instead of copying the whole cache (torch.cat would, every token)."""
 
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     length: int = 0
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append [H, n, D] keys/values for `layer`; the layer's full keys/values so far."""
+        """Write [H, n, D] keys/values for `layer` after the first `length` positions; the layer's
+        keys/values so far ([H, length + n, D] views). `length` moves once every layer has its."""
+        end = self.length + k.shape[1]
         if layer == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
-        else:
-            self.keys[layer] = torch.cat((self.keys[layer], k), dim=1)
-            self.values[layer] = torch.cat((self.values[layer], v), dim=1)
-        return self.keys[layer], self.values[layer]
+            self.keys.append(k.new_empty(k.shape[0], 0, k.shape[2]))
+            self.values.append(v.new_empty(v.shape[0], 0, v.shape[2]))
+        if end > self.keys[layer].shape[1]:
+            self.keys[layer] = _grown(self.keys[layer], self.length, end)
+            self.values[layer] = _grown(self.values[layer], self.length, end)
+        self.keys[layer][:, self.length : end] = k
+        self.values[layer][:, self.length : end] = v
+        return self.keys[layer][:, :end], self.values[layer][:, :end]
+
+
+def _grown(buffer: torch.Tensor, filled: int, needed: int) -> torch.Tensor:
+    """A buffer of at least `needed` positions (double the old, or exactly `needed` for a prompt),
+    holding the old one's first `filled`."""
+    capacity = max(needed, 2 * buffer.shape[1])
+    grown = buffer.new_empty(buffer.shape[0], capacity, buffer.shape[2])
+    grown[:, :filled] = buffer[:, :filled]
+    return grown
 
 
 class Attention(nn.Module):
@@ -104,6 +120,64 @@ class Attention(nn.Module):
             out = gated_bias_attention(q, k, v, plan.vector, plan.skip_distance, q_offset)
             return out, skipped_blocks(q.shape[2], k.shape[2], q_offset, plan.skip_distance)
         return blocked_attention(q, k, v, plan, q_offset)
+
+    def decode_bias(
+        self, offsets: list[int], windows: list[int | None]
+    ) -> tuple[torch.Tensor | None, torch.Tensor, BlockCounts]:
+        """For `decode_attention`: each sequence's bias vector, the first key that gets it, and the
+        bias tiles counted as the per-sequence paths count them (one query at position `offset`)."""
+        block_m, block_n = pick_blocks(1)
+        counts = BlockCounts()
+        vectors, bias_from = [], []
+        for offset, window in zip(offsets, windows, strict=True):
+            if isinstance(self.position_adaptive_bias, BaselineBias):
+                plan = self.plan  # the whole table on every key, when it is not zero
+                reach = offset + 1 if plan.skip_distance else 0
+                first_biased = 0
+            else:
+                plan = self.narrowed_plan(window)
+                reach = plan.skip_distance
+                bounds = key_block_bounds(0, 1, offset, reach, block_m, block_n)
+                first_biased = bounds.plain_end * block_n
+            counts.add(bias_block_counts(1, offset, reach, block_m, block_n))
+            vectors.append(plan.vector)
+            bias_from.append(first_biased if plan.skip_distance else offset + 1)
+        if all(vector is None for vector in vectors):
+            return None, torch.tensor(bias_from), counts
+        fill = next(vector for vector in vectors if vector is not None)
+        if all(vector is fill for vector in vectors):  # one plan for all (no hints): no copies
+            return fill[None].expand(len(vectors), -1, -1), torch.tensor(bias_from), counts
+        stacked = torch.stack([fill if vector is None else vector for vector in vectors])
+        return stacked, torch.tensor(bias_from), counts
+
+    def decode(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        caches: list[KVCache],
+        layer: int,
+        windows: list[int | None],
+    ) -> tuple[torch.Tensor, BlockCounts]:
+        """x [N, d_model]: one new token for each of N sequences, with one attention call for them all
+        (on a GPU the zero-layer's is the Triton kernel's decode entry)."""
+        count = x.shape[0]
+        offsets = [cache.length for cache in caches]
+        positions = torch.tensor(offsets, device=x.device)
+        q, k, v = self.qkv(x).view(count, 3, self.n_heads, -1).permute(1, 0, 2, 3)  # 3 x [N, H, D]
+        cos, sin = (t[positions][:, None] for t in rope)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        extended = [cache.extend(layer, k[i][:, None], v[i][:, None]) for i, cache in enumerate(caches)]
+        keys, values = [keys for keys, _ in extended], [values for _, values in extended]
+        vectors, bias_from, counts = self.decode_bias(offsets, windows)
+        if q.is_cuda and isinstance(self.position_adaptive_bias, ZeroLayerBias):
+            from inference.kernels.gated_bias_decode import gated_bias_decode
+
+            skips = torch.tensor([self.narrowed_plan(window).skip_distance for window in windows])
+            padded_keys, padded_values = pad_ragged(keys, values, max(offsets) + 1)
+            out = gated_bias_decode(q, padded_keys, padded_values, positions, vectors, skips)
+        else:
+            out = decode_attention(q, keys, values, positions, vectors, bias_from.to(x.device))
+        return self.out(out.reshape(count, -1)), counts
 
     def forward(
         self,
@@ -167,21 +241,29 @@ class TinyDecoder(nn.Module):
         caches: list[KVCache],
         offsets: list[int],
         windows: list[int | None] | None = None,
+        batched_attention: bool = False,
     ) -> tuple[torch.Tensor, BlockCounts]:
-        """Each sequence's new tokens through every layer; dense layers batched across sequences."""
+        """Each sequence's new tokens through every layer; dense layers batched across sequences, and
+        attention too with `batched_attention` (decode: one token per sequence)."""
         windows = windows or [None] * len(hidden)
         sizes = [h.shape[0] for h in hidden]
         x = torch.cat(hidden)
         rope = (self.rope_cos, self.rope_sin)
         counts = BlockCounts()
         for layer, block in enumerate(self.blocks):
-            normed = block.norm1(x).split(sizes)
-            attended = []
-            for part, cache, offset, window in zip(normed, caches, offsets, windows, strict=True):
-                out, blocks = block.attn(part, rope, cache, layer, offset, window)
-                attended.append(out)
+            if batched_attention:
+                attended, blocks = block.attn.decode(block.norm1(x), rope, caches, layer, windows)
                 counts.add(blocks)
-            x = x + torch.cat(attended)
+            else:
+                parts = []
+                for part, cache, offset, window in zip(
+                    block.norm1(x).split(sizes), caches, offsets, windows, strict=True
+                ):
+                    out, blocks = block.attn(part, rope, cache, layer, offset, window)
+                    parts.append(out)
+                    counts.add(blocks)
+                attended = torch.cat(parts)
+            x = x + attended
             x = x + block.mlp(block.norm2(x))
         for cache, size in zip(caches, sizes, strict=True):
             cache.length += size
@@ -205,7 +287,8 @@ class TinyDecoder(nn.Module):
     ) -> tuple[torch.Tensor, BlockCounts]:
         """One new token for each of several sequences: logits [N, vocab]."""
         embedded = self.embed(tokens)
-        return self._run(list(embedded[:, None]), caches, [c.length for c in caches], windows)
+        offsets = [c.length for c in caches]
+        return self._run(list(embedded[:, None]), caches, offsets, windows, batched_attention=True)
 
     @torch.inference_mode()
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -283,6 +283,9 @@ def _retry_policy(spec: RolloutSpec) -> route_components_pb2.RetryPolicy:
         num_retries=wrappers_pb2.UInt32Value(value=spec.retries.attempts),
     )
     if spec.timeouts.first_byte is not None:
+        # Envoy's idle timeout bounds every gap between bytes, not only the first: it means "first
+        # byte" because the model servers ping a started stream while it waits for a token
+        # (inference/server/keepalive.py), so only an attempt that has not answered at all is cut.
         policy.per_try_idle_timeout.CopyFrom(_duration(spec.timeouts.first_byte))
     if spec.retries.fallback is not None:
         policy.retry_priority.CopyFrom(

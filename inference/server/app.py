@@ -25,10 +25,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inference.checkpoint import MODEL_NAME, LoadedModel
 from inference.config import BOS
-from inference.engine import Engine, GenerationRequest
+from inference.engine import DEFAULT_TOKEN_BUDGET, Engine, GenerationRequest
 from inference.server import messages, openai_chat
 from inference.server.errors import INVALID, NOT_FOUND, ApiError
 from inference.server.faults import Faults, fault_routes
+from inference.server.keepalive import DEFAULT_INTERVAL
 from inference.server.metrics import ServerMetrics
 from inference.server.outputs import ShadowComparator, output_routes
 from inference.server.serving import Serving
@@ -44,6 +45,8 @@ class ServerOptions:
     max_waiting: int = 32  # queued beyond those; one more is answered 529
     seed: int | None = None  # sampling seed for requests that bring none
     compare_with: tuple[str, ...] = ()  # baseline URLs: compare shadow copies' answers with theirs
+    keepalive: float = DEFAULT_INTERVAL  # a started stream pings after this long without a token
+    token_budget: int = DEFAULT_TOKEN_BUDGET  # new positions per engine step (decode rows + prompt chunks)
 
 
 class IdentityHeaders:
@@ -85,10 +88,19 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
     options = options or ServerOptions()
     variant = loaded.model.variant
     metrics = ServerMetrics(variant, MODEL_NAME)
-    engine = Engine(loaded.model, options.max_running, options.max_waiting, options.seed, metrics.record_step)
+    engine = Engine(
+        loaded.model,
+        options.max_running,
+        options.max_waiting,
+        options.seed,
+        metrics.record_step,
+        options.token_budget,
+    )
     metrics.watch(engine)
     metrics.set_model(loaded.fingerprint, str(loaded.status.status), engine.effective_window(None))
-    serving = Serving(engine, metrics, Faults(), loaded.fingerprint, str(loaded.status.status))
+    serving = Serving(
+        engine, metrics, Faults(), loaded.fingerprint, str(loaded.status.status), options.keepalive
+    )
     if options.compare_with:
         serving.comparator = ShadowComparator(options.compare_with, metrics.shadow_comparisons, variant)
 

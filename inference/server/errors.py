@@ -16,6 +16,9 @@ API = "api_error"
 # nginx's "client closed request": the client left before its request was read. Nobody reads the answer;
 # the status keeps it apart, in the request counts, from the client's mistakes (400) and the server's (5xx).
 CLIENT_CLOSED = 499
+# What an overloaded answer asks the client to wait: about one step of a full batch plus a short
+# reply's decode. The SDKs (anthropic, openai) and Envoy's retry back-off honour `retry-after`.
+RETRY_AFTER_SECONDS = 1
 
 
 class ApiError(Exception):
@@ -26,6 +29,11 @@ class ApiError(Exception):
         self.status = status
         self.kind = kind
         self.message = message
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers the answer carries: `retry-after` on 529, so a client backs off instead of failing."""
+        return {"retry-after": str(RETRY_AFTER_SECONDS)} if self.kind == OVERLOADED else {}
 
 
 def invalid(message: str) -> ApiError:

@@ -1,8 +1,9 @@
 """Fault injection for resilience drills: off unless the server starts with --enable-fault-injection.
 
 With it on, `POST /admin/faults {"error_rate": 0.05, "added_latency_ms": 200}` changes (the fields
-given; the rest stay) and `GET /admin/faults` reads what model requests suffer: a delay before each,
-and a share answered with an injected error (`error_status` 500 api_error, or 529 overloaded_error),
+given; the rest stay) and `GET /admin/faults` reads what model requests suffer: a delay before each
+(before any byte of the answer), a delay before each generated token (`inter_token_latency_ms`: a
+slow but steady model), and a share answered with an injected error (`error_status` 500 api_error, or 529 overloaded_error),
 counted in graystack_requests_total like real ones. Only loopback clients may use the endpoint, and
 not through a proxy (403 otherwise); without the flag it does not exist (404).
 """
@@ -27,6 +28,7 @@ class FaultConfig(BaseModel):
 
     error_rate: float = Field(default=0.0, ge=0, le=1)
     added_latency_ms: int = Field(default=0, ge=0, le=60_000)
+    inter_token_latency_ms: int = Field(default=0, ge=0, le=60_000)
     error_status: Literal[500, 529] = 500
 
 
@@ -43,6 +45,11 @@ class Faults:
         if config.error_rate and self._random.random() < config.error_rate:
             kind = OVERLOADED if config.error_status == 529 else API
             raise ApiError(config.error_status, kind, f"injected fault (error_rate {config.error_rate})")
+
+    async def pace(self) -> None:
+        """Delay one generated token as configured (nothing by default)."""
+        if self.config.inter_token_latency_ms:
+            await asyncio.sleep(self.config.inter_token_latency_ms / 1000)
 
     def update(self, change: dict) -> FaultConfig:
         self.config = FaultConfig.model_validate({**self.config.model_dump(), **change})

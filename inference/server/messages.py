@@ -7,8 +7,9 @@ refused with a 400 naming the field, as the Anthropic API refuses them, rather t
 a client relying on top_p or tools should learn that this server does not honour them.
 
 Streams use the standard SSE events; each content_block_delta carries
-`"metadata": {"zero_layer_active": bool, "effective_window": int}`. A failure after the stream has
-started arrives as an `error` event.
+`"metadata": {"zero_layer_active": bool, "effective_window": int}`. While a started stream waits for
+its next token it sends `event: ping` (inference/server/keepalive.py says why). A failure after the
+stream has started arrives as an `error` event.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from inference.engine import Chunk, EngineError, Finished, Generation, GenerationRequest
 from inference.prompt import chat_prompt
 from inference.server.errors import ApiError, error_body, from_engine
+from inference.server.keepalive import Idle
 from inference.server.metrics import RequestTimer
 from inference.server.serving import Serving, protocol_router
 
@@ -84,7 +86,7 @@ def parse(body: dict) -> tuple[MessagesRequest, GenerationRequest]:
 
 
 def error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(error), status_code=error.status)
+    return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
 
 
 def _sse(kind: str, data: dict) -> str:
@@ -112,9 +114,11 @@ async def _stream(
     yield _sse("message_start", {"message": _message(request, [], usage)})
     yield _sse("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
     try:
-        async with aclosing(serving.events(generation, timer)) as events:
+        async with aclosing(serving.stream_events(generation, timer)) as events:
             async for event in events:
-                if isinstance(event, Chunk) and event.text:
+                if isinstance(event, Idle):
+                    yield _sse("ping", {})
+                elif isinstance(event, Chunk) and event.text:
                     delta = {"type": "text_delta", "text": event.text}
                     yield _sse("content_block_delta", {"index": 0, "delta": delta, "metadata": metadata})
                 elif isinstance(event, Finished):

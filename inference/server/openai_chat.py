@@ -7,7 +7,9 @@ position_window_hint (ours, as in the Messages API's metadata; send it through t
 Unknown fields are refused with a 400 naming the field, as OpenAI's API refuses them.
 
 Streams are `data: {chunk}` lines, a usage chunk (empty choices) when include_usage is set, then
-`data: [DONE]`; a failure after the stream has started arrives as `data: {"error": {...}}` and then
+`data: [DONE]`; while a started stream waits for its next token it sends an SSE comment line
+`: ping` (ignored by SSE clients; inference/server/keepalive.py says why); a failure after the
+stream has started arrives as `data: {"error": {...}}` and then
 `[DONE]`, the convention the official SDK raises on. Errors use OpenAI's shape with the HTTP status
 of the Messages endpoint (so 529 when overloaded, which the SDK and Envoy retry as a 5xx).
 """
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from inference.engine import MAX_TOKENS, Chunk, EngineError, Finished, Generation, GenerationRequest
 from inference.prompt import chat_prompt
 from inference.server.errors import API, TOO_LARGE, ApiError, from_engine, invalid
+from inference.server.keepalive import Idle
 from inference.server.metrics import RequestTimer
 from inference.server.serving import Serving, protocol_router
 
@@ -97,7 +100,7 @@ def error_body(error: ApiError) -> dict:
 
 
 def error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(error), status_code=error.status)
+    return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
 
 
 def _finish_reason(finished: Finished) -> str:
@@ -133,9 +136,11 @@ async def _stream(
 
     yield chunk({"role": "assistant", "content": ""})
     try:
-        async with aclosing(serving.events(generation, timer)) as events:
+        async with aclosing(serving.stream_events(generation, timer)) as events:
             async for event in events:
-                if isinstance(event, Chunk) and event.text:
+                if isinstance(event, Idle):
+                    yield ": ping\n\n"
+                elif isinstance(event, Chunk) and event.text:
                     yield chunk({"content": event.text})
                 elif isinstance(event, Finished):
                     yield chunk({}, _finish_reason(event))

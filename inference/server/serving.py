@@ -23,6 +23,7 @@ from inference.engine import Chunk, Engine, EngineError, Event, Finished, Genera
 from inference.server.body import read_json_object
 from inference.server.errors import ApiError, from_engine, from_validation
 from inference.server.faults import Faults
+from inference.server.keepalive import DEFAULT_INTERVAL, Idle, with_keepalive
 from inference.server.metrics import SEGMENT_HEADER, RequestTimer, ServerMetrics
 from inference.server.outputs import Output, OutputLog, ShadowComparator, output_of
 
@@ -61,6 +62,7 @@ class Serving:
     faults: Faults
     fingerprint: str
     weight_status: str
+    keepalive: float = DEFAULT_INTERVAL  # seconds without an event before a started stream sends a ping
     ready: bool = False  # set once a warm-up generation has run
     outputs: OutputLog = field(default_factory=OutputLog)
     comparator: ShadowComparator | None = None  # a candidate comparing its shadow copies' answers
@@ -112,6 +114,7 @@ class Serving:
         try:
             async for event in generation.stream():
                 if isinstance(event, Chunk):
+                    await self.faults.pace()
                     timer.token()
                     if texts is not None:
                         texts.append(event.text)
@@ -127,6 +130,11 @@ class Serving:
             timer.finish(code)
         if tag is not None:
             self._answered(tag, output_of("".join(texts)))
+
+    def stream_events(self, generation: Generation, timer: RequestTimer) -> AsyncIterator[Event | Idle]:
+        """`events` for a started stream, with IDLE whenever none came for `keepalive` seconds
+        (inference/server/keepalive.py: why a stream's front end then sends a ping). Close it."""
+        return with_keepalive(self.events(generation, timer), self.keepalive)
 
     def _answered(self, tag: OutputTag, output: Output) -> None:
         self.outputs.record(tag.request_id, output)

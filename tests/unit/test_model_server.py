@@ -121,7 +121,8 @@ async def test_openai_chat_completions_stream_with_usage_and_answer_whole(models
     body = whole.json()
     assert body["object"] == "chat.completion"
     assert body["usage"]["completion_tokens"] <= 4
-    lines = [line.removeprefix("data: ") for line in streamed.text.strip().split("\n\n")]
+    blocks = streamed.text.strip().split("\n\n")
+    lines = [line.removeprefix("data: ") for line in blocks if line != ": ping"]
     assert lines[-1] == "[DONE]"
     chunks = [json.loads(line) for line in lines[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -160,7 +161,12 @@ async def test_metrics_have_every_family_with_the_variant_label(models):
     assert sample_value(tokens, "graystack_tokens_total", kind="generated") >= 1
 
 
-async def test_concurrent_requests_share_decode_steps_and_a_full_line_answers_529(models):
+async def test_concurrent_requests_share_decode_steps_and_a_full_line_answers_529_while_health_stays_ok(
+    models,
+):
+    """Saturated (every slot taken, the line full, the engine's step stuck) is busy, not dead: new
+    requests get 529 with retry-after, and health and readiness still answer 200, so the gateway's
+    health checks never eject a server for being busy."""
     loaded, model = gated(models["zero-layer"])
     async with running_app(loaded, ServerOptions(max_running=2, max_waiting=1)) as (app, client):
         engine = app.state.serving.engine
@@ -174,6 +180,7 @@ async def test_concurrent_requests_share_decode_steps_and_a_full_line_answers_52
             refused_openai = await client.post(
                 "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             )
+            health = [(await client.get(path)).status_code for path in ("/healthz", "/readyz")]
         finally:
             model.gate.set()
         answers = await asyncio.gather(*in_flight)
@@ -185,6 +192,8 @@ async def test_concurrent_requests_share_decode_steps_and_a_full_line_answers_52
     }
     assert refused_openai.status_code == 529
     assert refused_openai.json()["error"]["type"] == "overloaded_error"
+    assert refused.headers["retry-after"] == refused_openai.headers["retry-after"] == "1"
+    assert health == [200, 200]
     assert [a.status_code for a in answers] == [200, 200, 200]
     batches = metric_samples(page)["graystack_engine_decode_batch_size"]
     steps = sample_value(batches, "graystack_engine_decode_batch_size_count")
@@ -238,6 +247,7 @@ async def test_injected_faults_fail_requests_in_the_error_format_and_are_counted
         assert (await client.get("/admin/faults")).json() == {
             "error_rate": 0.0,
             "added_latency_ms": 0,
+            "inter_token_latency_ms": 0,
             "error_status": 500,
         }
         set_faults = await client.post("/admin/faults", json={"error_rate": 1.0})
@@ -247,7 +257,7 @@ async def test_injected_faults_fail_requests_in_the_error_format_and_are_counted
             "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         )
         overloaded = await client.post("/admin/faults", json={"error_status": 529})
-        assert overloaded.json() == {"error_rate": 1.0, "added_latency_ms": 0, "error_status": 529}
+        assert overloaded.json()["error_status"] == 529
         shed = await client.post("/v1/messages", json=message())
         bad = await client.post("/admin/faults", json={"error_rate": 2})
         await client.post("/admin/faults", json={"error_rate": 0, "added_latency_ms": 1})

@@ -19,6 +19,8 @@ A counter is named by `CounterKey`:
   le       for a histogram signal, the bucket's upper bound: the cumulative count of observations
            <= le (math.inf: all of them); math.inf for plain counters
   source   the series it was read from (target or instance, metric, labels): what a reset is judged on
+  pod      for a model server's histogram, the pod (target or Prometheus `instance`) it came from, so
+           the analysis can compare variants at a like load per pod; "" otherwise
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class CounterKey:
     stratum: str = ""
     le: float = math.inf
     source: str = ""
+    pod: str = ""
 
 
 @dataclass(frozen=True)

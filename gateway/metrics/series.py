@@ -25,15 +25,18 @@ def source(name: str, labels: Mapping[str, str]) -> str:
 
 def counter_key(variant: str, signal: str, name: str, labels: Mapping[str, str]) -> CounterKey:
     """The key of series `name{labels}` counted as `variant`'s `signal`: a latency histogram's stratum
-    from its `segment` and `prompt_bucket` labels (observations.stratum), its bucket bound from `le` (a
-    plain counter's is +Inf); ValueError naming the series where `le` is not a number."""
+    from its `segment` and `prompt_bucket` labels (observations.stratum) and its pod from `instance`,
+    its bucket bound from `le` (a plain counter's is +Inf); ValueError naming the series where `le` is
+    not a number."""
     named = source(name, labels)
     try:
         le = float(labels["le"]) if "le" in labels else math.inf
     except ValueError:
         raise ValueError(f"{named}: its `le` is not a number") from None
-    where = stratum(labels.get("segment"), labels.get("prompt_bucket", "")) if signal in LATENCY else ""
-    return CounterKey(variant=variant, signal=signal, stratum=where, le=le, source=named)
+    if signal not in LATENCY:
+        return CounterKey(variant=variant, signal=signal, le=le, source=named)
+    where = stratum(labels.get("segment"), labels.get("prompt_bucket", ""))
+    return CounterKey(variant, signal, where, le, named, labels.get("instance", ""))
 
 
 def route_cluster(variant: str, fallback: str | None) -> str:

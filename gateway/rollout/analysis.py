@@ -77,11 +77,9 @@ def analyse(
     if evidence.candidate_ttft is not None:
         checks.append(_ttft_slo(plan, evidence))
     if plan.max_latency_ratio is not None:
-        checks.append(_shift(TTFT_VS_BASELINE, "first-token", plan, evidence.ttft_shift, evidence.ttft_seen,
-                             evidence.stage.latency_ratio()))  # fmt: skip
-        checks.append(
-            _shift(ITL_VS_BASELINE, "inter-token", plan, evidence.itl_shift, evidence.itl_seen, None)
-        )
+        ratio = evidence.stage.latency_ratio()
+        checks.append(_shift(TTFT_VS_BASELINE, "first-token", plan, evidence.ttft_shift, evidence, ratio))
+        checks.append(_shift(ITL_VS_BASELINE, "inter-token", plan, evidence.itl_shift, evidence, None))
     if spec.expected_weight_status is not None or spec.max_effective_window is not None:
         checks.append(_weight_status(spec, weight_status, effective_windows))
     if evidence.disagreement is not None and shadowing:
@@ -192,18 +190,26 @@ _NO_LATENCY = (
 )
 
 
-def _shift(name: str, what: str, plan: Plan, test: ShiftTest | None, seen: int, ratio: float | None) -> Check:
+def _shift(
+    name: str, what: str, plan: Plan, test: ShiftTest | None, evidence: Evidence, ratio: float | None
+) -> Check:
+    """A latency comparison: fails when its e-value or its change detector crosses its bound."""
     threshold = plan.max_latency_ratio
+    seen = evidence.ttft_seen if name == TTFT_VS_BASELINE else evidence.itl_seen
+    busier = (
+        f"; {evidence.busier_looks} looks left out (the candidate's pods were busier than the baseline's)"
+        if evidence.busier_looks
+        else ""
+    )
     if test is None or not seen:
-        return Check(
-            name, Verdict.PASS, ratio, 0, None, threshold, _NO_LATENCY.format(what=f"{what} latency")
-        )
+        why = _NO_LATENCY.format(what=f"{what} latency") + busier
+        return Check(name, Verdict.PASS, ratio, 0, None, threshold, why)
     changed = fired(test.log_detector, plan.log_detector_bound)
     failing = changed or fired(test.log_evalue, plan.log_bound)
     reason = (
         f"{what} latency {'more' if failing else 'not shown more'} than {threshold:g}x the baseline's in "
         f"distribution over {seen} candidate samples: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}, "
-        f"change detector {test.log_detector:.2f} vs {plan.log_detector_bound:.2f}"
+        f"change detector {test.log_detector:.2f} vs {plan.log_detector_bound:.2f}{busier}"
     )
     verdict = Verdict.FAIL if failing else Verdict.PASS
     # the evidence shown is the statistic that fired (the detector where it did), else the e-value

@@ -266,7 +266,8 @@ class RolloutController:
         self._counters = {**(self._counters or {}), **seen.counters}
         state = self.state
         evidence = self._evidence(plan, state, now)
-        evidence = tests.add_look(evidence, plan, per_variant(totals, spec.variants), _stage(state))
+        looks = per_variant(totals, spec.variants, seen.counters)
+        evidence = tests.add_look(evidence, plan, looks, _stage(state))
         self.state = replace(state, evidence=evidence)
         return analyse(
             spec.analysis,
@@ -497,5 +498,6 @@ class RolloutController:
             "stage_requests_needed": needed,
             "extending": needed is not None and requests < needed,
             "error_rate_bounds": None if evidence is None else list(evidence.error_bounds),
+            "latency_looks_left_out": 0 if evidence is None else evidence.busier_looks,
             "incident": state.incident,
         }

@@ -16,7 +16,11 @@ What each test sees, per look:
 - ttft_p95: the candidate's first tokens above the smallest histogram edge at or above max_ttft_p95
   (exact on graystack's servers, whose buckets have the SLO's edge; conservative where a server's
   buckets do not), routed traffic only, against a 5 % share; the baseline's likewise;
-- ttft_vs_baseline, itl_vs_baseline: both variants' histograms, per randomised stratum;
+- ttft_vs_baseline, itl_vs_baseline: both variants' histograms, per randomised stratum, in looks where
+  the candidate's pods were not busier than the baseline's (MAX_LOAD_RATIO): a split of 70/30 over one
+  pod each loads the candidate's pod 2.3 times as much, and its queues, not its code, would make it
+  slower. Which looks count depends on request counts alone, never on the latencies, so the tests
+  stay valid; a lightly loaded candidate that is still slower is all the more evidence;
 - shadow_agreement: the candidate's compared shadow answers and those that differed.
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
 counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`.
@@ -69,6 +73,7 @@ class Evidence:
     disagreement: ThresholdTest | None = None
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
     itl_seen: int = 0
+    busier_looks: int = 0  # looks left out of the latency comparisons: the candidate's pods were busier
 
 
 def start(plan: Plan, stage: str, now: float) -> Evidence:
@@ -168,9 +173,23 @@ def _slow(strata: Mapping[str, Histogram], edge: float) -> tuple[int, int]:
     return total, min(total, round(sum(h.above(edge) for h in having)))
 
 
+MAX_LOAD_RATIO = 1.25  # candidate requests per pod over the baseline's, above which latency is not compared
+
+
+def load_ratio(ours: VariantLook, theirs: VariantLook) -> float | None:
+    """The candidate's requests per pod over the baseline's this look (pods unknown count as one);
+    None where either had no request."""
+    if not ours.requests or not theirs.requests:
+        return None
+    return (ours.requests / max(ours.pods, 1)) / (theirs.requests / max(theirs.pods, 1))
+
+
 def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
     if plan.max_latency_ratio is None:
         return evidence
+    ratio = load_ratio(ours, theirs)
+    if ratio is not None and ratio > MAX_LOAD_RATIO:
+        return replace(evidence, busier_looks=evidence.busier_looks + 1)
     ttft = _shift(evidence.ttft_shift, plan, _routed(ours.ttft, plan), _routed(theirs.ttft, plan))
     itl = _shift(evidence.itl_shift, plan, _routed(ours.itl, plan), _routed(theirs.itl, plan))
     return replace(

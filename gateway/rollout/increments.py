@@ -68,13 +68,22 @@ class VariantLook:
     differed: int = 0
     ttft: Mapping[str, Histogram] = field(default_factory=dict)  # by stratum
     itl: Mapping[str, Histogram] = field(default_factory=dict)
+    pods: int = 0  # model servers reporting latency for it (0: unknown)
+
+
+def pods(counters: Counters, variant: str) -> int:
+    """How many pods (model servers) report latency for `variant` now: 0 where none does."""
+    return len({key.pod for key in counters if key.variant == variant and key.pod})
 
 
 def per_variant(
-    totals: Mapping[tuple[str, str, str, float], float], variants: Iterable[str]
+    totals: Mapping[tuple[str, str, str, float], float],
+    variants: Iterable[str],
+    current: Counters | None = None,
 ) -> dict[str, VariantLook]:
     """The look's increments arranged per variant; counts are whole (errors capped at requests: a
-    failed fallback is charged to the variant too, gateway/metrics/direct.py)."""
+    failed fallback is charged to the variant too, gateway/metrics/direct.py); `current`: the look's
+    counters, for how many pods serve each variant."""
     scalars: dict[tuple[str, str], float] = defaultdict(float)
     buckets: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)
     sums: dict[tuple[str, str, str], float] = defaultdict(float)
@@ -104,6 +113,7 @@ def per_variant(
             differed=min(round(scalars[variant, DIFFERED]), compared),
             ttft=histograms[TTFT],
             itl=histograms[ITL],
+            pods=pods(current or {}, variant),
         )
     return looks
 

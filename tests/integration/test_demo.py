@@ -67,7 +67,9 @@ def test_the_demo_promotes_then_rolls_back_a_fault_and_stops_everything(
     derived = json.loads((trained_weights / "manifest.json").read_text())["derive"]
     assert analysis["expected_weight_status"] == ["ACTIVE"]
     assert analysis["max_effective_window"] == derived["effective_window"]
-    assert "rollout promoted -> rolled_back (zero-layer 0%): rolled back: error_rate" in out  # error_rate or error_rate_change, whichever crossed first
+    assert (
+        "rollout promoted -> rolled_back (zero-layer 0%): rolled back: error_rate" in out
+    )  # error_rate or error_rate_change, whichever crossed first
     assert "rollback ACKed by every Envoy" in out
     assert "; 0 failed (zero-layer's failed attempts were retried" in out
     assert "stopped every process" in out

@@ -79,9 +79,7 @@ class CountingProvider:
             (TTFT, TTFT_SUM, TTFT_BUCKETS, traffic.ttft, ttft_stratum),
             (ITL, ITL_SUM, INTER_TOKEN_BUCKETS, traffic.itl, itl_stratum),
         ):
+            pod = f"{variant}-pod"
             for edge in (*edges, math.inf):
-                if value <= edge:
-                    add[CounterKey(variant, signal, where, edge, "pod")] += served
-                else:
-                    add[CounterKey(variant, signal, where, edge, "pod")] += 0
-            add[CounterKey(variant, total, where, math.inf, "pod")] += served * value
+                add[CounterKey(variant, signal, where, edge, pod, pod)] += served if value <= edge else 0
+            add[CounterKey(variant, total, where, math.inf, pod, pod)] += served * value

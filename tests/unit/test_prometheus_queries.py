@@ -149,7 +149,12 @@ def test_each_series_is_its_own_counter_named_by_its_labels(monkeypatch):
     assert (
         seen.counters[
             CounterKey(
-                "zero-layer", TTFT, "*|0-128", 2.0, f"graystack_request_ttft_seconds_bucket{{{pod_a}}}"
+                "zero-layer",
+                TTFT,
+                "*|0-128",
+                2.0,
+                f"graystack_request_ttft_seconds_bucket{{{pod_a}}}",
+                "pod-a:8002",  # the pod: latency is compared at a like load per pod
             )
         ]
         == 7

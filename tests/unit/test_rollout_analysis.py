@@ -34,9 +34,8 @@ def run(plan: Plan, looks: list[dict[str, Traffic]], stage: str = STAGE) -> Evid
     for traffic in [{}, *looks]:  # a first look with nothing: it sets where the counters start
         provider.per_look = traffic
         counters = _observe(provider)
-        evidence = add_look(
-            evidence, plan, per_variant(increase(previous, counters), ("baseline", "zero-layer")), stage
-        )
+        looks = per_variant(increase(previous, counters), ("baseline", "zero-layer"), counters)
+        evidence = add_look(evidence, plan, looks, stage)
         previous = counters
     return evidence
 
@@ -192,3 +191,19 @@ def test_shadow_agreement_is_judged_only_in_a_shadow_stage():
     assert checks(rollout, worse, shadowing=True)["shadow_agreement"].verdict == Verdict.FAIL
     none = run(plan, [{"baseline": Traffic(7600), "zero-layer": Traffic(400)}])
     assert checks(rollout, none, shadowing=True)["shadow_agreement"].verdict == Verdict.INCONCLUSIVE
+
+
+def test_latency_is_compared_only_where_the_candidates_pods_are_no_busier_than_the_baselines():
+    """70/30 over one pod each: the candidate's queues, not its code, make its tokens slower."""
+    rollout = spec()
+    plan = plan_for(rollout)
+    slower_tokens = {"zero-layer": Traffic(700, itl=0.05), "baseline": Traffic(300, itl=0.02)}
+    busier = run(plan, [slower_tokens] * 5)
+    assert busier.busier_looks == 5
+    assert checks(rollout, busier)["itl_vs_baseline"].verdict == Verdict.PASS
+    assert "5 looks left out" in checks(rollout, busier)["itl_vs_baseline"].reason
+    balanced = run(plan, [{"zero-layer": Traffic(500, itl=0.05), "baseline": Traffic(500, itl=0.02)}] * 5)
+    assert balanced.busier_looks == 0
+    assert checks(rollout, balanced)["itl_vs_baseline"].verdict == Verdict.FAIL
+    lighter = run(plan, [{"zero-layer": Traffic(100, itl=0.05), "baseline": Traffic(900, itl=0.02)}] * 5)
+    assert checks(rollout, lighter)["itl_vs_baseline"].verdict == Verdict.FAIL  # slower even when less busy

@@ -17,10 +17,11 @@ What each test sees, per look:
   (exact on graystack's servers, whose buckets have the SLO's edge; conservative where a server's
   buckets do not), routed traffic only, against a 5 % share; the baseline's likewise;
 - ttft_vs_baseline, itl_vs_baseline: both variants' histograms, per randomised stratum, in looks where
-  the candidate's pods were not busier than the baseline's (MAX_LOAD_RATIO): a split of 70/30 over one
-  pod each loads the candidate's pod 2.3 times as much, and its queues, not its code, would make it
-  slower. Which looks count depends on request counts alone, never on the latencies, so the tests
-  stay valid; a lightly loaded candidate that is still slower is all the more evidence;
+  the candidate's pods were not busier than the baseline's (MAX_LOAD_RATIO, on request rates per pod
+  smoothed over about LOAD_LOOKS looks, since a look holds too few long streams to say): a split of
+  70/30 over one pod each loads the candidate's pod 2.3 times as much, and its queues, not its code,
+  would make it slower. Which looks count depends on request counts alone, never on the latencies, so
+  the tests stay valid; a lightly loaded candidate that is still slower is all the more evidence;
 - shadow_agreement: the candidate's compared shadow answers and those that differed.
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
 counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`.
@@ -74,6 +75,7 @@ class Evidence:
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
     itl_seen: int = 0
     busier_looks: int = 0  # looks left out of the latency comparisons: the candidate's pods were busier
+    load: tuple[float, float] = (0.0, 0.0)  # candidate's and baseline's requests per look, smoothed
 
 
 def start(plan: Plan, stage: str, now: float) -> Evidence:
@@ -174,20 +176,31 @@ def _slow(strata: Mapping[str, Histogram], edge: float) -> tuple[int, int]:
 
 
 MAX_LOAD_RATIO = 1.25  # candidate requests per pod over the baseline's, above which latency is not compared
+LOAD_LOOKS = 30  # the request rates' smoothing, in looks
 
 
-def load_ratio(ours: VariantLook, theirs: VariantLook) -> float | None:
-    """The candidate's requests per pod over the baseline's this look (pods unknown count as one);
-    None where either had no request."""
-    if not ours.requests or not theirs.requests:
+def smoothed_load(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> tuple[float, float]:
+    weight = 1 / LOAD_LOOKS
+    return tuple(
+        (1 - weight) * was + weight * now
+        for was, now in zip(load, (ours.requests, theirs.requests), strict=True)
+    )
+
+
+def load_ratio(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> float | None:
+    """The candidate's smoothed requests per pod over the baseline's (pods unknown count as one); None
+    where either has had none."""
+    mine, theirs_ = load
+    if not mine or not theirs_:
         return None
-    return (ours.requests / max(ours.pods, 1)) / (theirs.requests / max(theirs.pods, 1))
+    return (mine / max(ours.pods, 1)) / (theirs_ / max(theirs.pods, 1))
 
 
 def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
     if plan.max_latency_ratio is None:
         return evidence
-    ratio = load_ratio(ours, theirs)
+    evidence = replace(evidence, load=smoothed_load(evidence.load, ours, theirs))
+    ratio = load_ratio(evidence.load, ours, theirs)
     if ratio is not None and ratio > MAX_LOAD_RATIO:
         return replace(evidence, busier_looks=evidence.busier_looks + 1)
     ttft = _shift(evidence.ttft_shift, plan, _routed(ours.ttft, plan), _routed(theirs.ttft, plan))

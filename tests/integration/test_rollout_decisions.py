@@ -7,21 +7,17 @@ second), the real Envoy, real `graystack serve` model servers and their probes, 
 - both variants failing at once is a shared incident: rolled back and reported as shared under
   `on_shared_incident: rollback`, held with the weights kept under `hold`;
 - a gateway restarted mid-rollout continues the same evidence;
-- a stage at low traffic extends past its hold instead of promoting, and says how many requests it needs;
-- the local stack's own guard, under the locustfile's default mix with zero-layer at 70 %, leaves a
-  healthy zero-layer alone.
-Nothing here asserts a duration.
+- a stage at low traffic extends past its hold instead of promoting, and says how many requests it needs.
+The local stack's own guard under the locustfile's default mix, zero-layer at 70 %, is in
+test_load_default_mix.py. Nothing here asserts a duration.
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from graystack.local.processes import start_process, wait_until
+from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
-from loadtests.launch import Flipper, locust_command, wait_for
 from tests.support.stacks import running
 
 pytestmark = pytest.mark.integration
@@ -143,31 +139,3 @@ def test_a_stage_at_low_traffic_extends_instead_of_promoting(start):
     assert evidence["stage_requests"] < evidence["stage_requests_needed"]
     assert "extending" in checks(rollout)["error_rate"]["reason"]
     assert "EXTENDING past its hold" in stack.cli("status")
-
-
-def test_the_local_stack_keeps_a_healthy_zero_layer_at_70_percent_under_the_default_mix(start, tmp_path):
-    """What a new user tries: `up`'s spec and guard as they are, the locustfile's own default mix (64,
-    1 KiB and 4 KiB prompts), the split flipped to zero-layer 70 %. Zero-layer then carries more than
-    twice the baseline's load on the same CPUs; the window rule rolled the faster variant back on a p99
-    ratio. The sequential tests compare it with the baseline on the randomised default split only, per
-    prompt length, and must leave it alone."""
-    stack = start({})
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    assert Flipper(stack.admin_url, 0, []).flip(70) == 0
-    load = {"LOAD_SHAPE": "soak", "SOAK_USERS": "12", "SOAK_RAMP": "5s", "SOAK_DURATION": "70s"}
-    host = str(stack.client.base_url).rstrip("/")
-    locust = start_process("locust", locust_command(run_dir, host, stack.admin_url, []), run_dir, env=load)
-    try:
-        wait_for(locust, timeout=300)
-    finally:
-        locust.stop()
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["requests"] > 100
-    rollout = stack.rollout()
-    assert rollout["phase"] == "manual", rollout["reason"]
-    assert stack.status()["routing"]["weights"] == {"baseline": 30, "zero-layer": 70}
-    verdicts = {c["name"]: c["verdict"] for c in rollout["last_decision"]["checks"]}
-    assert "fail" not in verdicts.values(), rollout["last_decision"]
-    assert verdicts["ttft_vs_baseline"] == "pass"
-    assert stack.gateway_metric("graystack_analysis_checks_total", {"result": "fail"}) == 0

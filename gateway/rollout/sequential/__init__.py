@@ -10,6 +10,11 @@ JSON-able through to_dict/from_dict) and compares `log_evalue` with `alpha_log_t
 The per-look arithmetic lives in batched kernels (`threshold_look`, `ratio_look`, `shift_look`, leading
 axes = independent runs): the states call them with one run, simulations with thousands, so what is
 simulated is what ships.
+
+Why not a library: PyPI's confseq 0.0.11 is a source package whose C++ build needs Boost headers;
+savvi 0.3.1 installs with cvxpy but imports matplotlib without declaring it (with it added by hand, its
+two-category multinomial test matched `beta_binomial_log_lr` to 1e-12); expectation needs Python 3.12.
+The statistics are a few dozen lines each, tested against their closed forms instead.
 """
 
 from gateway.rollout.sequential.budget import (

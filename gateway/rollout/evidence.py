@@ -38,6 +38,8 @@ from gateway.rollout.increments import Histogram, VariantLook
 from gateway.rollout.plan import Plan
 from gateway.rollout.sequential import RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
 
+TTFT_SHARE = 0.05  # p95 <= SLO: at most 5 % of first tokens above it
+
 
 @dataclass(frozen=True)
 class StageCounts:
@@ -92,9 +94,6 @@ def start(plan: Plan, stage: str, now: float) -> Evidence:
         baseline_ttft=ThresholdTest.new(TTFT_SHARE) if slo else None,
         disagreement=ThresholdTest.new(plan.max_disagreement) if plan.max_disagreement is not None else None,
     )
-
-
-TTFT_SHARE = 0.05  # p95 <= SLO: at most 5 % of first tokens above it
 
 
 def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], stage: str) -> Evidence:

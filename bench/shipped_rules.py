@@ -20,6 +20,7 @@ from gateway.rollout.sequential import (
     ThresholdTest,
     edge_pairs,
     kl_bernoulli,
+    mixture,
     ratio_look,
     shift_look,
     shiryaev_roberts_looks,
@@ -149,14 +150,8 @@ def _reaches(log_values: np.ndarray, bound: float) -> np.ndarray:
     top = log_values.max(axis=-1)
     reached = np.zeros(top.shape, dtype=bool)
     near = top >= bound
-    reached[near] = _mixture(log_values[near]) >= bound
+    reached[near] = mixture(log_values[near]) >= bound
     return reached
-
-
-def _mixture(log_values: np.ndarray) -> np.ndarray:
-    """log of the equal-weight average over the last axis."""
-    top = log_values.max(axis=-1)
-    return top + np.log(np.exp(log_values - top[..., None]).mean(axis=-1))
 
 
 def error_floor(plan: Plan, candidate_rps: float, baseline_rps: float, p: float, p_base: float) -> float:

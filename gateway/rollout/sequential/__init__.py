@@ -17,6 +17,7 @@ two-category multinomial test matched `beta_binomial_log_lr` to 1e-12); expectat
 The statistics are a few dozen lines each, tested against their closed forms instead.
 """
 
+from gateway.rollout.sequential._state import mixture
 from gateway.rollout.sequential.budget import (
     alpha_log_threshold,
     beta_binomial_log_lr,
@@ -48,6 +49,7 @@ __all__ = [
     "edge_pairs",
     "error_rate_bounds",
     "kl_bernoulli",
+    "mixture",
     "ratio_look",
     "requests_needed",
     "requests_to_detect",

@@ -17,10 +17,11 @@ What each test sees, per look:
   (exact on graystack's servers, whose buckets have the SLO's edge; conservative where a server's
   buckets do not), routed traffic only, against a 5 % share; the baseline's likewise;
 - ttft_vs_baseline, itl_vs_baseline: both variants' histograms, per randomised stratum, in looks where
-  the candidate's pods were not busier than the baseline's (MAX_LOAD_RATIO, on request rates per pod
-  smoothed over about LOAD_LOOKS looks, since a look holds too few long streams to say): a split of
-  70/30 over one pod each loads the candidate's pod 2.3 times as much, and its queues, not its code,
-  would make it slower. Which looks count depends on request counts alone, never on the latencies, so
+  the candidate's pods were, with confidence, not busier than the baseline's (MAX_LOAD_RATIO, on
+  request counts per pod summed over about LOAD_LOOKS looks, since a look holds too few long streams
+  to say, and bounded from above, since a rollout's first looks hold a handful): a split of 70/30
+  over one pod each loads the candidate's pod 2.3 times as much, and its queues, not its code, would
+  make it slower. Which looks count depends on request counts alone, never on the latencies, so
   the tests stay valid; a lightly loaded candidate that is still slower is all the more evidence;
 - shadow_agreement: the candidate's compared shadow answers and those that differed.
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
@@ -76,8 +77,8 @@ class Evidence:
     disagreement: ThresholdTest | None = None
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
     itl_seen: int = 0
-    busier_looks: int = 0  # looks left out of the latency comparisons: the candidate's pods were busier
-    load: tuple[float, float] = (0.0, 0.0)  # candidate's and baseline's requests per look, smoothed
+    busier_looks: int = 0  # looks with candidate requests left out of the latency comparisons (busier pods)
+    load: tuple[float, float] = (0.0, 0.0)  # candidate's and baseline's requests, decayed sums
 
 
 def start(plan: Plan, stage: str, now: float) -> Evidence:
@@ -175,33 +176,36 @@ def _slow(strata: Mapping[str, Histogram], edge: float) -> tuple[int, int]:
 
 
 MAX_LOAD_RATIO = 1.25  # candidate requests per pod over the baseline's, above which latency is not compared
-LOAD_LOOKS = 30  # the request rates' smoothing, in looks
+LOAD_LOOKS = 30  # the request counts' smoothing, in looks
+LOAD_Z = (
+    2.0  # latency is compared only where the load ratio's upper bound, this many sigmas up, is below the max
+)
 
 
 def smoothed_load(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> tuple[float, float]:
-    weight = 1 / LOAD_LOOKS
-    return tuple(
-        (1 - weight) * was + weight * now
-        for was, now in zip(load, (ours.requests, theirs.requests), strict=True)
-    )
+    """The candidate's and the baseline's request counts, summed with a decay of about LOAD_LOOKS looks."""
+    decay = 1 - 1 / LOAD_LOOKS
+    return tuple(decay * was + now for was, now in zip(load, (ours.requests, theirs.requests), strict=True))
 
 
-def load_ratio(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> float | None:
-    """The candidate's smoothed requests per pod over the baseline's (pods unknown count as one); None
-    where either has had none."""
+def load_ratio_bound(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> float:
+    """An upper bound on the candidate's requests per pod over the baseline's (pods unknown count as
+    one): the ratio of the decayed sums, LOAD_Z sigmas up on the log scale. A decayed sum of Poisson
+    counts has the spread of a count twice its size, so a handful of requests, as in a rollout's
+    first looks, bounds nothing (infinity where either variant has had none)."""
     mine, theirs_ = load
-    if not mine or not theirs_:
-        return None
-    return (mine / max(ours.pods, 1)) / (theirs_ / max(theirs.pods, 1))
+    if mine <= 0 or theirs_ <= 0:
+        return math.inf
+    ratio = (mine / max(ours.pods, 1)) / (theirs_ / max(theirs.pods, 1))
+    return ratio * math.exp(LOAD_Z * math.sqrt(1 / (2 * mine) + 1 / (2 * theirs_)))
 
 
 def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
     if plan.max_latency_ratio is None:
         return evidence
     evidence = replace(evidence, load=smoothed_load(evidence.load, ours, theirs))
-    ratio = load_ratio(evidence.load, ours, theirs)
-    if ratio is not None and ratio > MAX_LOAD_RATIO:
-        return replace(evidence, busier_looks=evidence.busier_looks + 1)
+    if load_ratio_bound(evidence.load, ours, theirs) > MAX_LOAD_RATIO:
+        return replace(evidence, busier_looks=evidence.busier_looks + (ours.requests > 0))
     ttft = _shift(evidence.ttft_shift, plan, _routed(ours.ttft, plan), _routed(theirs.ttft, plan))
     itl = _shift(evidence.itl_shift, plan, _routed(ours.itl, plan), _routed(theirs.itl, plan))
     return replace(

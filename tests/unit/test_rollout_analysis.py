@@ -207,3 +207,19 @@ def test_latency_is_compared_only_where_the_candidates_pods_are_no_busier_than_t
     assert checks(rollout, balanced)["itl_vs_baseline"].verdict == Verdict.FAIL
     lighter = run(plan, [{"zero-layer": Traffic(100, itl=0.05), "baseline": Traffic(900, itl=0.02)}] * 5)
     assert checks(rollout, lighter)["itl_vs_baseline"].verdict == Verdict.FAIL  # slower even when less busy
+
+
+def test_a_handful_of_requests_does_not_show_the_candidate_is_no_busier():
+    """The first looks of a stream load at 70/30 (12 users, one pod each; requests per look as a CI run
+    saw them): a look of 1 against 3 says nothing of the load, so none of them compares latency (the
+    CI run that compared them rolled the healthy, busier candidate back on its inter-token latency)."""
+    rollout = spec()
+    plan = plan_for(rollout)
+    counts = [(3, 0), (1, 3), (5, 5), (5, 1), (7, 3), (7, 5), (3, 3), (4, 0), (5, 6), (7, 4), (6, 2), (6, 6)]
+    looks = [
+        {"zero-layer": Traffic(ours, itl=0.05), "baseline": Traffic(theirs, itl=0.02)}
+        for ours, theirs in counts
+    ]
+    evidence = run(plan, looks)
+    assert evidence.busier_looks == len(counts)
+    assert checks(rollout, evidence)["itl_vs_baseline"].verdict == Verdict.PASS

@@ -26,6 +26,7 @@ from gateway.envoy.resources import EndpointMap
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
+from gateway.metrics.queries import histogram_queries
 from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
 from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import FileStateStore, StateStore
@@ -61,14 +62,16 @@ def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> Provi
 
     def make(spec: RolloutSpec) -> MetricsProvider:
         source, variants, fallback = spec.analysis.provider, list(spec.variants), spec.retries.fallback
+        histograms = source.histograms or {}
         if source.type == "prometheus":
-            return PrometheusProvider(source.url, variants, fallback, source.queries)
+            queries = {**histogram_queries(histograms), **(source.queries or {})}
+            return PrometheusProvider(source.url, variants, fallback, queries)
         if envoy_admin is None:
             raise ProviderUnavailable(
                 "no metrics source configured: the guard is off "
                 "(set --envoy-admin / GRAYSTACK_ENVOY_ADMIN, and --metrics-target for the pods)"
             )
-        return DirectProvider(envoy_admin, list(targets), variants, fallback)
+        return DirectProvider(envoy_admin, list(targets), variants, fallback, histograms=histograms)
 
     return make
 

@@ -32,9 +32,17 @@ requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests
     errors   += upstream_rq{cluster=<variant>-shadow, code=~5..}
   Each term's series is its own entry under the same signal: the consumer sums their increments.
 
-ttft, ttft_sum: the model servers' `graystack_request_ttft_seconds` buckets and sum, per
-  `segment` and `prompt_bucket` (the stratum) and pod (Envoy cannot see a first token).
-itl, itl_sum: their `graystack_request_inter_token_seconds` likewise (stratum: its `segment`).
+ttft, ttft_sum: the model servers' TTFT histogram, buckets and sum, per `segment` and
+  `prompt_bucket` (the stratum) and pod (Envoy cannot see a first token): graystack's
+  `graystack_request_ttft_seconds`, vLLM's `vllm:time_to_first_token_seconds`, or the histogram
+  the spec names (`provider.histograms.ttft`). A server's series without a segment label (vLLM's)
+  fall in the unlabelled stratum, compared only where every routed request is split at random.
+itl, itl_sum: their inter-token histogram likewise (`graystack_request_inter_token_seconds`,
+  `vllm:inter_token_latency_seconds`, or `provider.histograms.itl`; stratum: its `segment`).
+
+Targets: a plain URL's series carry their own `variant` label (graystack's servers and probes); a
+`NAME=URL` target's series are all variant NAME's, whatever the server labels them (a vLLM or
+llama.cpp pod knows nothing of the rollout's names).
 
 compared, differed: the candidate's `graystack_shadow_comparisons_total` (agree + differ, and differ):
   its shadow copies' greedy answers against the baseline's (inference/server/outputs.py).
@@ -76,29 +84,17 @@ from gateway.metrics.series import counter_key, route_cluster
 UPSTREAM_RQ = "envoy_cluster_upstream_rq_total"
 PENDING_FAILURE_EJECT = "envoy_cluster_upstream_rq_pending_failure_eject_total"
 RETRIES = "envoy_cluster_upstream_rq_retry_total"
-TTFT_BUCKET = "graystack_request_ttft_seconds_bucket"
-TTFT_SECONDS = "graystack_request_ttft_seconds_sum"
-ITL_BUCKET = "graystack_request_inter_token_seconds_bucket"
-ITL_SECONDS = "graystack_request_inter_token_seconds_sum"
+# Latency histograms by their base name: graystack's servers', then vLLM's.
+TTFT_HISTOGRAMS = ("graystack_request_ttft_seconds", "vllm:time_to_first_token_seconds")
+ITL_HISTOGRAMS = ("graystack_request_inter_token_seconds", "vllm:inter_token_latency_seconds")
 SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
 WEIGHT_STATUS = "graystack_probe_weight_status"
 MODEL_INFO = "graystack_model_info"
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
 ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|5\d\d)$"
-WANTED = frozenset(
-    {
-        UPSTREAM_RQ,
-        PENDING_FAILURE_EJECT,
-        RETRIES,
-        TTFT_BUCKET,
-        TTFT_SECONDS,
-        ITL_BUCKET,
-        ITL_SECONDS,
-        SHADOW_COMPARISONS,
-        WEIGHT_STATUS,
-        MODEL_INFO,
-    }
+COUNTERS = frozenset(
+    {UPSTREAM_RQ, PENDING_FAILURE_EJECT, RETRIES, SHADOW_COMPARISONS, WEIGHT_STATUS, MODEL_INFO}
 )
 
 CLUSTER = "envoy_cluster_name"
@@ -113,6 +109,15 @@ class ScrapeError(Exception):
     """A target that did not answer with metrics; the message names it."""
 
 
+def parse_target(target: str) -> tuple[str | None, str]:
+    """(variant, URL) of a metrics target: `NAME=URL` names the variant its series belong to; a plain
+    URL's series name their own."""
+    name, sep, url = target.partition("=")
+    if sep and name and "/" not in name and ":" not in name:
+        return name, url
+    return None, target
+
+
 class DirectProvider:
     def __init__(
         self,
@@ -121,21 +126,36 @@ class DirectProvider:
         variants: Sequence[str],
         fallback: str | None,
         timeout: float = 2.0,
+        histograms: Mapping[str, str] | None = None,
     ) -> None:
         """`envoy_admin`: Envoy's admin base URL; `pods`: the /metrics URLs of the model servers and
-        probes; `variants`, `fallback`: as in the rollout spec (they name Envoy's clusters);
-        `timeout`: seconds allowed for each target's whole scrape."""
+        probes (`NAME=URL`: every series there is variant NAME's); `variants`, `fallback`: as in the
+        rollout spec (they name Envoy's clusters); `timeout`: seconds allowed for each target's whole
+        scrape; `histograms`: the spec's TTFT and ITL histogram names (`ttft`, `itl`), read instead
+        of graystack's and vLLM's."""
         self.envoy_url = f"{envoy_admin.rstrip('/')}/stats/prometheus"
-        self.pods = list(pods)
+        self.pods = [parse_target(pod) for pod in pods]
         self.variants = list(variants)
         self.fallback = fallback
         self.timeout = timeout
+        named = histograms or {}
+        self.latency = {
+            TTFT: (named["ttft"],) if "ttft" in named else TTFT_HISTOGRAMS,
+            ITL: (named["itl"],) if "itl" in named else ITL_HISTOGRAMS,
+        }
+        self.wanted = COUNTERS | {
+            f"{base}{suffix}"
+            for bases in self.latency.values()
+            for base in bases
+            for suffix in ("_bucket", "_sum")
+        }
 
     async def observe(self) -> Observations:
-        targets = [(self.envoy_url, {"filter": ENVOY_FILTER}), *((pod, {}) for pod in self.pods)]
+        targets = [(None, self.envoy_url, {"filter": ENVOY_FILTER}), *((v, url, {}) for v, url in self.pods)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             scrapes = await asyncio.gather(
-                *(self._scrape(client, url, params) for url, params in targets), return_exceptions=True
+                *(self._scrape(client, url, params, variant) for variant, url, params in targets),
+                return_exceptions=True,
             )
         failures = [str(result) for result in scrapes if isinstance(result, ScrapeError)]
         if failures:
@@ -157,7 +177,9 @@ class DirectProvider:
             },
         )
 
-    async def _scrape(self, client: httpx.AsyncClient, url: str, params: Mapping[str, str]) -> list[Sample]:
+    async def _scrape(
+        self, client: httpx.AsyncClient, url: str, params: Mapping[str, str], variant: str | None
+    ) -> list[Sample]:
         try:
             async with asyncio.timeout(self.timeout):
                 response = await client.get(url, params=params)
@@ -167,11 +189,12 @@ class DirectProvider:
             raise ScrapeError(f"scrape of {url} timed out after {self.timeout}s") from None
         except Exception as error:  # whatever a target answers, the controller must not crash on it
             raise ScrapeError(f"scrape of {url} failed: {error!r}") from error
+        own = {"variant": variant} if variant is not None else {}
         return [
-            (sample.name, {**sample.labels, INSTANCE: url}, sample.value)
+            (sample.name, {**sample.labels, **own, INSTANCE: url}, sample.value)
             for family in families
             for sample in family.samples
-            if sample.name in WANTED
+            if sample.name in self.wanted
         ]
 
     def _counters(self, variant: str, samples: Sequence[Sample]) -> list[tuple[CounterKey, float]]:
@@ -194,10 +217,12 @@ class DirectProvider:
             (REQUESTS, PENDING_FAILURE_EJECT, {CLUSTER: own}),
             (ERRORS, RETRIES, {CLUSTER: _one_of(route)}),
             (ERRORS, UPSTREAM_RQ, {CLUSTER: answered, CODE: re.compile(r"5\d\d")}),
-            (TTFT, TTFT_BUCKET, of_variant),
-            (TTFT_SUM, TTFT_SECONDS, of_variant),
-            (ITL, ITL_BUCKET, of_variant),
-            (ITL_SUM, ITL_SECONDS, of_variant),
+            *(
+                (signal, f"{base}{suffix}", of_variant)
+                for histogram, total in ((TTFT, TTFT_SUM), (ITL, ITL_SUM))
+                for base in self.latency[histogram]
+                for signal, suffix in ((histogram, "_bucket"), (total, "_sum"))
+            ),
             (COMPARED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("agree", "differ")}),
             (DIFFERED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("differ")}),
         ]

@@ -35,10 +35,11 @@ QUERIES: dict[str, str] = {
     "failed": (
         'envoy_cluster_upstream_rq{envoy_cluster_name=~"{route_cluster}|{shadow_cluster}",envoy_response_code=~"5.."}'
     ),
-    "ttft": 'graystack_request_ttft_seconds_bucket{variant="{variant}"}',
-    "ttft_sum": 'graystack_request_ttft_seconds_sum{variant="{variant}"}',
-    "itl": 'graystack_request_inter_token_seconds_bucket{variant="{variant}"}',
-    "itl_sum": 'graystack_request_inter_token_seconds_sum{variant="{variant}"}',
+    # graystack's servers' histograms, or vLLM's (a scrape config labels a vLLM pod's series with its variant)
+    "ttft": '{__name__=~"graystack_request_ttft_seconds_bucket|vllm:time_to_first_token_seconds_bucket",variant="{variant}"}',
+    "ttft_sum": '{__name__=~"graystack_request_ttft_seconds_sum|vllm:time_to_first_token_seconds_sum",variant="{variant}"}',
+    "itl": '{__name__=~"graystack_request_inter_token_seconds_bucket|vllm:inter_token_latency_seconds_bucket",variant="{variant}"}',
+    "itl_sum": '{__name__=~"graystack_request_inter_token_seconds_sum|vllm:inter_token_latency_seconds_sum",variant="{variant}"}',
     "compared": 'graystack_shadow_comparisons_total{variant="{variant}",result=~"agree|differ"}',
     "differed": 'graystack_shadow_comparisons_total{variant="{variant}",result="differ"}',
     "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
@@ -60,6 +61,15 @@ SIGNALS: dict[str, str] = {
 BUCKETS = frozenset({"ttft", "itl"})  # histogram buckets: each series must keep its `le` label
 PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster"})
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")  # `{name}`: never valid PromQL, whose braces hold label matchers
+
+
+def histogram_queries(histograms: Mapping[str, str]) -> dict[str, str]:
+    """The latency queries for the spec's named histograms (`provider.histograms`: `ttft`, `itl`)."""
+    return {
+        f"{signal}{suffix}": f'{base}{suffix or "_bucket"}{{variant="{{variant}}"}}'
+        for signal, base in histograms.items()
+        for suffix in ("", "_sum")
+    }
 
 
 def check_overrides(queries: Mapping[str, str]) -> None:

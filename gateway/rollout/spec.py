@@ -225,11 +225,17 @@ class Strategy(_Model):
     steps: list[Step] = Field(min_length=1)
 
 
+MetricName = Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")]
+
+
 class Provider(_Model):
     type: Literal["direct", "prometheus"] = "direct"
     url: str | None = None
     # PromQL replacing the prometheus provider's built-in queries by name (gateway/metrics/queries.py).
     queries: dict[str, str] | None = None
+    # The servers' TTFT and inter-token histograms by base name, where they are neither graystack's nor
+    # vLLM's (both providers read those by default): e.g. {ttft: my_server_ttft_seconds}.
+    histograms: dict[Literal["ttft", "itl"], MetricName] | None = None
 
     @field_validator("queries")
     @classmethod

@@ -12,7 +12,7 @@ import httpx
 
 from gateway.metrics import direct
 from gateway.metrics.direct import DirectProvider
-from gateway.metrics.observations import ERRORS, REQUESTS, TTFT
+from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, stratum
 
 ENVOY = "http://envoy:9901"
 POD = "http://pod-a:8002/metrics"
@@ -43,7 +43,7 @@ graystack_request_ttft_seconds_sum{{variant="zero-layer",prompt_bucket="0-128"}}
 """
 
 
-def observe(monkeypatch, pages: dict[str, str]):
+def observe(monkeypatch, pages: dict[str, str], pods: tuple[str, ...] = (POD,)):
     def handler(request: httpx.Request) -> httpx.Response:
         url = str(request.url.copy_with(query=None))
         return httpx.Response(200, text=pages[url]) if url in pages else httpx.Response(404)
@@ -52,7 +52,7 @@ def observe(monkeypatch, pages: dict[str, str]):
     monkeypatch.setattr(
         direct.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport)
     )
-    provider = DirectProvider(ENVOY, [POD], ["baseline", "zero-layer"], fallback="baseline")
+    provider = DirectProvider(ENVOY, list(pods), ["baseline", "zero-layer"], fallback="baseline")
     return asyncio.run(provider.observe())
 
 
@@ -88,3 +88,27 @@ def test_an_unreadable_series_or_a_missing_target_is_an_error_naming_it(monkeypa
     assert seen.counters == {}
     assert f"scrape of {POD} failed" in seen.error
     assert "404" in seen.error
+
+
+VLLM = "http://vllm-pod:8000/metrics"
+VLLM_PAGE = """\
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="tiny"} 5.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="tiny"} 6.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"} 6.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="tiny"} 1.25
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0
+"""
+
+
+def test_a_vllm_pods_histograms_are_the_variant_its_target_names(monkeypatch):
+    """vLLM labels its series with its model name, not the rollout's variant: `NAME=URL` says whose."""
+    pages = {f"{ENVOY}/stats/prometheus": ENVOY_PAGE, VLLM: VLLM_PAGE}
+    seen = observe(monkeypatch, pages, pods=(f"zero-layer={VLLM}",))
+    ttft = {key.le: value for key, value in seen.counters.items() if key.signal == TTFT}
+    assert ttft == {0.5: 5.0, math.inf: 6.0}
+    assert all(key.variant == "zero-layer" for key in seen.counters if key.signal == TTFT)
+    assert {key.stratum for key in seen.counters if key.signal == TTFT} == {stratum(None)}
+    unnamed = observe(monkeypatch, pages, pods=(VLLM,))  # no variant label, no name: not anyone's
+    assert not [key for key in unnamed.counters if key.signal == TTFT]

@@ -429,11 +429,26 @@ def test_the_metrics_source_the_gateway_builds_or_why_there_is_none():
     spec = validate_spec(spec_data())
     with pytest.raises(ProviderUnavailable, match="no metrics source configured: the guard is off"):
         provider_factory(None, ())(spec)
-    direct = provider_factory("http://127.0.0.1:9901", ("http://127.0.0.1:8001/metrics",))(spec)
+    targets = ("http://127.0.0.1:8001/metrics", "vllm-new=http://127.0.0.1:8002/metrics")
+    direct = provider_factory("http://127.0.0.1:9901", targets)(spec)
     assert isinstance(direct, DirectProvider)
-    assert direct.pods == ["http://127.0.0.1:8001/metrics"]
+    assert direct.pods == [(None, targets[0]), ("vllm-new", "http://127.0.0.1:8002/metrics")]
     promql = validate_spec(spec_data(analysis={"provider": {"type": "prometheus", "url": "http://p:9090"}}))
     assert isinstance(provider_factory(None, ())(promql), PrometheusProvider)  # needs no Envoy admin URL
+
+
+def test_a_histogram_the_spec_names_is_what_both_providers_read():
+    provider = {"histograms": {"ttft": "llm_first_token_seconds"}}
+    spec = validate_spec(spec_data(analysis={"provider": provider}))
+    direct = provider_factory("http://127.0.0.1:9901", ())(spec)
+    assert "llm_first_token_seconds_bucket" in direct.wanted
+    assert "graystack_request_ttft_seconds_bucket" not in direct.wanted
+    assert "vllm:inter_token_latency_seconds_bucket" in direct.wanted  # ITL left to the defaults
+    remote = {**provider, "type": "prometheus", "url": "http://p:9090"}
+    promql = provider_factory(None, ())(validate_spec(spec_data(analysis={"provider": remote})))
+    assert promql.promql("ttft", "zero-layer") == 'llm_first_token_seconds_bucket{variant="zero-layer"}'
+    with pytest.raises(SpecError, match="histograms"):
+        validate_spec(spec_data(analysis={"provider": {"histograms": {"ttft": "not a name"}}}))
 
 
 async def test_a_failed_save_alerts_once_keeps_the_rollout_going_and_is_retried_at_the_next_step(clock):

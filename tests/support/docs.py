@@ -28,7 +28,7 @@ CHECKED_TYPES = (
 )
 
 FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 MAKE_TARGET = re.compile(r"^([A-Za-z0-9_.-]+)\s*:(?!=)")

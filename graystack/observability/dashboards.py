@@ -1,4 +1,4 @@
-"""The four Grafana dashboards, built with grafana-foundation-sdk (the README says what each shows).
+"""The four Grafana dashboards, built with grafana-foundation-sdk (docs/dashboards-and-alerts.md says what each shows).
 
 Every panel reads one Prometheus data source chosen by the `datasource` variable; `namespace`, `rollout`
 and `variant` filter the series (see promql.py for why `.*` is their "All").

@@ -103,6 +103,8 @@ def plan_for(spec: RolloutSpec) -> Plan:
         tests += [TTFT_VS_BASELINE, ITL_VS_BASELINE]
     if analysis.min_shadow_agreement is not None:
         tests.append(SHADOW_AGREEMENT)
+    if analysis.expected_weight_status is None and analysis.max_effective_window is None:
+        off.append((WEIGHT_STATUS, "expected_weight_status is null: no probe is required"))
     alpha = analysis.false_rollback_budget / len(tests)
     randomised = {DEFAULT_SEGMENT} | {rule.value for rule in spec.routing.rules if rule.weights is not None}
     if not spec.routing.rules:

@@ -171,6 +171,9 @@ def test_checks_that_are_off_do_not_run():
         rollout, run(plan_for(rollout), [{"baseline": Traffic(7600), "zero-layer": Traffic(400)}])
     )
     assert set(result) == {"error_rate", "error_rate_change"}
+    off = dict(plan_for(rollout).off)  # what `graystack status` lists as off, and why
+    assert set(off) == {"error_ratio", "ttft_p95", "ttft_vs_baseline", "itl_vs_baseline", "weight_status"}
+    assert "null" in off["weight_status"]
 
 
 def test_the_budget_is_split_across_the_tests_that_run():

@@ -67,12 +67,12 @@ async def listed_model(client: httpx.AsyncClient, api: Api) -> str:
 
 
 async def probe_once(client: httpx.AsyncClient, check: ProbeCheck, seconds: float) -> ProbeResult:
-    """The whole exchange is bounded by `seconds`: a server that trickles tokens is a timeout too."""
-    started = time.monotonic()
+    """The whole exchange (the model list too, when asked) is bounded by `seconds`: a server that
+    trickles tokens is a timeout too. TTFT and e2e are timed from sending the generation request."""
     try:
         async with asyncio.timeout(seconds):
             model = check.model or await listed_model(client, check.api)
-            return await _stream(client, check, model, started)
+            return await _stream(client, check, model)
     except _Refused as refused:
         return refused.result
     except (TimeoutError, httpx.TimeoutException):
@@ -83,30 +83,31 @@ async def probe_once(client: httpx.AsyncClient, check: ProbeCheck, seconds: floa
         return ProbeResult("bad_response", f"unreadable answer: {type(error).__name__}: {error}")
 
 
-async def _stream(client: httpx.AsyncClient, check: ProbeCheck, model: str, started: float) -> ProbeResult:
+async def _stream(client: httpx.AsyncClient, check: ProbeCheck, model: str) -> ProbeResult:
     exchange = request(check.api, model)
+    started = time.monotonic()
+    header = check.fingerprint_header
     ttft = None
     complete = False
-    with_model = {"model": model}
     async with client.stream("POST", exchange.path, json=exchange.body, headers=exchange.headers) as response:
-        header = check.fingerprint_header
         fingerprint = response.headers.get(header) if header else None
+
+        def ended(result: str, detail: str = "", e2e: float | None = None) -> ProbeResult:
+            return ProbeResult(result, detail, ttft, e2e, fingerprint, model)
+
         if response.status_code != 200:
             await response.aread()
-            return ProbeResult(
-                "http_error", f"HTTP {response.status_code}", fingerprint=fingerprint, **with_model
-            )
+            return ended("http_error", f"HTTP {response.status_code}")
         async for data in sse_data(response.aiter_lines()):
             reading = read(check.api, data)
             if reading.error is not None:
-                return ProbeResult("http_error", reading.error, fingerprint=fingerprint, **with_model)
+                return ended("http_error", reading.error)
             if reading.content and ttft is None:
                 ttft = time.monotonic() - started
             complete = complete or reading.complete
     e2e = time.monotonic() - started
     if not complete:
-        detail = f"stream ended without {completion_marker(check.api)}"
-        return ProbeResult("bad_response", detail, ttft, e2e, fingerprint, model)
+        return ended("bad_response", f"stream ended without {completion_marker(check.api)}", e2e)
     if header and not fingerprint_matches(check.variant, fingerprint):
-        return ProbeResult("fingerprint_mismatch", f"{header} {fingerprint!r}", ttft, e2e, fingerprint, model)
-    return ProbeResult("ok", "", ttft, e2e, fingerprint, model)
+        return ended("fingerprint_mismatch", f"{header} {fingerprint!r}", e2e)
+    return ended("ok", "", e2e)

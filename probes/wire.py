@@ -46,8 +46,8 @@ class Exchange:
 
 def request(api: Api, model: str) -> Exchange:
     """A short streamed reply to one user turn, in `api`'s format."""
-    body = {"model": model, "max_tokens": MAX_TOKENS, "stream": True}
-    body["messages"] = [{"role": "user", "content": PROMPT}]
+    turns = [{"role": "user", "content": PROMPT}]
+    body = {"model": model, "max_tokens": MAX_TOKENS, "stream": True, "messages": turns}
     if api is Api.ANTHROPIC:
         return Exchange("/v1/messages", body, {"anthropic-version": ANTHROPIC_VERSION})
     return Exchange("/v1/chat/completions", body, {})
@@ -82,7 +82,7 @@ def _read_openai(event: dict) -> Reading:
     if "error" in event:  # graystack's {"error": {...}}, transformers serve's {"error": "..."}
         return Reading(error=str(event["error"]))
     choices = event.get("choices") or []  # a usage chunk has none
-    content = any(any(choice["delta"].get(name) for name in OPENAI_CONTENT) for choice in choices)
+    content = any(any((choice.get("delta") or {}).get(name) for name in OPENAI_CONTENT) for choice in choices)
     complete = any(choice.get("finish_reason") for choice in choices)
     return Reading(content=content, complete=complete)
 

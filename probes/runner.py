@@ -109,6 +109,15 @@ class Probe:
         return result
 
     async def run(self) -> None:
+        check = self.check
+        log.info(
+            "probing %s every %ss: %s API, model %s, TTFT to the first generated text, fingerprint %s",
+            self.options.target,
+            self.options.interval,
+            check.api.value,
+            check.model or "from GET /v1/models",
+            f"from {check.fingerprint_header}" if check.fingerprint_header else "not checked",
+        )
         async with httpx.AsyncClient(base_url=self.options.target) as client:
             while True:
                 started = time.monotonic()

@@ -3,8 +3,8 @@ no fingerprint check, pointed at a served stand-in that streams as `transformers
 role-only first chunk, then the connection closes after the finish_reason chunk, no `[DONE]`, no
 fingerprint header, the model named by its directory; tests/support/chat_standin.py).
 
-The checks are functions of the server's URL (tests/support/probes.py), for the real third-party
-servers too.
+The checks are functions of the server's URL (tests/support/probes.py: `probe_measures`), for the
+real third-party servers too.
 """
 
 from __future__ import annotations
@@ -15,29 +15,15 @@ import pytest
 from probes.synthetic import ProbeCheck, probe_once
 from probes.wire import Api
 from tests.support.chat_standin import MODEL_ID, served_chat_standin
-from tests.support.probes import ProbeReport, probe_until_ok
+from tests.support.probes import probe_measures
 
 FIRST_TOKEN_DELAY = 0.3  # the stand-in's wait between its role-only chunk and its first text
-
-
-def assert_probe_measures_an_openai_server(url: str, logs, *flags: str) -> ProbeReport:
-    """`graystack probe --api openai --fingerprint-header ''` succeeds against `url` and reports what it
-    measured: the API, no fingerprint check (and no fingerprint gauge), TTFT and e2e."""
-    report = probe_until_ok(url, logs, "--api", "openai", "--fingerprint-header", "", *flags)
-    assert (
-        report.value("graystack_probe_info", variant="baseline", api="openai", fingerprint_header="off") == 1
-    )
-    assert report.value("graystack_probe_fingerprint_match", variant="baseline") is None
-    assert report.value("graystack_probe_ttft_seconds_count", variant="baseline") >= 2
-    assert report.value("graystack_probe_e2e_seconds_count", variant="baseline") >= 2
-    assert (report.health["api"], report.health["fingerprint_header"]) == ("openai", None)
-    return report
 
 
 @pytest.mark.parametrize("done", [False, True], ids=["closes-without-done", "with-done"])
 def test_the_probe_measures_an_openai_server_with_or_without_done(tmp_path, done):
     with served_chat_standin(FIRST_TOKEN_DELAY, done) as url:
-        report = assert_probe_measures_an_openai_server(url, tmp_path / "logs")
+        report = probe_measures(url, tmp_path / "logs", "openai")
     assert report.health["model"] == MODEL_ID  # named by the server's own list
     # TTFT waits for the first text: the role-only chunk came at once, the text FIRST_TOKEN_DELAY later.
     early = report.value("graystack_probe_ttft_seconds_bucket", variant="baseline", le="0.25")

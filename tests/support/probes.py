@@ -71,3 +71,16 @@ def probe_until_ok(
         raise AssertionError(f"{error}\n{process.log_tail()}") from None
     finally:
         process.stop()
+
+
+def probe_measures(url: str, logs: Path, api: str, *flags: str, variant: str = "baseline") -> ProbeReport:
+    """`graystack probe --api API --fingerprint-header ''` (a server nobody here wrote sends no
+    fingerprint) succeeds against `url` and reports what it measured: the API, no fingerprint check
+    (and no fingerprint gauge), TTFT and e2e."""
+    report = probe_until_ok(url, logs, "--api", api, "--fingerprint-header", "", *flags, variant=variant)
+    assert report.value("graystack_probe_info", variant=variant, api=api, fingerprint_header="off") == 1
+    assert report.value("graystack_probe_fingerprint_match", variant=variant) is None
+    assert report.value("graystack_probe_ttft_seconds_count", variant=variant) >= 2
+    assert report.value("graystack_probe_e2e_seconds_count", variant=variant) >= 2
+    assert (report.health["api"], report.health["fingerprint_header"]) == (api, None)
+    return report

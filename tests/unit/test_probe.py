@@ -12,9 +12,11 @@ import json
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from graystack.cli import main
 from inference.checkpoint import init_checkpoint
 from inference.config import ModelConfig
 from inference.weights import erase_bias
@@ -262,3 +264,25 @@ async def test_the_metrics_say_what_the_probe_measures(tmp_path, header, shown):
         reported = (await client.get("/healthz")).json()
     assert (reported["api"], reported["model"], reported["fingerprint_header"]) == ("openai", LISTED, header)
     assert reported["last_probe"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("flags", "header"),
+    [
+        ([], "x-model-fingerprint"),
+        (["--fingerprint-header", ""], None),
+        (["--fingerprint-header", "none"], None),
+        (["--fingerprint-header", "x-fp"], "x-fp"),
+    ],
+)
+def test_the_cli_names_the_fingerprint_header_or_turns_the_check_off(monkeypatch, tmp_path, flags, header):
+    started = []
+
+    async def serve_probe(probe: Probe, host: str, port: int) -> None:
+        started.append(probe.check)
+
+    monkeypatch.setattr("probes.app.serve_probe", serve_probe)
+    args = ["probe", "--weights", str(tmp_path / "w"), "--target", "http://m", "--variant", "zero-layer"]
+    result = CliRunner().invoke(main, [*args, *flags], env={"GRAYSTACK_PROBE_API": "openai"})
+    assert result.exit_code == 0, result.output
+    assert started == [ProbeCheck("zero-layer", Api.OPENAI, "", header)]

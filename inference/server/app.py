@@ -2,8 +2,8 @@
 
 One process serves one variant from one checkpoint. Routes: POST /v1/messages, POST
 /v1/messages/count_tokens, POST /v1/chat/completions, GET /v1/models[/{id}] (in the caller's API's
-format: inference/server/models.py), GET /healthz (alive), GET /readyz (weights loaded and a warm-up generation
-done: 503 until then), GET /metrics, GET /admin/outputs/{request_id} (a greedy answer's digest, for
+format: inference/server/models.py), GET /healthz (alive), GET /readyz (weights loaded and a
+warm-up generation done: 503 until then), GET /metrics, GET /admin/outputs/{request_id} (a greedy answer's digest, for
 the shadow comparison: inference/server/outputs.py), and /admin/faults with --enable-fault-injection. Every response
 carries `x-graystack-variant` and `x-model-fingerprint`, so a client (or a test) behind the gateway
 can tell which deployment answered.

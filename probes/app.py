@@ -21,12 +21,17 @@ def create_probe_app(probe: Probe) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> dict:
-        status, last = probe.last_status, probe.last_probe
+        status, last, check = probe.last_status, probe.last_probe, probe.check
         return {
             "status": "ok",
             "weight_status": status.status.value if status else None,
             "weight_reason": status.reason if status else None,
             "last_probe": last.result if last else None,
+            "last_probe_detail": last.detail if last else None,
+            "api": check.api.value,
+            "model": check.model or None,  # until the server's list has named one
+            "ttft": "time to the first event carrying generated text",
+            "fingerprint_header": check.fingerprint_header,  # null: not checked
         }
 
     return app

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inference.weights import WeightStatus
+from probes.synthetic import ProbeCheck
 
 # TTFT edges include the 2 s objective; the rest follows vLLM's TTFT buckets.
 TTFT_BUCKETS = (
@@ -58,14 +59,15 @@ class ProbeMetrics:
         )
         self.ttft = Histogram(
             "graystack_probe_ttft_seconds",
-            "Synthetic request: time to first token",
+            "Synthetic request: time to its first event carrying generated text (not the first byte: "
+            "keep-alive pings and role-only chunks do not count)",
             ["variant"],
             buckets=TTFT_BUCKETS,
             registry=r,
         )
         self.e2e = Histogram(
             "graystack_probe_e2e_seconds",
-            "Synthetic request: end to end",
+            "Synthetic request: end to end, to the end of a complete stream",
             ["variant"],
             buckets=E2E_BUCKETS,
             registry=r,
@@ -75,10 +77,21 @@ class ProbeMetrics:
         )
         self.fingerprint_match = Gauge(
             "graystack_probe_fingerprint_match",
-            "1 when the server's x-model-fingerprint has the variant's expected suffix",
+            "1 when the server's fingerprint header has the variant's expected suffix; absent when "
+            "the check is off (graystack_probe_info)",
             ["variant"],
             registry=r,
         )
+        self.info = Gauge(
+            "graystack_probe_info",
+            "What the probe measures: the API its synthetic request speaks, and the response header "
+            "its fingerprint check reads (off: none)",
+            ["variant", "api", "fingerprint_header"],
+            registry=r,
+        )
+
+    def describe(self, check: ProbeCheck) -> None:
+        self.info.labels(check.variant, check.api.value, check.fingerprint_header or "off").set(1)
 
     def set_status(self, variant: str, current: WeightStatus) -> None:
         for status in WeightStatus:

@@ -1,5 +1,8 @@
 """The probe loop: every interval, check the weight file and send one synthetic request.
 
+The request goes to any server in either API (probes/synthetic.py); the model it names is found
+once, from the server's list, unless configured.
+
 The first report comes right at start. Nothing the file or the server does stops the loop: a
 broken file is CORRUPT or MISSING with its reason logged, a slow or broken server is a failed
 probe, and a read that hangs (a stuck network volume) is reported rather than waited on.
@@ -10,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 
 from inference.weights import StatusReport, WeightStatus, check_weights
 from probes.metrics import ProbeMetrics
-from probes.synthetic import ProbeResult, probe_once
+from probes.synthetic import FINGERPRINT_HEADER, ProbeCheck, ProbeResult, probe_once
+from probes.wire import Api
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,13 @@ class ProbeOptions:
     interval: float = 30.0
     request_timeout: float = 10.0
     check_timeout: float = 10.0
+    api: Api = Api.ANTHROPIC
+    model: str = ""  # empty: the first of the server's GET /v1/models
+    fingerprint_header: str | None = FINGERPRINT_HEADER  # None: no fingerprint check
+
+    @property
+    def check(self) -> ProbeCheck:
+        return ProbeCheck(self.variant, self.api, self.model, self.fingerprint_header)
 
 
 class Probe:
@@ -39,6 +50,8 @@ class Probe:
         self.last_status: StatusReport | None = None
         self.last_probe: ProbeResult | None = None
         self._pending_check: asyncio.Future | None = None
+        self.check = options.check
+        self.metrics.describe(self.check)
 
     async def check_weights(self) -> StatusReport:
         variant = self.options.variant
@@ -78,13 +91,15 @@ class Probe:
 
     async def probe_server(self, client: httpx.AsyncClient) -> ProbeResult:
         variant = self.options.variant
-        result = await probe_once(client, variant, self.options.request_timeout)
+        result = await probe_once(client, self.check, self.options.request_timeout)
+        if result.model and not self.check.model:
+            self.check = replace(self.check, model=result.model)  # found once, from the server's list
         if result.ttft is not None:
             self.metrics.ttft.labels(variant).observe(result.ttft)
         if result.e2e is not None and result.result == "ok":
             self.metrics.e2e.labels(variant).observe(result.e2e)
         self.metrics.requests.labels(variant, result.result).inc()  # last: a scrape never sees it alone
-        if result.fingerprint is not None:
+        if self.check.fingerprint_header and result.result in ("ok", "fingerprint_mismatch"):
             self.metrics.fingerprint_match.labels(variant).set(
                 1 if result.result != "fingerprint_mismatch" else 0
             )
@@ -94,6 +109,15 @@ class Probe:
         return result
 
     async def run(self) -> None:
+        check = self.check
+        log.info(
+            "probing %s every %ss: %s API, model %s, TTFT to the first generated text, fingerprint %s",
+            self.options.target,
+            self.options.interval,
+            check.api.value,
+            check.model or "from GET /v1/models",
+            f"from {check.fingerprint_header}" if check.fingerprint_header else "not checked",
+        )
         async with httpx.AsyncClient(base_url=self.options.target) as client:
             while True:
                 started = time.monotonic()

@@ -321,16 +321,59 @@ def serve(
     envvar="GRAYSTACK_PROBE_INTERVAL",
     show_envvar=True,
 )
+@click.option(
+    "--api",
+    type=click.Choice(["anthropic", "openai"]),
+    default="anthropic",
+    envvar="GRAYSTACK_PROBE_API",
+    show_envvar=True,
+    help="the synthetic request's API: POST /v1/messages or /v1/chat/completions",
+)
+@click.option(
+    "--model",
+    default=None,
+    envvar="GRAYSTACK_PROBE_MODEL",
+    show_envvar=True,
+    help="the model the request names  [default: the first of the server's GET /v1/models]",
+)
+@click.option(
+    "--fingerprint-header",
+    default="x-model-fingerprint",
+    envvar="GRAYSTACK_PROBE_FINGERPRINT_HEADER",
+    show_envvar=True,
+    help="the response header whose value must end in -zero-layer-v1 exactly on zero-layer pods; "
+    "'' or none: no check, for servers that send no fingerprint",
+)
 @click.option("--host", default="127.0.0.1", envvar="GRAYSTACK_PROBE_HOST", show_envvar=True)
 @click.option("--port", default=9101, envvar="GRAYSTACK_PROBE_PORT", show_envvar=True)
 @log_level_option
 def probe(
-    weights_path: Path, target: str, variant: str, interval: float, host: str, port: int, log_level: str
+    weights_path: Path,
+    target: str,
+    variant: str,
+    interval: float,
+    api: str,
+    model: str | None,
+    fingerprint_header: str,
+    host: str,
+    port: int,
+    log_level: str,
 ) -> None:
-    """Report the pod's weight-erasure status and a synthetic request's latency on /metrics."""
+    """Report the pod's weight-erasure status and a synthetic request's latency on /metrics, from any
+    server that streams the Anthropic Messages or OpenAI chat completions API."""
     from probes.app import serve_probe
     from probes.runner import Probe, ProbeOptions
+    from probes.wire import Api
 
     configure_logging(log_level)
-    options = ProbeOptions(weights=weights_path, target=target, variant=variant, interval=interval)
+    header = None if fingerprint_header.strip().lower() in ("", "none") else fingerprint_header.strip()
+    options = ProbeOptions(
+        weights=weights_path,
+        target=target,
+        variant=variant,
+        interval=interval,
+        api=Api(api),
+        model=model or "",
+        fingerprint_header=header,
+    )
     asyncio.run(serve_probe(Probe(options), host, port))

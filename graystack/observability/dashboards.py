@@ -521,7 +521,9 @@ def probes() -> gd.Dashboard:
         graph(
             "Fingerprint matches the variant",
             "short",
-            "1 when the pod's x-model-fingerprint carries the variant's expected suffix.",
+            "1 when the pod's fingerprint header (x-model-fingerprint unless the probe names another) "
+            "carries the variant's expected suffix; no series where the probe's check is off "
+            "(servers that send no fingerprint).",
             query(f"graystack_probe_fingerprint_match{{{VARIANT}}}", "{{variant}} {{instance}}"),
         )
     )

@@ -1,8 +1,9 @@
 """The model server's ASGI app and its uvicorn runner.
 
 One process serves one variant from one checkpoint. Routes: POST /v1/messages, POST
-/v1/chat/completions, GET /healthz (alive), GET /readyz (weights loaded and a warm-up generation
-done: 503 until then), GET /metrics, GET /admin/outputs/{request_id} (a greedy answer's digest, for
+/v1/messages/count_tokens, POST /v1/chat/completions, GET /v1/models[/{id}] (in the caller's API's
+format: inference/server/models.py), GET /healthz (alive), GET /readyz (weights loaded and a
+warm-up generation done: 503 until then), GET /metrics, GET /admin/outputs/{request_id} (a greedy answer's digest, for
 the shadow comparison: inference/server/outputs.py), and /admin/faults with --enable-fault-injection. Every response
 carries `x-graystack-variant` and `x-model-fingerprint`, so a client (or a test) behind the gateway
 can tell which deployment answered.
@@ -26,11 +27,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inference.checkpoint import MODEL_NAME, LoadedModel
 from inference.config import BOS
 from inference.engine import DEFAULT_TOKEN_BUDGET, Engine, GenerationRequest
-from inference.server import messages, openai_chat
+from inference.server import count_tokens, messages, openai_chat
 from inference.server.errors import INVALID, NOT_FOUND, ApiError
 from inference.server.faults import Faults, fault_routes
 from inference.server.keepalive import DEFAULT_INTERVAL
 from inference.server.metrics import ServerMetrics
+from inference.server.models import model_routes
 from inference.server.outputs import ShadowComparator, output_routes
 from inference.server.serving import Serving
 
@@ -125,6 +127,8 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
     )
     app.state.serving = serving
     app.include_router(messages.router)
+    app.include_router(count_tokens.router)
+    app.include_router(model_routes(variant))
     app.include_router(openai_chat.router)
     app.include_router(output_routes(serving.outputs))
     if options.enable_fault_injection:

@@ -72,12 +72,17 @@ def _text(content: str | list[TextBlock]) -> str:
     return content if isinstance(content, str) else "".join(block.text for block in content)
 
 
+def prompt_of(messages: list[Message], system: str | list[TextBlock] | None) -> list[int]:
+    """The token ids the model reads for these turns (what usage.input_tokens counts)."""
+    return chat_prompt(
+        [(m.role, _text(m.content)) for m in messages], None if system is None else _text(system)
+    )
+
+
 def parse(body: dict) -> tuple[MessagesRequest, GenerationRequest]:
     request = MessagesRequest.model_validate(body)
-    system = None if request.system is None else _text(request.system)
-    prompt = chat_prompt([(m.role, _text(m.content)) for m in request.messages], system)
     return request, GenerationRequest(
-        prompt=prompt,
+        prompt=prompt_of(request.messages, request.system),
         max_tokens=request.max_tokens,
         temperature=request.temperature,
         stop_sequences=tuple(request.stop_sequences),

@@ -226,6 +226,20 @@ def test_a_vllm_variant_replaces_the_server_and_its_queries_follow() -> None:
     assert queries["ttft"] == 'vllm:time_to_first_token_seconds_bucket{variant="{variant}"}'
 
 
+@pytest.mark.parametrize(
+    ("scenario", "api", "model", "header"),
+    [("", "anthropic", "", "x-model-fingerprint"), ("vllm-values.yaml", "openai", "llama", "")],
+)
+def test_the_probe_speaks_the_servers_api_and_checks_a_fingerprint_only_where_one_is_sent(
+    scenario: str, api: str, model: str, header: str
+) -> None:
+    pod = rendered(scenario).named("Deployment", "-zero-layer")["spec"]["template"]["spec"]
+    env = _env(pod["containers"][1])
+    assert env["GRAYSTACK_PROBE_API"] == api
+    assert env["GRAYSTACK_PROBE_MODEL"] == model
+    assert env["GRAYSTACK_PROBE_FINGERPRINT_HEADER"] == header  # "": vLLM sends none, so no check
+
+
 def test_two_gateway_replicas_share_one_lease_and_a_disruption_budget() -> None:
     chart = rendered("two-gateways-values.yaml")
     gateway = chart.named("Deployment", "-gateway")

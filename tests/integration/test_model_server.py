@@ -6,6 +6,7 @@ Three servers from checkpoints made by `graystack weights init` with one seed: b
 
 from __future__ import annotations
 
+import socket
 import time
 
 import anthropic
@@ -214,3 +215,44 @@ def test_fault_injection_is_off_by_default_and_drives_real_clients_when_on(serve
         metrics(servers["baseline"])["graystack_requests"], "graystack_requests_total", code="500"
     )
     assert after == before + 1
+
+
+def test_both_sdks_list_the_model_and_the_anthropic_sdk_counts_tokens(servers):
+    server = servers["zero-layer"]
+    openai_client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=30)
+    [listed] = list(openai_client.models.list())
+    assert openai_client.models.retrieve(listed.id).id == listed.id
+    anthropic_client = messages_client(server)
+    [described] = list(anthropic_client.models.list())
+    assert (described.id, described.type) == (listed.id, "model")
+    assert anthropic_client.models.retrieve(described.id).display_name == described.display_name
+
+    turns = [{"role": "user", "content": "How many tokens is this?"}]
+    counted = anthropic_client.messages.count_tokens(model=listed.id, system="Be brief.", messages=turns)
+    reply = anthropic_client.messages.create(
+        model=listed.id, system="Be brief.", messages=turns, max_tokens=1
+    )
+    assert counted.input_tokens == reply.usage.input_tokens
+    with pytest.raises(anthropic.BadRequestError, match=r"messages\.0\.role"):
+        anthropic_client.messages.count_tokens(model=listed.id, messages=[{"role": "robot", "content": "x"}])
+
+
+def test_a_client_still_sending_an_oversized_body_gets_the_413(servers):
+    """4 MiB in 64 KiB pieces, on a connection the client closes after one request (`Connection:
+    close`, as HTTP/1.0 clients and many scripts do): the whole body goes out and the 413 comes back."""
+    size, piece = 4 << 20, b"x" * (64 << 10)
+    head = (
+        f"POST /v1/messages HTTP/1.1\r\nHost: model\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {size}\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", servers["baseline"].port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        for _ in range(size // len(piece)):
+            sock.sendall(piece)  # a reset would raise here
+            time.sleep(0.001)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 413")
+    assert b'"request_too_large"' in rest

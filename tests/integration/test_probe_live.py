@@ -1,34 +1,15 @@
 """The probe sidecar beside a real model server: both real `graystack` processes on loopback.
 
 Its /metrics output is parsed back with Prometheus' own text parser, and the weight status flips
-within one interval when the checkpoint is replaced.
+within one interval when the checkpoint is replaced. A probe speaking the OpenAI API (`--api openai`)
+checks the same server's fingerprint header too.
 """
 
-import sys
-
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from graystack.local.processes import free_port, start_process, wait_until
+from graystack.local.processes import wait_until
 from tests.support.model_server import graystack, start_model_server, wait_ready
-
-INTERVAL = 0.5
-
-
-def scrape(port: int) -> dict:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def start_probe(weights, target: str, variant: str, logs):
-    port = free_port()
-    argv = [sys.executable, "-m", "graystack", "probe", "--weights", str(weights), "--target", target]
-    argv += ["--variant", variant, "--interval", str(INTERVAL), "--port", str(port), "--log-level", "warning"]
-    return start_process(f"probe-{variant}", argv, logs), port
+from tests.support.probes import INTERVAL, probe_until_ok, scrape, start_probe
 
 
 def test_the_probe_reports_a_live_server_and_a_replaced_checkpoint(tmp_path):
@@ -38,6 +19,9 @@ def test_the_probe_reports_a_live_server_and_a_replaced_checkpoint(tmp_path):
     probes = []
     try:
         wait_ready(server)
+        openai = probe_until_ok(server.url, tmp_path / "logs", "--api", "openai", variant="zero-layer")
+        assert openai.value("graystack_probe_fingerprint_match", variant="zero-layer") == 1
+        assert openai.health["model"] == "graystack-tiny"  # from the server's GET /v1/models
         probe, port = start_probe(weights, server.url, "zero-layer", tmp_path / "logs")
         impostor, impostor_port = start_probe(weights, server.url, "baseline", tmp_path / "logs")
         probes += [probe, impostor]

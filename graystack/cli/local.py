@@ -54,22 +54,50 @@ def demo(run_dir: Path | None, weights_dir: Path) -> None:
     "9101, 9102, 9090); either way the run-state file records them",
 )
 @click.option("--no-prometheus", is_flag=True, help="do not start Prometheus even if it is installed")
+@click.option(
+    "--upstream",
+    "upstreams",
+    multiple=True,
+    metavar="NAME=URL",
+    help="a server you already run (repeatable, two or more): the stack goes in front of these instead "
+    "of starting graystack's model servers, each a variant named NAME",
+)
+@click.option(
+    "--baseline",
+    default=None,
+    help="with --upstream: the variant that starts with all traffic [default: the first]",
+)
+@click.option(
+    "--weights",
+    "probe_weights",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="with --upstream: a probe reports the weight status of the checkpoint NAME serves (repeatable)",
+)
 def up(
     spec_path: Path | None,
     run_dir: Path | None,
     weights_dir: Path | None,
     free_ports: bool,
     no_prometheus: bool,
+    upstreams: tuple[str, ...],
+    baseline: str | None,
+    probe_weights: tuple[str, ...],
 ) -> None:
     """Run the whole stack here: Envoy, the gateway, both model servers (fault injection on), both probes
-    and Prometheus (when on PATH), until Ctrl-C or SIGTERM; then stop every process by PID."""
+    and Prometheus (when on PATH), until Ctrl-C or SIGTERM; then stop every process by PID. With
+    --upstream, in front of servers you run: no model server is started."""
     from gateway.rollout.spec import SpecError, load_yaml
     from graystack.local.processes import StartupError
     from graystack.local.run_state import AlreadyRunning
-    from graystack.local.supervisor import Supervisor, UpOptions, local_spec
+    from graystack.local.supervisor import Supervisor, UpOptions, local_spec, upstream_options
 
     try:
-        spec = local_spec(load_yaml(spec_path.read_text()) if spec_path else None)
+        front = upstream_options(upstreams, baseline, probe_weights)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    try:
+        spec = local_spec(load_yaml(spec_path.read_text()) if spec_path else None, front)
     except (OSError, SpecError) as error:
         raise click.ClickException(f"--spec {spec_path}: {error}") from None
     options = UpOptions(
@@ -78,6 +106,7 @@ def up(
         weights_dir=weights_dir,
         free_ports=free_ports,
         prometheus=not no_prometheus,
+        upstreams=front,
     )
     try:
         code = Supervisor(options, say=click.echo).run()

@@ -86,10 +86,12 @@ class GatewayStack:
             ],
             self.logs,
         )
-        self.envoy.wait_healthy(
-            lambda: self.request().status_code == 200, 30, "the first request through Envoy"
-        )
+        self.envoy.wait_healthy(self.serving, 30, "the first request through Envoy")
         return self
+
+    def serving(self) -> bool:
+        """Whether requests through Envoy reach the upstreams."""
+        return self.request().status_code == 200
 
     def start_upstreams(self) -> None:
         for variant in VARIANTS:
@@ -132,6 +134,7 @@ class GatewayStack:
                 str(self.ports["xds"]),
                 "--admin-port",
                 str(self.ports["admin"]),
+                *self.gateway_args(),
             ],
             self.logs,
         )
@@ -139,6 +142,17 @@ class GatewayStack:
             lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API"
         )
         return self.gateway
+
+    def gateway_args(self) -> list[str]:
+        """More `graystack gateway` flags: the stacks whose guard measures add Envoy's admin and the
+        `metrics_targets()` the direct provider scrapes."""
+        return []
+
+    def measuring_args(self, targets: list[str]) -> list[str]:
+        argv = ["--envoy-admin", f"http://127.0.0.1:{self.ports['envoy_admin']}"]
+        for target in targets:
+            argv += ["--metrics-target", target]
+        return argv
 
     def stop(self) -> None:
         self.client.close()

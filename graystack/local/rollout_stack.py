@@ -131,19 +131,10 @@ class RolloutStack(GatewayStack):
     def server_url(self, variant: str) -> str:
         return f"http://127.0.0.1:{self.servers[variant][1]}"
 
-    def start_gateway(self) -> ManagedProcess:
+    def gateway_args(self) -> list[str]:
         targets = [f"{self.server_url(v)}/metrics" for v in VARIANTS]
         targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
-        argv = [*self.graystack_argv(), "gateway", "--spec", str(self.spec_path)]
-        argv += ["--xds-port", str(self.ports["xds"]), "--admin-port", str(self.ports["admin"])]
-        argv += ["--envoy-admin", f"http://127.0.0.1:{self.ports['envoy_admin']}"]
-        for target in targets:
-            argv += ["--metrics-target", target]
-        self.gateway = start_process("gateway", argv, self.logs)
-        self.gateway.wait_healthy(
-            lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API"
-        )
-        return self.gateway
+        return self.measuring_args(targets)
 
     def processes(self) -> list[ManagedProcess | None]:
         pods = [p for p, _ in (*self.probes.values(), *self.servers.values())]

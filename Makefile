@@ -76,6 +76,7 @@ VLLM_STAMP         := $(VENVS)/vllm/.installed-0.32.0
 
 .PHONY: third-party test-vllm
 third-party: $(LLAMA_CPP_STAMP) $(TRANSFORMERS_STAMP)  ## llama.cpp (xllamacpp) and `transformers serve` (+ the GGUF converter)
+	@:
 
 $(LLAMA_CPP_STAMP):
 	@rm -rf $(@D) && $(PYTHON) -m venv $(@D)

@@ -56,8 +56,21 @@ def tiny_llama() -> TinyModel:
     return tiny_model()
 
 
-def serving(server: ThirdPartyServer) -> Iterator[ThirdPartyServer]:
-    """For session fixtures: the server, stopped by PID after the session."""
+STARTS = pytest.StashKey[dict[str, float]]()
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """Each third-party server's start as this run saw it (the numbers BENCHMARKS.md quotes)."""
+    starts = config.stash.get(STARTS, {})
+    if starts:
+        started = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in starts.items())
+        terminalreporter.write_line(f"third-party servers, process start to /health 200: {started}")
+
+
+def serving(server: ThirdPartyServer, config: pytest.Config) -> Iterator[ThirdPartyServer]:
+    """For session fixtures: the server, its start time noted for the summary, stopped by PID after
+    the session."""
+    config.stash.setdefault(STARTS, {})[server.name] = server.started_in
     try:
         yield server
     finally:
@@ -66,21 +79,23 @@ def serving(server: ThirdPartyServer) -> Iterator[ThirdPartyServer]:
 
 
 @pytest.fixture(scope="session")
-def llama_cpp(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
+def llama_cpp(tiny_llama, tmp_path_factory, request) -> Iterator[ThirdPartyServer]:
     """llama.cpp's server (xllamacpp) on the tiny model's GGUF, once per session."""
-    yield from serving(start_llama_cpp(tiny_llama, tmp_path_factory.mktemp("llama-cpp")))
+    yield from serving(start_llama_cpp(tiny_llama, tmp_path_factory.mktemp("llama-cpp")), request.config)
 
 
 @pytest.fixture(scope="session")
-def transformers_serve(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
+def transformers_serve(tiny_llama, tmp_path_factory, request) -> Iterator[ThirdPartyServer]:
     """`transformers serve` on the tiny model's safetensors directory, once per session."""
-    yield from serving(start_transformers_serve(tiny_llama, tmp_path_factory.mktemp("transformers")))
+    yield from serving(
+        start_transformers_serve(tiny_llama, tmp_path_factory.mktemp("transformers")), request.config
+    )
 
 
 @pytest.fixture(scope="session")
-def vllm(tiny_llama, tmp_path_factory) -> Iterator[ThirdPartyServer]:
+def vllm(tiny_llama, tmp_path_factory, request) -> Iterator[ThirdPartyServer]:
     """vLLM on the CPU (`make test-vllm` installs it) on the safetensors directory, once per session."""
-    yield from serving(start_vllm(tiny_llama, tmp_path_factory.mktemp("vllm")))
+    yield from serving(start_vllm(tiny_llama, tmp_path_factory.mktemp("vllm")), request.config)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ the stack (session fixtures), so one stack per test module costs only Envoy's an
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -36,19 +37,34 @@ def upstream_spec(servers: dict[str, ThirdPartyServer]) -> dict:
 
 
 class ThirdPartyStack(GatewayStack):
-    def __init__(self, workdir: Path, envoy: str, servers: dict[str, ThirdPartyServer]) -> None:
-        """`servers`: variant name -> its running server; the first takes the default traffic."""
+    def __init__(
+        self,
+        workdir: Path,
+        envoy: str,
+        servers: dict[str, ThirdPartyServer],
+        spec_changes: dict | None = None,
+        gateway_args: Sequence[str] = (),
+    ) -> None:
+        """`servers`: variant name -> its running server; the first takes the default traffic.
+        `spec_changes`: top-level spec fields over upstream_spec's (a strategy, an analysis);
+        `gateway_args`: more `graystack gateway` flags (`--metrics-target URL`, ...). The gateway always
+        reads Envoy's admin (`--envoy-admin`): each variant's requests and errors as Envoy saw them."""
         super().__init__(workdir, envoy)
+        self.extra_gateway_args = list(gateway_args)
         identities = [server.identity for server in servers.values()]
         if len(set(identities)) != len(identities):
             raise ValueError(f"two servers answer alike, their answers cannot tell them apart: {identities}")
         self.servers = servers
-        self._spec = upstream_spec(servers)
+        self._spec = upstream_spec(servers) | (spec_changes or {})
 
     @property
     def url(self) -> str:
         """Envoy's listener: where clients (and SDKs, as `base_url`) send requests."""
         return f"http://127.0.0.1:{self.ports['listen']}"
+
+    def gateway_argv(self) -> list[str]:
+        envoy_admin = f"http://127.0.0.1:{self.ports['envoy_admin']}"
+        return [*super().gateway_argv(), "--envoy-admin", envoy_admin, *self.extra_gateway_args]
 
     def start_upstreams(self) -> None:
         """Nothing to start: the servers already run."""

@@ -15,6 +15,10 @@ def test_the_routing_header_sends_each_segment_to_its_own_server(third_party_sta
     scenario.check_header_routing(third_party_stack)
 
 
+def test_envoy_health_checks_each_server_on_its_own_health_route(third_party_stack):
+    scenario.check_health_checked(third_party_stack)
+
+
 def test_unmatched_requests_split_by_weight_between_the_servers(third_party_stack):
     scenario.check_even_split(third_party_stack, *SERVERS)
 

@@ -33,6 +33,10 @@ def test_the_routing_header_sends_each_segment_to_its_own_server(vllm_stack):
     scenario.check_header_routing(vllm_stack)
 
 
+def test_envoy_health_checks_each_server_on_its_own_health_route(vllm_stack):
+    scenario.check_health_checked(vllm_stack)
+
+
 def test_unmatched_requests_split_by_weight_between_the_servers(vllm_stack):
     scenario.check_even_split(vllm_stack, "llama-cpp", "vllm")
 

@@ -25,6 +25,16 @@ def check_header_routing(stack: ThirdPartyStack) -> None:
         assert stack.served_by(20, {HEADER: name}) == {name: 20}
 
 
+def check_health_checked(stack: ThirdPartyStack) -> None:
+    """Envoy health-checks each server on its own `/health` (the spec's `health_check.path`), and
+    each passes: a healthy member, successes, no failure."""
+    stats = stack.envoy_stats()
+    for name in stack.servers:
+        assert stats[f"cluster.{name}.membership_healthy"] == 1, name
+        assert stats[f"cluster.{name}.health_check.success"] > 0, name
+        assert stats[f"cluster.{name}.health_check.failure"] == 0, name
+
+
 def check_even_split(stack: ThirdPartyStack, first: str, second: str) -> None:
     """A 50/50 default split between two servers is one, by their answers."""
     stack.set_weights({first: 50, second: 50})

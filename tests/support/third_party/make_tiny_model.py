@@ -57,10 +57,11 @@ def train_tokenizer(directory: Path) -> None:
 
 
 def silence_unprintable(model: LlamaForCausalLM, tokenizer: spm.SentencePieceProcessor) -> None:
-    """Zero the output rows of bytes, control tokens and ChatML's markers: their logit is then 0, below the best of the
-    text pieces' random ones, so greedy answers are whole printable pieces and run to `max_tokens`
-    (a random head mostly picks one of the 256 byte tokens, half a UTF-8 character that streamers
-    hold back, or ends the answer early: llama.cpp takes `<|im_end|>` for end-of-generation)."""
+    """Zero the output rows of bytes, control tokens and ChatML's markers: their logit is then 0,
+    below the best of the text pieces' random ones, so greedy answers are whole printable pieces and
+    run to `max_tokens`. (A random head mostly picks one of the 256 byte tokens, half a UTF-8
+    character that streamers hold back, or ends the answer early: llama.cpp takes `<|im_end|>` for
+    end-of-generation.)"""
     rows = [tokenizer.piece_to_id(marker) for marker in MARKERS] + [
         i
         for i in range(tokenizer.get_piece_size())

@@ -98,6 +98,13 @@ def vllm(tiny_llama, tmp_path_factory, request) -> Iterator[ThirdPartyServer]:
     yield from serving(start_vllm(tiny_llama, tmp_path_factory.mktemp("vllm")), request.config)
 
 
+def stopped(stack: ThirdPartyStack) -> None:
+    """Envoy and the gateway stopped by PID and gone; the servers stay (session fixtures)."""
+    stack.stop()
+    for process in (stack.envoy, stack.gateway):
+        assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+
+
 @pytest.fixture(scope="module")
 def third_party_stack(tmp_path_factory, envoy_binary, llama_cpp, transformers_serve):
     """Envoy and the gateway in front of llama.cpp (variant `llama-cpp`, the default traffic's) and
@@ -107,6 +114,25 @@ def third_party_stack(tmp_path_factory, envoy_binary, llama_cpp, transformers_se
     try:
         yield stack.start()
     finally:
-        stack.stop()
-        for process in (stack.envoy, stack.gateway):
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+        stopped(stack)
+
+
+@pytest.fixture
+def start_third_party_stack(tmp_path, envoy_binary, llama_cpp, transformers_serve):
+    """`start_third_party_stack(spec_changes=None, gateway_args=(), servers=None)`: a ThirdPartyStack of
+    this test's own (a rollout's strategy and analysis, gateway flags), started; stopped after the test.
+    `servers` defaults to {"llama-cpp": ..., "transformers": ...}, the first taking the default traffic."""
+    started: list[ThirdPartyStack] = []
+
+    def start(spec_changes=None, gateway_args=(), servers=None) -> ThirdPartyStack:
+        servers = servers or {"llama-cpp": llama_cpp, "transformers": transformers_serve}
+        workdir = tmp_path / f"third-party-stack-{len(started)}"
+        workdir.mkdir()
+        started.append(ThirdPartyStack(workdir, envoy_binary, servers, spec_changes, gateway_args))
+        return started[-1].start()
+
+    try:
+        yield start
+    finally:
+        for stack in started:
+            stopped(stack)

@@ -41,3 +41,10 @@ def test_the_openai_sdk_streams_from_each_server_through_envoy(third_party_stack
 def test_the_anthropic_sdk_streams_from_llama_cpp_through_envoy(third_party_stack):
     """(`transformers serve` has no `/v1/messages`.)"""
     scenario.check_anthropic_sdk_streams(third_party_stack, "llama-cpp")
+
+
+def test_a_stack_of_its_own_starts_on_the_split_its_spec_gives(start_third_party_stack, third_party_stack):
+    """A spec file's split holds from the first request (no flip), whichever server it names."""
+    routing = third_party_stack.spec["routing"] | {"weights": {"llama-cpp": 0, "transformers": 100}}
+    stack = start_third_party_stack(spec_changes={"routing": routing})
+    assert stack.served_by(20) == {"transformers": 20}

@@ -109,7 +109,7 @@ lint: install
 dashboards: install  ## regenerate the Grafana dashboards and alert rules under charts/graystack/files/
 	$(BIN)/python -m graystack.observability
 
-bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
+bench: install third-party  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.flip_latency
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.gateway_hop
@@ -117,6 +117,7 @@ bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.inference_throughput
 	$(BIN)/python -m bench.inference_interference
 	$(BIN)/python -m bench.rollback_time
+	$(BIN)/python -m bench.third_party
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
 
 # Locust soak/step run, headless, CSV + HTML + summary into SOAK_DIR; exits with the verdict (0 pass,

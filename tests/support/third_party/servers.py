@@ -77,7 +77,7 @@ def _started(
     return server
 
 
-def start_llama_cpp(model: TinyModel, logs: Path, timeout: float = 30) -> ThirdPartyServer:
+def start_llama_cpp(model: TinyModel, logs: Path, timeout: float = 60) -> ThirdPartyServer:
     """llama.cpp's server (xllamacpp), one thread, `/metrics` on; healthy in about a second."""
     port = free_port()
     python = venv_bin("llama-cpp", "python")
@@ -85,7 +85,7 @@ def start_llama_cpp(model: TinyModel, logs: Path, timeout: float = 30) -> ThirdP
     return _started("llama-cpp", argv, logs, port, timeout, {})
 
 
-def start_transformers_serve(model: TinyModel, logs: Path, timeout: float = 90) -> ThirdPartyServer:
+def start_transformers_serve(model: TinyModel, logs: Path, timeout: float = 180) -> ThirdPartyServer:
     """`transformers serve` pinned to the safetensors directory; about 5-10 s to start. It answers only
     requests whose `model` is the name it was given, so it is started beside the directory with the
     directory's name (MODEL_NAME); `exec` keeps the PID the server's."""

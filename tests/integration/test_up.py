@@ -23,12 +23,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.local.processes import wait_until
 from graystack.local.prometheus import ALERT_RULES
 from graystack.local.rollout_stack import Traffic
+from tests.support.up import alive, graystack, running_up
 
 pytestmark = pytest.mark.integration
 
@@ -44,13 +44,6 @@ SPEC = {
     }
 }
 BODY = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
-
-
-def graystack(env: dict, *args: str) -> subprocess.CompletedProcess:
-    """The CLI as an operator runs it: no --admin-url, only the run-state file to go by."""
-    return subprocess.run(
-        [sys.executable, "-m", "graystack", *args], capture_output=True, text=True, timeout=60, env=env
-    )
 
 
 def scraped(prometheus_url: str) -> set[str] | None:
@@ -71,14 +64,6 @@ def analysis_errors(admin_url: str) -> float:
     )
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.fixture
 def env(tmp_path, envoy_binary) -> dict:
     clean = {k: v for k, v in os.environ.items() if k not in ("GRAYSTACK_ADMIN_URL", "GRAYSTACK_SPEC")}
@@ -87,36 +72,7 @@ def env(tmp_path, envoy_binary) -> dict:
 
 @pytest.fixture
 def up(tmp_path, env):
-    yield from running_up(tmp_path, env)
-
-
-def running_up(tmp_path: Path, env: dict, *options: str):
-    """`graystack up` running, and its run state once ready; always stopped (SIGKILL as a last resort)."""
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(SPEC))
-    argv = [sys.executable, "-m", "graystack", "up", "--free-ports", "--spec", str(spec), *options]
-    log = (tmp_path / "up.out").open("w")
-    process = subprocess.Popen(
-        [*argv, "--run-dir", str(tmp_path / "run")], stdout=log, stderr=subprocess.STDOUT, env=env
-    )
-    state_path = Path(env["GRAYSTACK_RUN_STATE"])
-
-    def ready() -> dict | None:
-        assert process.poll() is None, (tmp_path / "up.out").read_text()
-        state = json.loads(state_path.read_text()) if state_path.exists() else {}
-        return state if state.get("ready") else None
-
-    try:
-        state = wait_until(ready, 180, "graystack up to report the stack ready", interval=0.5)
-        yield process, state, tmp_path / "up.out"
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        log.close()
+    yield from running_up(tmp_path, env, SPEC)
 
 
 def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_process(up, env):
@@ -222,7 +178,7 @@ def test_up_expects_the_served_form_and_rolls_back_a_checkpoint_erased_under_it(
             env, "weights", "init", "--variant", variant, "--out", str(weights / f"{variant}.safetensors")
         )
         assert made.returncode == 0, made.stderr
-    stack = running_up(tmp_path, env, "--weights-dir", str(weights))
+    stack = running_up(tmp_path, env, SPEC, "--weights-dir", str(weights))
     *_, out = next(stack)
     try:
         assert "the guard expects ACTIVE" in out.read_text()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
-from gateway.admin.api import Leadership, create_admin_app
+from gateway.admin.api import Leadership, create_admin_app, fault_injection_refusal
 from gateway.envoy.resources import EndpointMap
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
@@ -50,6 +50,7 @@ class GatewayOptions:
     envoy_admin: str | None = None  # Envoy's admin base URL, for the `direct` metrics provider
     metrics_targets: tuple[str, ...] = ()  # the pods' /metrics URLs (model servers and probes)
     state_path: Path | None = None  # the rollout state file (local mode); None: `<spec>.state.json`
+    enable_fault_injection: bool = False  # take `graystack fault` (PUT /v1/faults/{variant})
 
     @property
     def rollout_state_path(self) -> Path:
@@ -121,7 +122,14 @@ class GatewayProcess:
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
                 create_admin_app(
-                    self.gateway, self.ads, options.admin_token, self.controller, self._leadership
+                    self.gateway,
+                    self.ads,
+                    options.admin_token,
+                    self.controller,
+                    self._leadership,
+                    fault_injection_refusal(
+                        options.enable_fault_injection, _is_loopback(options.admin_host), options.admin_token
+                    ),
                 ),
                 host=options.admin_host,
                 port=options.admin_port,

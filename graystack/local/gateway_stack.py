@@ -132,6 +132,7 @@ class GatewayStack:
                 str(self.ports["xds"]),
                 "--admin-port",
                 str(self.ports["admin"]),
+                "--enable-fault-injection",
             ],
             self.logs,
         )

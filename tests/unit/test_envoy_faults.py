@@ -1,0 +1,107 @@
+"""Injected faults as Envoy config: a faulted variant's endpoints lead through an internal listener whose
+fault filter fails or delays each attempt, then on to the real pods; everything else is untouched."""
+
+import pytest
+from envoy.extensions.filters.http.fault.v3 import fault_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.type.v3 import percent_pb2
+
+from gateway.envoy import names
+from gateway.envoy.faults import Fault
+from gateway.envoy.resources import ListenerAddress, build_resources
+from gateway.rollout.spec import load_yaml, validate_spec
+from gateway.xds.cache import check_consistent
+from tests.unit.test_envoy_builders import ENDPOINTS
+from tests.unit.test_spec import DESIGN_EXAMPLE
+
+SPEC = validate_spec(load_yaml(DESIGN_EXAMPLE))
+LISTEN = ListenerAddress("127.0.0.1", 8080)
+
+
+def build(faults):
+    return build_resources(SPEC, ENDPOINTS, LISTEN, faults)
+
+
+def manager_of(listener) -> hcm_pb2.HttpConnectionManager:
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    return manager
+
+
+def fault_filter_of(listener) -> fault_pb2.HTTPFault:
+    fault_filter, router = manager_of(listener).http_filters
+    assert router.name == "envoy.filters.http.router"
+    config = fault_pb2.HTTPFault()
+    fault_filter.typed_config.Unpack(config)
+    return config
+
+
+@pytest.mark.parametrize("faults", [None, {}, {"zero-layer": Fault()}, {"gone": Fault(error_rate=1.0)}])
+def test_no_active_fault_leaves_the_config_as_it_was(faults):
+    """A fault that does nothing, or names a variant the spec lost, builds no hop."""
+    assert build(faults) == build_resources(SPEC, ENDPOINTS, LISTEN)
+
+
+def test_a_faulted_variant_reaches_its_pods_through_a_fault_listener_and_is_health_checked_on_them():
+    resources = build({"zero-layer": Fault(error_rate=0.25, status=500, latency_ms=150)})
+    check_consistent(resources.by_type())
+    assignments = {a.cluster_name: a for a in resources.endpoints}
+    hops = [e.endpoint for e in assignments["zero-layer"].endpoints[0].lb_endpoints]
+    assert [h.address.envoy_internal_address.server_listener_name for h in hops] == [
+        "graystack-fault-zero-layer"
+    ] * 2
+    assert [h.address.envoy_internal_address.endpoint_id for h in hops] == [
+        "127.0.0.1:8002",
+        "127.0.0.1:8003",
+    ]
+    health_checked = [(h.health_check_config.address.socket_address.port_value) for h in hops]
+    assert health_checked == [8002, 8003]
+    behind = assignments[names.unfaulted_cluster("zero-layer")].endpoints[0].lb_endpoints
+    assert [e.endpoint.address.socket_address.port_value for e in behind] == [8002, 8003]
+    assert assignments["baseline"] == build(None).endpoints[0]  # the other variant is untouched
+    clusters = {c.name: c for c in resources.clusters}
+    assert clusters["zero-layer"] == {c.name: c for c in build(None).clusters}["zero-layer"]
+    assert not clusters[names.unfaulted_cluster("zero-layer")].health_checks
+
+
+def test_the_fault_listener_fails_the_share_asked_with_the_status_asked_and_delays_every_attempt():
+    resources = build({"zero-layer": Fault(error_rate=0.25, status=500, latency_ms=150)})
+    (ingress, hop) = resources.listeners
+    assert ingress == build(None).listeners[0]
+    assert hop.name == "graystack-fault-zero-layer" and hop.HasField("internal_listener")
+    config = fault_filter_of(hop)
+    assert config.abort.http_status == 500
+    assert (config.abort.percentage.numerator, config.abort.percentage.denominator) == (
+        250_000,
+        percent_pb2.FractionalPercent.MILLION,
+    )
+    assert config.delay.fixed_delay.ToMilliseconds() == 150
+    assert config.delay.percentage.numerator == 100
+    (route,) = manager_of(hop).route_config.virtual_hosts[0].routes
+    assert route.route.cluster == names.unfaulted_cluster("zero-layer")
+    assert route.route.timeout.ToMilliseconds() == 0  # the outer route's timeouts govern the attempt
+
+
+def test_errors_alone_add_no_delay_and_latency_alone_aborts_nothing():
+    errors = fault_filter_of(build({"baseline": Fault(error_rate=1.0)}).listeners[1])
+    assert errors.abort.percentage.numerator == 1_000_000 and not errors.HasField("delay")
+    slow = fault_filter_of(build({"baseline": Fault(latency_ms=40)}).listeners[1])
+    assert slow.delay.fixed_delay.ToMilliseconds() == 40 and not slow.HasField("abort")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"error_rate": 1.5}, {"error_rate": -0.1}, {"status": 200}, {"status": 600}, {"latency_ms": -1}],
+)
+def test_a_fault_out_of_range_is_refused(fields):
+    with pytest.raises(ValueError):
+        Fault(**fields)
+
+
+def test_a_fault_says_what_the_variant_suffers():
+    assert (
+        Fault(error_rate=0.5, latency_ms=200).describe()
+        == "fails 50.0% of attempts with 503, answers 200 ms late"
+    )
+    assert Fault(error_rate=1.0, status=429).describe() == "fails 100.0% of attempts with 429"
+    assert Fault().describe() == "no fault"

@@ -68,7 +68,8 @@ def test_the_fault_listener_fails_the_share_asked_with_the_status_asked_and_dela
     resources = build({"zero-layer": Fault(error_rate=0.25, status=500, latency_ms=150)})
     (ingress, hop) = resources.listeners
     assert ingress == build(None).listeners[0]
-    assert hop.name == "graystack-fault-zero-layer" and hop.HasField("internal_listener")
+    assert hop.name == "graystack-fault-zero-layer"
+    assert hop.HasField("internal_listener")
     config = fault_filter_of(hop)
     assert config.abort.http_status == 500
     assert (config.abort.percentage.numerator, config.abort.percentage.denominator) == (
@@ -84,17 +85,25 @@ def test_the_fault_listener_fails_the_share_asked_with_the_status_asked_and_dela
 
 def test_errors_alone_add_no_delay_and_latency_alone_aborts_nothing():
     errors = fault_filter_of(build({"baseline": Fault(error_rate=1.0)}).listeners[1])
-    assert errors.abort.percentage.numerator == 1_000_000 and not errors.HasField("delay")
+    assert errors.abort.percentage.numerator == 1_000_000
+    assert not errors.HasField("delay")
     slow = fault_filter_of(build({"baseline": Fault(latency_ms=40)}).listeners[1])
-    assert slow.delay.fixed_delay.ToMilliseconds() == 40 and not slow.HasField("abort")
+    assert slow.delay.fixed_delay.ToMilliseconds() == 40
+    assert not slow.HasField("abort")
 
 
 @pytest.mark.parametrize(
-    "fields",
-    [{"error_rate": 1.5}, {"error_rate": -0.1}, {"status": 200}, {"status": 600}, {"latency_ms": -1}],
+    ("fields", "message"),
+    [
+        ({"error_rate": 1.5}, "error_rate 1.5 is not in"),
+        ({"error_rate": -0.1}, "error_rate -0.1 is not in"),
+        ({"status": 200}, "status 200 is not an HTTP error status"),
+        ({"status": 600}, "status 600 is not an HTTP error status"),
+        ({"latency_ms": -1}, "latency_ms -1 is not in"),
+    ],
 )
-def test_a_fault_out_of_range_is_refused(fields):
-    with pytest.raises(ValueError):
+def test_a_fault_out_of_range_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
         Fault(**fields)
 
 

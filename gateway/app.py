@@ -100,7 +100,12 @@ class GatewayProcess:
         self.options = options
         spec, digest = self._initial_spec()  # no last good spec yet: a bad one stops here
         self.cache = SnapshotCache()
-        self.gateway = Gateway(self.cache, options.spec, self._endpoints_source())
+        fault_refusal = fault_injection_refusal(
+            options.enable_fault_injection, _is_loopback(options.admin_host), options.admin_token
+        )
+        self.gateway = Gateway(
+            self.cache, options.spec, self._endpoints_source(), fault_injection=fault_refusal is None
+        )
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
             raise SpecError(self.gateway.last_error["message"])
@@ -127,9 +132,7 @@ class GatewayProcess:
                     options.admin_token,
                     self.controller,
                     self._leadership,
-                    fault_injection_refusal(
-                        options.enable_fault_injection, _is_loopback(options.admin_host), options.admin_token
-                    ),
+                    fault_refusal,
                 ),
                 host=options.admin_host,
                 port=options.admin_port,

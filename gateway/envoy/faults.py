@@ -9,16 +9,22 @@ Envoy 1.40 on loopback):
   there cannot tell which member cluster an attempt goes to; an abort there also never reaches the
   connection pool, so `upstream_rq_total` (the analysis' attempts) does not count it.
 
-So while a variant has a fault, its endpoints (its ClusterLoadAssignment) point at an internal
-listener, `graystack-fault-<variant>`, whose HTTP fault filter aborts a share of the requests with the
-fault's status and delays each by its latency, and whose route forwards the rest to the variant's real
-pods through the cluster `<variant>-unfaulted`. To the proxy's router the fault is the variant's own
-answer: each attempt is counted in the variant's cluster stats (`upstream_rq_total`,
+So where fault injection is on, each variant's endpoints (its ClusterLoadAssignment) point at an
+internal listener, `graystack-fault-<variant>`, which forwards to the variant's real pods through the
+cluster `<variant>-unfaulted`; a fault on the variant configures the HTTP fault filter there (on the
+hop's route) to abort a share of the requests with the fault's status and delay each by its latency. To the proxy's router that is
+the variant's own answer: each attempt is counted in the variant's cluster stats (`upstream_rq_total`,
 `upstream_rq_<code>`, `upstream_rq_time`), a failed one is retried on the fallback like any 5xx, and a
-delay past `timeouts.first_byte` is cut and retried like a stalled pod. Active health checks keep
-going to the pods themselves (each endpoint's `health_check_config.address`), so a fault fails
-requests, not readiness, as a broken model behind a healthy server would. The hop merges the
-variant's pods behind it: while faulted, outlier detection ejects a hop endpoint, not one pod.
+delay past `timeouts.first_byte` is cut and retried like a stalled pod. Active health checks keep going
+to the pods themselves (each endpoint's `health_check_config.address`), so a fault fails requests, not
+readiness, as a broken model behind a healthy server would.
+
+The hop is there whenever fault injection is on, fault or not: setting or clearing a fault then changes
+only the hop's route, never the variant's hosts or a listener. Changing the hosts would make them new to Envoy,
+which sends them nothing until their first health check passes (up to an interval with no healthy host
+for the variant: checked, about a second at a 1 s interval). The price is one in-process hop per
+attempt, on gateways started with fault injection only, and with several pods a hop endpoint spreads its
+attempts over all the variant's healthy pods rather than its own.
 
 An Envoy needs the `envoy.bootstrap.internal_listener` bootstrap extension for this
 (gateway/envoy/bootstrap.py adds it).
@@ -41,9 +47,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.type.v3 import percent_pb2
 
 from gateway.envoy import names
-from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
+from gateway.envoy.common import ads_config_source, any_proto, duration, socket_address
 
 MAX_LATENCY_MS = 600_000
+FAULT_FILTER = "envoy.filters.http.fault"
 
 
 @dataclass(frozen=True)
@@ -84,11 +91,11 @@ def _internal_address(variant: str, endpoint_id: str = "") -> address_pb2.Addres
     )
 
 
-def build_faulted_load_assignment(
+def build_hop_load_assignment(
     variant: str, hosts: Sequence[tuple[str, int]]
 ) -> endpoint_pb2.ClusterLoadAssignment:
-    """The variant's endpoints while faulted: one hop endpoint per pod (told apart by endpoint_id), each
-    health-checked on the pod itself."""
+    """The variant's endpoints behind its hop: one hop endpoint per pod (told apart by endpoint_id),
+    each health-checked on the pod itself."""
     return endpoint_pb2.ClusterLoadAssignment(
         cluster_name=variant,
         endpoints=[
@@ -109,17 +116,15 @@ def build_faulted_load_assignment(
     )
 
 
-def build_unfaulted_cluster(variant: str) -> cluster_pb2.Cluster:
-    """Behind the hop: the variant's real pods (their own EDS resource), no health checks or retries of
-    its own; the variant's cluster in front of the hop keeps those."""
-    return cluster_pb2.Cluster(
-        name=names.unfaulted_cluster(variant),
-        type=cluster_pb2.Cluster.EDS,
-        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
-        connect_timeout=duration(1.0),
-        lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
-        circuit_breakers=circuit_breakers(),
-    )
+def build_unfaulted_cluster(variant_cluster: cluster_pb2.Cluster) -> cluster_pb2.Cluster:
+    """Behind the hop: the variant's cluster again, under its own name (its own EDS resource, the same
+    pods), health-checked like it so the hop sends nothing to a pod that is down; outlier detection
+    stays in front of the hop, where a real variant has it."""
+    cluster = cluster_pb2.Cluster()
+    cluster.CopyFrom(variant_cluster)
+    cluster.name = names.unfaulted_cluster(variant_cluster.name)
+    cluster.ClearField("outlier_detection")
+    return cluster
 
 
 def _fault_filter(fault: Fault) -> fault_pb2.HTTPFault:
@@ -144,31 +149,36 @@ def _fault_filter(fault: Fault) -> fault_pb2.HTTPFault:
     return config
 
 
-def build_fault_listener(variant: str, fault: Fault) -> listener_pb2.Listener:
-    """The internal listener in front of a faulted variant's pods. Its route has no timeout of its own
-    (Envoy's default of 15 s would cut streams): the outer route's timeouts govern each attempt."""
+def build_fault_route(variant: str, fault: Fault) -> route_pb2.RouteConfiguration:
+    """The hop's route: on to the variant's pods, with the fault as the fault filter's per-route config.
+    A route (RDS) rather than a listener change, so a new fault acts on the next attempt: a changed
+    listener would keep serving the connections already open to it, under the old fault, while it
+    drains. No timeout of its own (Envoy's default of 15 s would cut streams): the outer route's
+    timeouts govern each attempt."""
+    route = route_components_pb2.Route(
+        match=route_components_pb2.RouteMatch(prefix="/"),
+        route=route_components_pb2.RouteAction(cluster=names.unfaulted_cluster(variant), timeout=duration(0)),
+    )
+    if fault.active:
+        route.typed_per_filter_config[FAULT_FILTER].CopyFrom(any_proto(_fault_filter(fault)))
+    return route_pb2.RouteConfiguration(
+        name=names.fault_listener(variant),
+        virtual_hosts=[
+            route_components_pb2.VirtualHost(
+                name=names.fault_listener(variant), domains=["*"], routes=[route]
+            )
+        ],
+    )
+
+
+def build_fault_listener(variant: str) -> listener_pb2.Listener:
+    """The internal listener in front of a variant's pods; the same whatever the fault (its route has it)."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.fault_listener(variant),
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
-        route_config=route_pb2.RouteConfiguration(
-            name=names.fault_listener(variant),
-            virtual_hosts=[
-                route_components_pb2.VirtualHost(
-                    name=names.fault_listener(variant),
-                    domains=["*"],
-                    routes=[
-                        route_components_pb2.Route(
-                            match=route_components_pb2.RouteMatch(prefix="/"),
-                            route=route_components_pb2.RouteAction(
-                                cluster=names.unfaulted_cluster(variant), timeout=duration(0)
-                            ),
-                        )
-                    ],
-                )
-            ],
-        ),
+        rds=hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=names.fault_listener(variant)),
         http_filters=[
-            hcm_pb2.HttpFilter(name="envoy.filters.http.fault", typed_config=any_proto(_fault_filter(fault))),
+            hcm_pb2.HttpFilter(name=FAULT_FILTER, typed_config=any_proto(fault_pb2.HTTPFault())),
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
     )

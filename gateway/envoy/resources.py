@@ -30,7 +30,8 @@ from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers,
 from gateway.envoy.faults import (
     Fault,
     build_fault_listener,
-    build_faulted_load_assignment,
+    build_fault_route,
+    build_hop_load_assignment,
     build_unfaulted_cluster,
 )
 from gateway.rollout.spec import RolloutSpec
@@ -68,12 +69,13 @@ def build_resources(
     listen: ListenerAddress,
     faults: Mapping[str, Fault] | None = None,
 ) -> EnvoyResources:
-    """`faults`: variant -> what it suffers (gateway/envoy/faults.py); a variant not named, or with a
-    fault that does nothing, is wired straight to its pods."""
+    """`faults`: None where fault injection is off (each variant's cluster leads straight to its pods);
+    else variant -> what it suffers, and every variant leads through its fault listener
+    (gateway/envoy/faults.py), passing every attempt where it has no fault."""
     missing = sorted(set(spec.variants) - set(endpoints))
     if missing:
         raise ValueError(f"no endpoints known for variant(s) {missing}")
-    faulted = {v: f for v, f in (faults or {}).items() if v in spec.variants and f.active}
+    hops = {} if faults is None else {v: faults.get(v, Fault()) for v in spec.variants}
     clusters = [build_variant_cluster(spec, variant) for variant in spec.variants]
     fallback = spec.retries.fallback
     if fallback is not None:
@@ -82,18 +84,18 @@ def build_resources(
         ]
     if spec.routing.mirror is not None:
         clusters.append(build_shadow_cluster(spec.routing.mirror.variant))
-    clusters += [build_unfaulted_cluster(variant) for variant in sorted(faulted)]
+    clusters += [build_unfaulted_cluster(build_variant_cluster(spec, variant)) for variant in hops]
     return EnvoyResources(
         clusters=clusters,
         endpoints=[
-            build_faulted_load_assignment(v, endpoints[v])
-            if v in faulted
+            build_hop_load_assignment(v, endpoints[v])
+            if v in hops
             else build_load_assignment(v, endpoints[v])
             for v in spec.variants
         ]
-        + [build_load_assignment(names.unfaulted_cluster(v), endpoints[v]) for v in sorted(faulted)],
-        listeners=[build_listener(listen)] + [build_fault_listener(v, faulted[v]) for v in sorted(faulted)],
-        routes=[build_route_config(spec)],
+        + [build_load_assignment(names.unfaulted_cluster(v), endpoints[v]) for v in hops],
+        listeners=[build_listener(listen)] + [build_fault_listener(v) for v in hops],
+        routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in hops.items()],
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from gateway.envoy.names import ROUTE_CONFIG
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 VARIANTS = ("baseline", "zero-layer")
@@ -236,7 +237,10 @@ class GatewayStack:
             params={"resource": "dynamic_route_configs"},
             timeout=5,
         ).json()
-        return dump["configs"][0]["version_info"]
+        (main,) = [
+            c for c in dump["configs"] if c["route_config"]["name"] == ROUTE_CONFIG
+        ]  # not a fault hop's
+        return main["version_info"]
 
     @staticmethod
     def _get(port: int, path: str) -> bool:

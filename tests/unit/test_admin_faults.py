@@ -6,31 +6,38 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from envoy.config.route.v3 import route_pb2
 from fastapi.testclient import TestClient
 
 from gateway.admin.api import FAULTS_OFF, create_admin_app, fault_injection_refusal
 from gateway.envoy.faults import Fault
+from gateway.rollout.spec import SpecError
 from gateway.service import Gateway
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
-from gateway.xds.types import LISTENER
+from gateway.xds.types import LISTENER, ROUTE
 from graystack.status_view import render_status
 from tests.support.ads_client import node
 from tests.unit.test_gateway_service import spec
 
-FAULT_LISTENER = "graystack-fault-zero-layer"
-
 
 @pytest.fixture
 def gateway() -> Gateway:
-    running = Gateway(SnapshotCache(), Path("spec.yaml"), clock=lambda: 1000.0)
+    running = Gateway(SnapshotCache(), Path("spec.yaml"), clock=lambda: 1000.0, fault_injection=True)
     running.load(spec(), "sha-1")
     running.on_connect("proxy", node("proxy"))
     return running
 
 
-def listeners(gateway: Gateway) -> list[str]:
-    return sorted(gateway.cache.get("proxy").resources[LISTENER].items)
+def faulted(gateway: Gateway) -> list[str]:
+    """The variants whose hop route has a fault, as pushed to the proxy."""
+    variants = []
+    for name, packed in sorted(gateway.cache.get("proxy").resources[ROUTE].items.items()):
+        config = route_pb2.RouteConfiguration()
+        packed.Unpack(config)
+        if any(r.typed_per_filter_config for host in config.virtual_hosts for r in host.routes):
+            variants.append(name.removeprefix("graystack-fault-"))
+    return variants
 
 
 def admin(gateway: Gateway, refusal: str | None) -> TestClient:
@@ -46,7 +53,7 @@ def test_faults_are_refused_by_default_and_say_how_to_turn_them_on(gateway):
             assert answer.status_code == 403
             assert "--enable-fault-injection" in answer.json()["detail"]
         assert client.get("/v1/status").json()["fault_injection"] is False
-    assert listeners(gateway) == ["graystack-ingress"]
+    assert faulted(gateway) == []
 
 
 @pytest.mark.parametrize(
@@ -75,7 +82,7 @@ def test_a_fault_is_pushed_shown_in_the_status_and_cleared(gateway):
             "latency_ms": 200,
             "summary": "fails 50.0% of attempts with 503, answers 200 ms late",
         }
-        assert listeners(gateway) == ["graystack-fault-zero-layer", "graystack-ingress"]
+        assert faulted(gateway) == ["zero-layer"]
         status = client.get("/v1/status").json()
         assert status["fault_injection"] is True
         assert status["faults"]["zero-layer"]["error_rate"] == 0.5
@@ -84,7 +91,7 @@ def test_a_fault_is_pushed_shown_in_the_status_and_cleared(gateway):
         cleared = client.delete("/v1/faults/zero-layer", params={"wait_seconds": 0}).json()
         assert cleared["fault"] is None
         assert client.get("/v1/status").json()["faults"] == {}
-    assert listeners(gateway) == ["graystack-ingress"]
+    assert faulted(gateway) == []
 
 
 def test_a_new_fault_replaces_the_last_one_on_that_variant(gateway):
@@ -114,7 +121,7 @@ def test_a_fault_survives_flips_and_reloads_but_not_its_variant_leaving_the_spec
     gateway.set_fault("zero-layer", Fault(error_rate=1.0))
     gateway.set_split({"zero-layer": 30})
     gateway.load(spec(routing={"weights": {"baseline": 50, "zero-layer": 50}}), "sha-2")
-    assert FAULT_LISTENER in listeners(gateway)
+    assert faulted(gateway) == ["zero-layer"]
     renamed = spec(
         variants={"baseline": {"endpoints": ["127.0.0.1:8001"]}, "canary": {"endpoints": ["127.0.0.1:8002"]}},
         routing={"header": "X-Client-Type", "weights": {"baseline": 100}},
@@ -122,4 +129,13 @@ def test_a_fault_survives_flips_and_reloads_but_not_its_variant_leaving_the_spec
     gateway.load(renamed, "sha-3")
     assert gateway.last_error is None, gateway.last_error
     assert gateway.faults == {}
-    assert listeners(gateway) == ["graystack-ingress"]
+    assert faulted(gateway) == []
+
+
+def test_a_gateway_without_fault_injection_builds_no_hop_and_refuses_faults():
+    off = Gateway(SnapshotCache(), Path("spec.yaml"))
+    off.load(spec(), "sha-1")
+    off.on_connect("proxy", node("proxy"))
+    assert list(off.cache.get("proxy").resources[LISTENER].items) == ["graystack-ingress"]
+    with pytest.raises(SpecError, match="fault injection is off"):
+        off.set_fault("zero-layer", Fault(error_rate=1.0))

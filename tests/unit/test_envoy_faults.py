@@ -1,5 +1,5 @@
-"""Injected faults as Envoy config: a faulted variant's endpoints lead through an internal listener whose
-fault filter fails or delays each attempt, then on to the real pods; everything else is untouched."""
+"""Injected faults as Envoy config: with fault injection on, each variant's endpoints lead through an
+internal listener (a hop) on to its pods; a fault puts a filter there that fails or delays attempts."""
 
 import pytest
 from envoy.extensions.filters.http.fault.v3 import fault_pb2
@@ -28,21 +28,58 @@ def manager_of(listener) -> hcm_pb2.HttpConnectionManager:
     return manager
 
 
-def fault_filter_of(listener) -> fault_pb2.HTTPFault:
-    fault_filter, router = manager_of(listener).http_filters
-    assert router.name == "envoy.filters.http.router"
+def hop_route(resources, variant: str):
+    (config,) = [r for r in resources.routes if r.name == f"graystack-fault-{variant}"]
+    (route,) = config.virtual_hosts[0].routes
+    return route
+
+
+def fault_of(resources, variant: str) -> fault_pb2.HTTPFault | None:
+    """The fault filter's config on the variant's hop route; None where it has none."""
+    packed = hop_route(resources, variant).typed_per_filter_config.get("envoy.filters.http.fault")
+    if packed is None:
+        return None
     config = fault_pb2.HTTPFault()
-    fault_filter.typed_config.Unpack(config)
+    packed.Unpack(config)
     return config
 
 
-@pytest.mark.parametrize("faults", [None, {}, {"zero-layer": Fault()}, {"gone": Fault(error_rate=1.0)}])
-def test_no_active_fault_leaves_the_config_as_it_was(faults):
-    """A fault that does nothing, or names a variant the spec lost, builds no hop."""
-    assert build(faults) == build_resources(SPEC, ENDPOINTS, LISTEN)
+def test_with_fault_injection_off_no_variant_has_a_hop():
+    resources = build(None)
+    assert [listener.name for listener in resources.listeners] == ["graystack-ingress"]
+    assert sorted(c.name for c in resources.clusters) == [
+        "baseline",
+        "zero-layer",
+        "zero-layer-with-fallback",
+    ]
 
 
-def test_a_faulted_variant_reaches_its_pods_through_a_fault_listener_and_is_health_checked_on_them():
+@pytest.mark.parametrize("faults", [{}, {"zero-layer": Fault()}, {"gone": Fault(error_rate=1.0)}])
+def test_with_fault_injection_on_every_variant_has_a_hop_that_passes_what_has_no_fault(faults):
+    """A fault that does nothing, or names a variant the spec lost, configures no fault."""
+    resources = build(faults)
+    check_consistent(resources.by_type())
+    hops = {listener.name: listener for listener in resources.listeners[1:]}
+    assert sorted(hops) == ["graystack-fault-baseline", "graystack-fault-zero-layer"]
+    for variant in ("baseline", "zero-layer"):
+        assert fault_of(resources, variant) is None
+        assert hop_route(resources, variant).route.cluster == names.unfaulted_cluster(variant)
+
+
+def test_a_fault_changes_only_its_hop_route():
+    """Not the variant's hosts (Envoy would hold new ones until their first health check), nor a
+    listener (its open connections would keep the old fault while it drains)."""
+    quiet, faulted = build({}), build({"zero-layer": Fault(error_rate=1.0)})
+    assert (faulted.clusters, faulted.endpoints, faulted.listeners) == (
+        quiet.clusters,
+        quiet.endpoints,
+        quiet.listeners,
+    )
+    changed = [r.name for r, before in zip(faulted.routes, quiet.routes, strict=True) if r != before]
+    assert changed == ["graystack-fault-zero-layer"]
+
+
+def test_a_variant_reaches_its_pods_through_its_hop_and_is_health_checked_on_them():
     resources = build({"zero-layer": Fault(error_rate=0.25, status=500, latency_ms=150)})
     check_consistent(resources.by_type())
     assignments = {a.cluster_name: a for a in resources.endpoints}
@@ -58,19 +95,25 @@ def test_a_faulted_variant_reaches_its_pods_through_a_fault_listener_and_is_heal
     assert health_checked == [8002, 8003]
     behind = assignments[names.unfaulted_cluster("zero-layer")].endpoints[0].lb_endpoints
     assert [e.endpoint.address.socket_address.port_value for e in behind] == [8002, 8003]
-    assert assignments["baseline"] == build(None).endpoints[0]  # the other variant is untouched
     clusters = {c.name: c for c in resources.clusters}
     assert clusters["zero-layer"] == {c.name: c for c in build(None).clusters}["zero-layer"]
-    assert not clusters[names.unfaulted_cluster("zero-layer")].health_checks
+    unfaulted = clusters[names.unfaulted_cluster("zero-layer")]
+    assert unfaulted.health_checks == clusters["zero-layer"].health_checks  # it sends nothing to a down pod
+    assert not unfaulted.HasField("outlier_detection")
 
 
-def test_the_fault_listener_fails_the_share_asked_with_the_status_asked_and_delays_every_attempt():
+def test_the_hop_fails_the_share_asked_with_the_status_asked_and_delays_every_attempt():
     resources = build({"zero-layer": Fault(error_rate=0.25, status=500, latency_ms=150)})
-    (ingress, hop) = resources.listeners
+    (ingress, *hops) = resources.listeners
     assert ingress == build(None).listeners[0]
-    assert hop.name == "graystack-fault-zero-layer"
-    assert hop.HasField("internal_listener")
-    config = fault_filter_of(hop)
+    assert all(hop.HasField("internal_listener") for hop in hops)
+    (hop,) = [hop for hop in hops if hop.name == "graystack-fault-zero-layer"]
+    assert manager_of(hop).rds.route_config_name == "graystack-fault-zero-layer"
+    assert [f.name for f in manager_of(hop).http_filters] == [
+        "envoy.filters.http.fault",
+        "envoy.filters.http.router",
+    ]
+    config = fault_of(resources, "zero-layer")
     assert config.abort.http_status == 500
     assert (config.abort.percentage.numerator, config.abort.percentage.denominator) == (
         250_000,
@@ -78,16 +121,16 @@ def test_the_fault_listener_fails_the_share_asked_with_the_status_asked_and_dela
     )
     assert config.delay.fixed_delay.ToMilliseconds() == 150
     assert config.delay.percentage.numerator == 100
-    (route,) = manager_of(hop).route_config.virtual_hosts[0].routes
+    route = hop_route(resources, "zero-layer")
     assert route.route.cluster == names.unfaulted_cluster("zero-layer")
     assert route.route.timeout.ToMilliseconds() == 0  # the outer route's timeouts govern the attempt
 
 
 def test_errors_alone_add_no_delay_and_latency_alone_aborts_nothing():
-    errors = fault_filter_of(build({"baseline": Fault(error_rate=1.0)}).listeners[1])
+    errors = fault_of(build({"baseline": Fault(error_rate=1.0)}), "baseline")
     assert errors.abort.percentage.numerator == 1_000_000
     assert not errors.HasField("delay")
-    slow = fault_filter_of(build({"baseline": Fault(latency_ms=40)}).listeners[1])
+    slow = fault_of(build({"baseline": Fault(latency_ms=40)}), "baseline")
     assert slow.delay.fixed_delay.ToMilliseconds() == 40
     assert not slow.HasField("abort")
 

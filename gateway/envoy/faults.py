@@ -83,7 +83,7 @@ class Fault:
         return ", ".join(parts) or "no fault"
 
 
-def _internal_address(variant: str, endpoint_id: str = "") -> address_pb2.Address:
+def _internal_address(variant: str, endpoint_id: str) -> address_pb2.Address:
     return address_pb2.Address(
         envoy_internal_address=address_pb2.EnvoyInternalAddress(
             server_listener_name=names.fault_listener(variant), endpoint_id=endpoint_id

@@ -14,6 +14,7 @@ import httpx
 import yaml
 
 from gateway.envoy.names import ROUTE_CONFIG
+from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 VARIANTS = ("baseline", "zero-layer")
@@ -49,6 +50,7 @@ def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
 
 class GatewayStack:
     node_id = "graystack-envoy"
+    fault_injection = True  # the gateway takes `graystack fault`, as `graystack up` starts it
 
     port_names = PORT_NAMES
 
@@ -133,7 +135,7 @@ class GatewayStack:
                 str(self.ports["xds"]),
                 "--admin-port",
                 str(self.ports["admin"]),
-                "--enable-fault-injection",
+                *self.gateway_flags(),
             ],
             self.logs,
         )
@@ -149,6 +151,9 @@ class GatewayStack:
                 process.stop()
 
     # -- driving it -------------------------------------------------------------------------------
+
+    def gateway_flags(self) -> list[str]:
+        return ["--enable-fault-injection"] if self.fault_injection else []
 
     @staticmethod
     def graystack_argv() -> list[str]:
@@ -212,6 +217,13 @@ class GatewayStack:
                 raise AssertionError(f"request failed ({response.status_code}): {response.text}")
             counts[response.headers["x-graystack-variant"]] += 1
         return counts
+
+    def inject_fault(
+        self, variant: str, error_rate: float = 0.0, latency_ms: int = 0, status: int = 503
+    ) -> dict:
+        """`graystack fault`: Envoy fails or delays `variant`'s attempts, whatever its upstream."""
+        with AdminClient(self.admin_url) as admin:
+            return admin.set_fault(variant, error_rate, status, latency_ms)
 
     def set_upstream(self, variant: str, mode: str, stall_seconds: float = 5.0) -> None:
         body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True}

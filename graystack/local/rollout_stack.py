@@ -136,7 +136,7 @@ class RolloutStack(GatewayStack):
         targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
         argv = [*self.graystack_argv(), "gateway", "--spec", str(self.spec_path)]
         argv += ["--xds-port", str(self.ports["xds"]), "--admin-port", str(self.ports["admin"])]
-        argv += ["--enable-fault-injection"]  # loopback only: `graystack fault`
+        argv += self.gateway_flags()
         argv += ["--envoy-admin", f"http://127.0.0.1:{self.ports['envoy_admin']}"]
         for target in targets:
             argv += ["--metrics-target", target]

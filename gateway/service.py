@@ -61,8 +61,7 @@ class Gateway:
         clock: Callable[[], float] = time.time,
         fault_injection: bool = False,
     ) -> None:
-        """`fault_injection`: every variant leads through its fault hop, so `set_fault` can act at once
-        (gateway/envoy/faults.py); off, `set_fault` is refused."""
+        """`fault_injection`: `set_fault` is taken (off: refused)."""
         self.cache = cache
         self.fault_injection = fault_injection
         self.spec_path = spec_path
@@ -165,14 +164,10 @@ class Gateway:
                 spec = spec.with_split({rollout.segments_to: 100}, rule.value)
         return spec
 
-    def _hops(self, faults: Mapping[str, Fault]) -> Mapping[str, Fault] | None:
-        """What the builders take: None where fault injection is off (no hops at all)."""
-        return faults if self.fault_injection else None
-
     def _go_live(self, spec: RolloutSpec, faults: Mapping[str, Fault]) -> None:
         endpoints = self._endpoints_for(spec)
         by_listener = {
-            listen: build_resources(spec, endpoints, listen, self._hops(faults)).by_type()
+            listen: build_resources(spec, endpoints, listen, faults).by_type()
             for listen in set(self._nodes.values())
         }
         built = {key: by_listener[listen] for key, listen in self._nodes.items()}
@@ -180,9 +175,7 @@ class Gateway:
             if built:
                 self.cache.set_all(built)
             else:  # no proxy yet: still check that this spec builds a consistent config
-                check_consistent(
-                    build_resources(spec, endpoints, ListenerAddress(), self._hops(faults)).by_type()
-                )
+                check_consistent(build_resources(spec, endpoints, ListenerAddress(), faults).by_type())
         except InconsistentSnapshot as error:
             raise SpecError(f"the Envoy config built from this spec is inconsistent: {error}") from error
         self.live = spec
@@ -201,9 +194,7 @@ class Gateway:
         if self.live is not None:
             self.cache.set_resources(
                 key,
-                build_resources(
-                    self.live, self._endpoints_for(self.live), listen, self._hops(self.faults)
-                ).by_type(),
+                build_resources(self.live, self._endpoints_for(self.live), listen, self.faults).by_type(),
             )
 
     # -- reading ----------------------------------------------------------------------------------

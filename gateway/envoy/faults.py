@@ -9,24 +9,29 @@ Envoy 1.40 on loopback):
   there cannot tell which member cluster an attempt goes to; an abort there also never reaches the
   connection pool, so `upstream_rq_total` (the analysis' attempts) does not count it.
 
-So where fault injection is on, each variant's endpoints (its ClusterLoadAssignment) point at an
-internal listener, `graystack-fault-<variant>`, which forwards to the variant's real pods through the
-cluster `<variant>-unfaulted`; a fault on the variant configures the HTTP fault filter there (on the
-hop's route) to abort a share of the requests with the fault's status and delay each by its latency. To the proxy's router that is
-the variant's own answer: each attempt is counted in the variant's cluster stats (`upstream_rq_total`,
-`upstream_rq_<code>`, `upstream_rq_time`), a failed one is retried on the fallback like any 5xx, and a
-delay past `timeouts.first_byte` is cut and retried like a stalled pod. Active health checks keep going
-to the pods themselves (each endpoint's `health_check_config.address`), so a fault fails requests, not
-readiness, as a broken model behind a healthy server would.
+So while a variant has a fault, its endpoints (its ClusterLoadAssignment) lead to an internal
+listener, `graystack-fault-<variant>`, whose HTTP fault filter (configured on the hop's route) aborts a
+share of the requests with the fault's status and delays each by its latency, and which forwards the
+rest to the variant's pods through the cluster `<variant>-unfaulted`. To the proxy's router that is the
+variant's own answer: each attempt is counted in the variant's cluster stats (`upstream_rq_total`,
+`upstream_rq_<code>`, `upstream_rq_time`), a failed one is retried on the fallback like any 5xx, outlier
+detection ejects it as it would a failing pod, and a delay past `timeouts.first_byte` is cut and retried
+like a stalled pod. Without a fault there is no hop: the variant's endpoints are its pods, as ever.
 
-The hop is there whenever fault injection is on, fault or not: setting or clearing a fault then changes
-only the hop's route, never the variant's hosts or a listener. Changing the hosts would make them new to Envoy,
-which sends them nothing until their first health check passes (up to an interval with no healthy host
-for the variant: checked, about a second at a 1 s interval). The price is one in-process hop per
-attempt, on gateways started with fault injection only, and with several pods a hop endpoint spreads its
-attempts over all the variant's healthy pods rather than its own.
+Switching at once, both ways. A host Envoy has not seen before gets no traffic until its first active
+health check passes (up to an interval with no healthy host: about a second at a 1 s interval, checked).
+So the hop endpoints are not actively health-checked (`disable_active_health_check`: healthy at once),
+and while faulted the pods stay in the assignment as they were, marked DRAINING by EDS: the same hosts,
+still health-checked, only left out; clearing the fault drops the hop endpoints and the mark. DRAINING,
+not UNHEALTHY: Envoy 1.40 leaves a draining host out of the cluster's health share too, where an
+unhealthy one halves it and the aggregate cluster spills that share to the fallback (checked: about a
+third of a faulted variant's traffic went to the baseline with no attempt on the variant). The fault
+itself is the hop's route (RDS), so changing it acts on the next attempt; a changed listener would keep
+serving its open connections under the old fault while it drained.
 
-An Envoy needs the `envoy.bootstrap.internal_listener` bootstrap extension for this
+While faulted, a pod that dies is not seen by the variant's cluster (the hop endpoints are not checked):
+its attempts fail at the hop as 503s, retried like any. With several pods the hop spreads its attempts
+over all of them. An Envoy needs the `envoy.bootstrap.internal_listener` bootstrap extension
 (gateway/envoy/bootstrap.py adds it).
 """
 
@@ -36,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import address_pb2
+from envoy.config.core.v3 import address_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
@@ -47,7 +52,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.type.v3 import percent_pb2
 
 from gateway.envoy import names
-from gateway.envoy.common import ads_config_source, any_proto, duration, socket_address
+from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
 
 MAX_LATENCY_MS = 600_000
 FAULT_FILTER = "envoy.filters.http.fault"
@@ -91,40 +96,47 @@ def _internal_address(variant: str, endpoint_id: str) -> address_pb2.Address:
     )
 
 
-def build_hop_load_assignment(
+def build_faulted_load_assignment(
     variant: str, hosts: Sequence[tuple[str, int]]
 ) -> endpoint_pb2.ClusterLoadAssignment:
-    """The variant's endpoints behind its hop: one hop endpoint per pod (told apart by endpoint_id),
-    each health-checked on the pod itself."""
+    """A faulted variant's endpoints: one hop endpoint per pod (told apart by endpoint_id; healthy at
+    once, never actively checked), and the pods themselves, draining by EDS but still checked, so
+    clearing the fault gives the variant its pods back as they are."""
+    hops = [
+        endpoint_components_pb2.LbEndpoint(
+            endpoint=endpoint_components_pb2.Endpoint(
+                address=_internal_address(variant, f"{host}:{port}"),
+                health_check_config=endpoint_components_pb2.Endpoint.HealthCheckConfig(
+                    disable_active_health_check=True
+                ),
+            )
+        )
+        for host, port in hosts
+    ]
+    pods = [
+        endpoint_components_pb2.LbEndpoint(
+            endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port)),
+            health_status=health_check_pb2.DRAINING,
+        )
+        for host, port in hosts
+    ]
     return endpoint_pb2.ClusterLoadAssignment(
         cluster_name=variant,
-        endpoints=[
-            endpoint_components_pb2.LocalityLbEndpoints(
-                lb_endpoints=[
-                    endpoint_components_pb2.LbEndpoint(
-                        endpoint=endpoint_components_pb2.Endpoint(
-                            address=_internal_address(variant, f"{host}:{port}"),
-                            health_check_config=endpoint_components_pb2.Endpoint.HealthCheckConfig(
-                                address=socket_address(host, port)
-                            ),
-                        )
-                    )
-                    for host, port in hosts
-                ]
-            )
-        ],
+        endpoints=[endpoint_components_pb2.LocalityLbEndpoints(lb_endpoints=hops + pods)],
     )
 
 
-def build_unfaulted_cluster(variant_cluster: cluster_pb2.Cluster) -> cluster_pb2.Cluster:
-    """Behind the hop: the variant's cluster again, under its own name (its own EDS resource, the same
-    pods), health-checked like it so the hop sends nothing to a pod that is down; outlier detection
-    stays in front of the hop, where a real variant has it."""
-    cluster = cluster_pb2.Cluster()
-    cluster.CopyFrom(variant_cluster)
-    cluster.name = names.unfaulted_cluster(variant_cluster.name)
-    cluster.ClearField("outlier_detection")
-    return cluster
+def build_unfaulted_cluster(variant: str) -> cluster_pb2.Cluster:
+    """Behind the hop: the variant's pods (their own EDS resource), no health checks, outlier detection
+    or retries of its own; the variant's cluster in front of the hop keeps those."""
+    return cluster_pb2.Cluster(
+        name=names.unfaulted_cluster(variant),
+        type=cluster_pb2.Cluster.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
+        connect_timeout=duration(1.0),
+        lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
+        circuit_breakers=circuit_breakers(),
+    )
 
 
 def _fault_filter(fault: Fault) -> fault_pb2.HTTPFault:
@@ -159,8 +171,7 @@ def build_fault_route(variant: str, fault: Fault) -> route_pb2.RouteConfiguratio
         match=route_components_pb2.RouteMatch(prefix="/"),
         route=route_components_pb2.RouteAction(cluster=names.unfaulted_cluster(variant), timeout=duration(0)),
     )
-    if fault.active:
-        route.typed_per_filter_config[FAULT_FILTER].CopyFrom(any_proto(_fault_filter(fault)))
+    route.typed_per_filter_config[FAULT_FILTER].CopyFrom(any_proto(_fault_filter(fault)))
     return route_pb2.RouteConfiguration(
         name=names.fault_listener(variant),
         virtual_hosts=[
@@ -172,7 +183,8 @@ def build_fault_route(variant: str, fault: Fault) -> route_pb2.RouteConfiguratio
 
 
 def build_fault_listener(variant: str) -> listener_pb2.Listener:
-    """The internal listener in front of a variant's pods; the same whatever the fault (its route has it)."""
+    """The internal listener in front of a faulted variant's pods; the same whatever the fault (its
+    route has it)."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.fault_listener(variant),
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,

@@ -31,7 +31,7 @@ from gateway.envoy.faults import (
     Fault,
     build_fault_listener,
     build_fault_route,
-    build_hop_load_assignment,
+    build_faulted_load_assignment,
     build_unfaulted_cluster,
 )
 from gateway.rollout.spec import RolloutSpec
@@ -69,13 +69,12 @@ def build_resources(
     listen: ListenerAddress,
     faults: Mapping[str, Fault] | None = None,
 ) -> EnvoyResources:
-    """`faults`: None where fault injection is off (each variant's cluster leads straight to its pods);
-    else variant -> what it suffers, and every variant leads through its fault listener
-    (gateway/envoy/faults.py), passing every attempt where it has no fault."""
+    """`faults`: variant -> what it suffers; a variant with a fault leads through its fault hop
+    (gateway/envoy/faults.py), one without (or with a fault that does nothing) straight to its pods."""
     missing = sorted(set(spec.variants) - set(endpoints))
     if missing:
         raise ValueError(f"no endpoints known for variant(s) {missing}")
-    hops = {} if faults is None else {v: faults.get(v, Fault()) for v in spec.variants}
+    faulted = {v: f for v, f in (faults or {}).items() if v in spec.variants and f.active}
     clusters = [build_variant_cluster(spec, variant) for variant in spec.variants]
     fallback = spec.retries.fallback
     if fallback is not None:
@@ -84,18 +83,18 @@ def build_resources(
         ]
     if spec.routing.mirror is not None:
         clusters.append(build_shadow_cluster(spec.routing.mirror.variant))
-    clusters += [build_unfaulted_cluster(build_variant_cluster(spec, variant)) for variant in hops]
+    clusters += [build_unfaulted_cluster(variant) for variant in faulted]
     return EnvoyResources(
         clusters=clusters,
         endpoints=[
-            build_hop_load_assignment(v, endpoints[v])
-            if v in hops
+            build_faulted_load_assignment(v, endpoints[v])
+            if v in faulted
             else build_load_assignment(v, endpoints[v])
             for v in spec.variants
         ]
-        + [build_load_assignment(names.unfaulted_cluster(v), endpoints[v]) for v in hops],
-        listeners=[build_listener(listen)] + [build_fault_listener(v) for v in hops],
-        routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in hops.items()],
+        + [build_load_assignment(names.unfaulted_cluster(v), endpoints[v]) for v in faulted],
+        listeners=[build_listener(listen)] + [build_fault_listener(v) for v in faulted],
+        routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in faulted.items()],
     )
 
 

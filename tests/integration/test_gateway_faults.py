@@ -115,8 +115,9 @@ def test_latency_slows_that_variant_only_and_past_first_byte_it_falls_back(stack
     stack.cli("fault", "zero-layer", "--latency-ms", "300")
     slow = [timed(stack, TO_ZERO_LAYER) for _ in range(5)]
     fast = [timed(stack) for _ in range(5)]  # the default split: all baseline
-    assert all(seconds >= 0.3 and variant == "zero-layer" for seconds, variant in slow), slow
-    assert all(seconds < 0.3 and variant == "baseline" for seconds, variant in fast), fast
+    # Envoy's timer may fire a hair early: 0.2995 s was seen for 300 ms.
+    assert all(seconds >= 0.29 and variant == "zero-layer" for seconds, variant in slow), slow
+    assert all(seconds < 0.15 and variant == "baseline" for seconds, variant in fast), fast
 
     # Past the spec's first_byte (1 s), the attempt is cut as a stalled pod's would be, and retried.
     stack.cli("fault", "zero-layer", "--latency-ms", "1500")

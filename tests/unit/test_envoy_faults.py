@@ -1,7 +1,8 @@
-"""Injected faults as Envoy config: with fault injection on, each variant's endpoints lead through an
-internal listener (a hop) on to its pods; a fault puts a filter there that fails or delays attempts."""
+"""Injected faults as Envoy config: a faulted variant's endpoints lead through an internal listener (a
+hop) whose fault filter fails or delays attempts, on to its pods; everything else is as it was."""
 
 import pytest
+from envoy.config.core.v3 import health_check_pb2
 from envoy.extensions.filters.http.fault.v3 import fault_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.type.v3 import percent_pb2
@@ -34,80 +35,69 @@ def hop_route(resources, variant: str):
     return route
 
 
-def fault_of(resources, variant: str) -> fault_pb2.HTTPFault | None:
-    """The fault filter's config on the variant's hop route; None where it has none."""
-    packed = hop_route(resources, variant).typed_per_filter_config.get("envoy.filters.http.fault")
-    if packed is None:
-        return None
+def fault_of(resources, variant: str) -> fault_pb2.HTTPFault:
+    """The fault filter's config on the variant's hop route."""
+    packed = hop_route(resources, variant).typed_per_filter_config["envoy.filters.http.fault"]
     config = fault_pb2.HTTPFault()
     packed.Unpack(config)
     return config
 
 
-def test_with_fault_injection_off_no_variant_has_a_hop():
-    resources = build(None)
-    assert [listener.name for listener in resources.listeners] == ["graystack-ingress"]
-    assert sorted(c.name for c in resources.clusters) == [
-        "baseline",
-        "zero-layer",
-        "zero-layer-with-fallback",
-    ]
+@pytest.mark.parametrize("faults", [None, {}, {"zero-layer": Fault()}, {"gone": Fault(error_rate=1.0)}])
+def test_without_an_active_fault_the_config_is_as_it_was(faults):
+    """A fault that does nothing, or names a variant the spec lost, builds no hop."""
+    assert build(faults) == build_resources(SPEC, ENDPOINTS, LISTEN)
 
 
-@pytest.mark.parametrize("faults", [{}, {"zero-layer": Fault()}, {"gone": Fault(error_rate=1.0)}])
-def test_with_fault_injection_on_every_variant_has_a_hop_that_passes_what_has_no_fault(faults):
-    """A fault that does nothing, or names a variant the spec lost, configures no fault."""
-    resources = build(faults)
-    check_consistent(resources.by_type())
-    hops = {listener.name: listener for listener in resources.listeners[1:]}
-    assert sorted(hops) == ["graystack-fault-baseline", "graystack-fault-zero-layer"]
-    for variant in ("baseline", "zero-layer"):
-        assert fault_of(resources, variant) is None
-        assert hop_route(resources, variant).route.cluster == names.unfaulted_cluster(variant)
-
-
-def test_a_fault_changes_only_its_hop_route():
-    """Not the variant's hosts (Envoy would hold new ones until their first health check), nor a
-    listener (its open connections would keep the old fault while it drains)."""
-    quiet, faulted = build({}), build({"zero-layer": Fault(error_rate=1.0)})
-    assert (faulted.clusters, faulted.endpoints, faulted.listeners) == (
-        quiet.clusters,
-        quiet.endpoints,
-        quiet.listeners,
-    )
-    changed = [r.name for r, before in zip(faulted.routes, quiet.routes, strict=True) if r != before]
-    assert changed == ["graystack-fault-zero-layer"]
-
-
-def test_a_variant_reaches_its_pods_through_its_hop_and_is_health_checked_on_them():
+def test_a_faulted_variant_leads_through_its_hop_and_keeps_its_pods_draining_and_checked():
+    quiet = build(None)
     resources = build({"zero-layer": Fault(error_rate=0.25, status=500, latency_ms=150)})
     check_consistent(resources.by_type())
     assignments = {a.cluster_name: a for a in resources.endpoints}
-    hops = [e.endpoint for e in assignments["zero-layer"].endpoints[0].lb_endpoints]
-    assert [h.address.envoy_internal_address.server_listener_name for h in hops] == [
+    (locality,) = assignments["zero-layer"].endpoints
+    hops, pods = locality.lb_endpoints[:2], locality.lb_endpoints[2:]
+    assert [h.endpoint.address.envoy_internal_address.server_listener_name for h in hops] == [
         "graystack-fault-zero-layer"
     ] * 2
-    assert [h.address.envoy_internal_address.endpoint_id for h in hops] == [
+    assert [h.endpoint.address.envoy_internal_address.endpoint_id for h in hops] == [
         "127.0.0.1:8002",
         "127.0.0.1:8003",
     ]
-    health_checked = [(h.health_check_config.address.socket_address.port_value) for h in hops]
-    assert health_checked == [8002, 8003]
+    assert all(h.endpoint.health_check_config.disable_active_health_check for h in hops)  # healthy at once
+    # The pods: the same hosts as unfaulted (their health kept), left out of load balancing meanwhile.
+    (quiet_pods,) = {a.cluster_name: a for a in quiet.endpoints}["zero-layer"].endpoints
+    assert [p.endpoint for p in pods] == [p.endpoint for p in quiet_pods.lb_endpoints]
+    assert {p.health_status for p in pods} == {health_check_pb2.DRAINING}
+
     behind = assignments[names.unfaulted_cluster("zero-layer")].endpoints[0].lb_endpoints
     assert [e.endpoint.address.socket_address.port_value for e in behind] == [8002, 8003]
+    assert assignments["baseline"] == {a.cluster_name: a for a in quiet.endpoints}["baseline"]
     clusters = {c.name: c for c in resources.clusters}
-    assert clusters["zero-layer"] == {c.name: c for c in build(None).clusters}["zero-layer"]
+    assert list(quiet.clusters) == [c for c in resources.clusters if c.name != "zero-layer-unfaulted"]
     unfaulted = clusters[names.unfaulted_cluster("zero-layer")]
-    assert unfaulted.health_checks == clusters["zero-layer"].health_checks  # it sends nothing to a down pod
+    assert not unfaulted.health_checks
     assert not unfaulted.HasField("outlier_detection")
+
+
+def test_changing_a_fault_changes_only_its_hop_route():
+    """Not a listener: a changed one keeps serving its open connections under the old fault while it
+    drains."""
+    once, again = build({"zero-layer": Fault(error_rate=1.0)}), build({"zero-layer": Fault(latency_ms=10)})
+    assert (again.clusters, again.endpoints, again.listeners) == (
+        once.clusters,
+        once.endpoints,
+        once.listeners,
+    )
+    changed = [r.name for r, before in zip(again.routes, once.routes, strict=True) if r != before]
+    assert changed == ["graystack-fault-zero-layer"]
 
 
 def test_the_hop_fails_the_share_asked_with_the_status_asked_and_delays_every_attempt():
     resources = build({"zero-layer": Fault(error_rate=0.25, status=500, latency_ms=150)})
-    (ingress, *hops) = resources.listeners
+    (ingress, hop) = resources.listeners
     assert ingress == build(None).listeners[0]
-    assert all(hop.HasField("internal_listener") for hop in hops)
-    (hop,) = [hop for hop in hops if hop.name == "graystack-fault-zero-layer"]
+    assert hop.name == "graystack-fault-zero-layer"
+    assert hop.HasField("internal_listener")
     assert manager_of(hop).rds.route_config_name == "graystack-fault-zero-layer"
     assert [f.name for f in manager_of(hop).http_filters] == [
         "envoy.filters.http.fault",

@@ -115,16 +115,13 @@ def write_result(name: str, parameters: dict, results: dict, path: Path | None =
 
 
 @contextlib.contextmanager
-def running_stack(prefix: str, fault_injection: bool = False) -> Iterator[GatewayStack]:
-    """A started Envoy + gateway + stand-in upstreams in a temp folder, stopped by PID afterwards.
-    Fault injection off unless asked, as in production: on, every variant's traffic takes one more hop
-    inside Envoy (gateway/envoy/faults.py)."""
+def running_stack(prefix: str) -> Iterator[GatewayStack]:
+    """A started Envoy + gateway + stand-in upstreams in a temp folder, stopped by PID afterwards."""
     envoy = find_binary("envoy")
     if envoy is None:
         raise SystemExit("envoy not found; `make install` provides it")
     with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
         stack = GatewayStack(Path(workdir), envoy)
-        stack.fault_injection = fault_injection
         try:
             yield stack.start()
         finally:

@@ -6,10 +6,6 @@ in one run, interleaved in blocks (alternating which goes first) so drift on thi
 alike, each with its own keep-alive client. Sequential first (one request in flight: pure added
 latency), then 16 in flight (httpx.AsyncClient) for latency under a little concurrency and throughput.
 Client, Envoy and upstream share the machine's CPUs, so absolute numbers are loopback-on-a-small-box.
-
-`--fault-injection` runs the gateway as `graystack up` does, with every variant behind its fault hop
-(an internal listener, gateway/envoy/faults.py) and no fault set: what the hop costs is the difference
-between that run's "Envoy adds" and the plain run's (results/gateway_hop_fault_injection.json).
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import time
 
 import httpx
 
-from bench._common import RESULTS, brief, running_stack, summarize, write_result
+from bench._common import brief, running_stack, summarize, write_result
 
 PATH = "/v1/ping"
 
@@ -110,9 +106,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16, help="0 skips the concurrent run")
     parser.add_argument("--concurrent-n", type=int, default=4096, help="requests per target, concurrent run")
-    parser.add_argument("--fault-injection", action="store_true", help="every variant behind its fault hop")
     args = parser.parse_args()
-    with running_stack("bench-hop-", fault_injection=args.fault_injection) as stack:
+    with running_stack("bench-hop-") as stack:
         response = httpx.put(
             f"{stack.admin_url}/v1/weights", json={"weights": {"baseline": 100}, "wait_seconds": 5}
         )
@@ -146,7 +141,6 @@ def main() -> None:
     path = write_result(
         "gateway_hop",
         {
-            "fault_injection": args.fault_injection,
             "requests_per_target": args.n,
             "block": args.block,
             "warmup": args.warmup,
@@ -159,7 +153,6 @@ def main() -> None:
             "(one connection) per worker per target",
         },
         results,
-        RESULTS / "gateway_hop_fault_injection.json" if args.fault_injection else None,
     )
     print(f"wrote {path}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from envoy.config.route.v3 import route_pb2
 from fastapi.testclient import TestClient
 
@@ -16,6 +17,7 @@ from gateway.service import Gateway
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
 from gateway.xds.types import LISTENER, ROUTE
+from graystack.cli.root import main
 from graystack.status_view import render_status
 from tests.support.ads_client import node
 from tests.unit.test_gateway_service import spec
@@ -139,3 +141,10 @@ def test_a_gateway_without_fault_injection_builds_no_hop_and_refuses_faults():
     assert list(off.cache.get("proxy").resources[LISTENER].items) == ["graystack-ingress"]
     with pytest.raises(SpecError, match="fault injection is off"):
         off.set_fault("zero-layer", Fault(error_rate=1.0))
+
+
+@pytest.mark.parametrize("args", [[], ["--clear", "--error-rate", "0.5"], ["--clear", "--latency-ms", "5"]])
+def test_graystack_fault_takes_a_fault_or_clear_not_both_nor_neither(args):
+    result = CliRunner().invoke(main, ["fault", "zero-layer", *args, "--admin-url", "http://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "give --error-rate and/or --latency-ms, or --clear" in result.output

@@ -4,10 +4,11 @@ Why a hop through an internal listener, and not a filter on the variant's cluste
 Envoy 1.40 on loopback):
 - the HTTP fault filter does not load as an upstream (cluster) filter; on the listener its aborts are
   local replies before routing, which no retry and no cluster stat sees;
-- the Lua filter does load as an upstream filter, but a route through the aggregate cluster
-  `<variant>-with-fallback` runs the aggregate's upstream filters, not the variant's, and a Lua script
-  there cannot tell which member cluster an attempt goes to; an abort there also never reaches the
-  connection pool, so `upstream_rq_total` (the analysis' attempts) does not count it.
+- the Lua filter does load as an upstream filter, but its `respond()` there is neither retried nor
+  counted as a response code (10 aborts on a route retrying 5xx: 10 client 503s, no retry, no
+  `upstream_rq_503`); and a route through the aggregate cluster `<variant>-with-fallback` runs the
+  aggregate's upstream filters, not the variant's, where a script cannot tell which member cluster an
+  attempt goes to (its stream info has no upstream host).
 
 So while a variant has a fault, its endpoints (its ClusterLoadAssignment) lead to an internal
 listener, `graystack-fault-<variant>`, whose HTTP fault filter (configured on the hop's route) aborts a

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
-from gateway.admin.api import Leadership, create_admin_app
+from gateway.admin.api import Leadership, create_admin_app, fault_injection_refusal
 from gateway.envoy.resources import EndpointMap
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
@@ -51,6 +51,7 @@ class GatewayOptions:
     envoy_admin: str | None = None  # Envoy's admin base URL, for the `direct` metrics provider
     metrics_targets: tuple[str, ...] = ()  # the pods' /metrics URLs (model servers and probes)
     state_path: Path | None = None  # the rollout state file (local mode); None: `<spec>.state.json`
+    enable_fault_injection: bool = False  # take `graystack fault` (PUT /v1/faults/{variant})
 
     @property
     def rollout_state_path(self) -> Path:
@@ -102,7 +103,12 @@ class GatewayProcess:
         self.options = options
         spec, digest = self._initial_spec()  # no last good spec yet: a bad one stops here
         self.cache = SnapshotCache()
-        self.gateway = Gateway(self.cache, options.spec, self._endpoints_source())
+        fault_refusal = fault_injection_refusal(
+            options.enable_fault_injection, _is_loopback(options.admin_host), options.admin_token
+        )
+        self.gateway = Gateway(
+            self.cache, options.spec, self._endpoints_source(), fault_injection=fault_refusal is None
+        )
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
             raise SpecError(self.gateway.last_error["message"])
@@ -124,7 +130,12 @@ class GatewayProcess:
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
                 create_admin_app(
-                    self.gateway, self.ads, options.admin_token, self.controller, self._leadership
+                    self.gateway,
+                    self.ads,
+                    options.admin_token,
+                    self.controller,
+                    self._leadership,
+                    fault_refusal,
                 ),
                 host=options.admin_host,
                 port=options.admin_port,

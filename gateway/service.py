@@ -23,6 +23,7 @@ from pathlib import Path
 from envoy.config.core.v3 import base_pb2
 
 from gateway.envoy.bootstrap import listener_address
+from gateway.envoy.faults import Fault
 from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
 from gateway.rollout import metrics
 from gateway.rollout.overrides import Overrides, Segment, apply_overrides, surviving_overrides
@@ -58,8 +59,11 @@ class Gateway:
         spec_path: Path,
         endpoints_for: Callable[[RolloutSpec], EndpointMap] = static_endpoints,
         clock: Callable[[], float] = time.time,
+        fault_injection: bool = False,
     ) -> None:
+        """`fault_injection`: `set_fault` is taken (off: refused)."""
         self.cache = cache
+        self.fault_injection = fault_injection
         self.spec_path = spec_path
         self._endpoints_for = endpoints_for
         self._clock = clock
@@ -69,6 +73,7 @@ class Gateway:
         self.live: RolloutSpec | None = None
         self.last_error: dict | None = None
         self.generation = 0
+        self.faults: dict[str, Fault] = {}
         self._nodes: dict[str, ListenerAddress] = {}
 
     # -- changes ----------------------------------------------------------------------------------
@@ -76,8 +81,9 @@ class Gateway:
     def load(self, spec: RolloutSpec, sha256: str) -> None:
         """A new spec file; refused (with the last good spec kept) if it cannot go live."""
         overrides = surviving_overrides(self.file.spec, spec, self.overrides) if self.file else {}
+        faults = {variant: fault for variant, fault in self.faults.items() if variant in spec.variants}
         try:
-            self._go_live(self._compose(spec, overrides, self.rollout))
+            self._go_live(self._compose(spec, overrides, self.rollout), faults)
         except (SpecError, ValueError) as error:
             self.refuse(SpecError(f"{self.spec_path}: {error}"))
             return
@@ -86,6 +92,7 @@ class Gateway:
             log.info("spec file changed the split for %s: operator flips there no longer apply", dropped)
         self.file = SpecRecord(spec, sha256, self._clock())
         self.overrides = overrides
+        self.faults = faults
         self.last_error = None
         metrics.SPEC_RELOADS.labels("applied").inc()
 
@@ -110,7 +117,7 @@ class Gateway:
             )
         split = complete_split(list(self.file.spec.variants), weights)
         overrides = {**self.overrides, segment: split}
-        self._go_live(self._compose(self.file.spec, overrides, self.rollout))
+        self._go_live(self._compose(self.file.spec, overrides, self.rollout), self.faults)
         self.overrides = overrides
         log.info("split%s set to %s", f" for {segment!r}" if segment else "", split)
         return self.live
@@ -119,7 +126,7 @@ class Gateway:
         """The rollout controller's split; SpecError (and nothing changed) if it cannot go live."""
         if self.file is None:
             raise SpecError("no spec is loaded")
-        self._go_live(self._compose(self.file.spec, self.overrides, rollout))
+        self._go_live(self._compose(self.file.spec, self.overrides, rollout), self.faults)
         self.rollout = rollout
         log.info(
             "rollout split set to %s (segments to %s, mirror %s)",
@@ -128,6 +135,24 @@ class Gateway:
             rollout.mirror,
         )
         return self.live
+
+    def set_fault(self, variant: str, fault: Fault | None) -> dict[str, Fault]:
+        """Inject `fault` into every attempt on `variant` (None, or a fault that does nothing: clear it);
+        SpecError (and nothing changed) for a variant the spec does not name. Faults live in this
+        process only: a restart clears them, so a forgotten one cannot outlive the gateway."""
+        if not self.fault_injection:
+            raise SpecError("fault injection is off on this gateway")
+        if self.live is None:
+            raise SpecError("no spec is loaded")
+        if variant not in self.live.variants:
+            raise SpecError(f"no variant {variant!r} in the spec (variants: {', '.join(self.live.variants)})")
+        faults = {v: f for v, f in self.faults.items() if v != variant}
+        if fault is not None and fault.active:
+            faults[variant] = fault
+        self._go_live(self.live, faults)
+        self.faults = faults
+        log.info("fault on %s: %s", variant, fault.describe() if fault else "cleared")
+        return faults
 
     @staticmethod
     def _compose(spec: RolloutSpec, overrides: Overrides, rollout: RolloutSplit) -> RolloutSpec:
@@ -139,17 +164,18 @@ class Gateway:
                 spec = spec.with_split({rollout.segments_to: 100}, rule.value)
         return spec
 
-    def _go_live(self, spec: RolloutSpec) -> None:
+    def _go_live(self, spec: RolloutSpec, faults: Mapping[str, Fault]) -> None:
         endpoints = self._endpoints_for(spec)
         by_listener = {
-            listen: build_resources(spec, endpoints, listen).by_type() for listen in set(self._nodes.values())
+            listen: build_resources(spec, endpoints, listen, faults).by_type()
+            for listen in set(self._nodes.values())
         }
         built = {key: by_listener[listen] for key, listen in self._nodes.items()}
         try:
             if built:
                 self.cache.set_all(built)
             else:  # no proxy yet: still check that this spec builds a consistent config
-                check_consistent(build_resources(spec, endpoints, ListenerAddress()).by_type())
+                check_consistent(build_resources(spec, endpoints, ListenerAddress(), faults).by_type())
         except InconsistentSnapshot as error:
             raise SpecError(f"the Envoy config built from this spec is inconsistent: {error}") from error
         self.live = spec
@@ -167,7 +193,8 @@ class Gateway:
         self._nodes[key] = listen
         if self.live is not None:
             self.cache.set_resources(
-                key, build_resources(self.live, self._endpoints_for(self.live), listen).by_type()
+                key,
+                build_resources(self.live, self._endpoints_for(self.live), listen, self.faults).by_type(),
             )
 
     # -- reading ----------------------------------------------------------------------------------
@@ -184,7 +211,17 @@ class Gateway:
                 "last_error": self.last_error,
             },
             "routing": _routing_status(live, self.overrides, self.rollout) if live else None,
+            "faults": {variant: fault_status(fault) for variant, fault in sorted(self.faults.items())},
         }
+
+
+def fault_status(fault: Fault) -> dict:
+    return {
+        "error_rate": fault.error_rate,
+        "status": fault.status,
+        "latency_ms": fault.latency_ms,
+        "summary": fault.describe(),
+    }
 
 
 def _routing_status(

@@ -50,3 +50,18 @@ class AdminClient:
     def rollout_command(self, command: str, wait_seconds: float = 5.0) -> dict:
         """promote, pause, resume, rollback or retry; the answer says if it was applied and ACKed."""
         return self._call("POST", f"/v1/rollout/{command}", params={"wait_seconds": wait_seconds})
+
+    def set_fault(
+        self, variant: str, error_rate: float, status: int, latency_ms: int, wait_seconds: float = 5.0
+    ) -> dict:
+        """Inject errors and latency into every attempt on `variant` (replacing its last fault)."""
+        body = {
+            "error_rate": error_rate,
+            "status": status,
+            "latency_ms": latency_ms,
+            "wait_seconds": wait_seconds,
+        }
+        return self._call("PUT", f"/v1/faults/{variant}", json=body)
+
+    def clear_fault(self, variant: str, wait_seconds: float = 5.0) -> dict:
+        return self._call("DELETE", f"/v1/faults/{variant}", params={"wait_seconds": wait_seconds})

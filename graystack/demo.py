@@ -105,8 +105,10 @@ class Walkthrough:
                 self.event(f"client traffic starts: {RATE} req/s through Envoy")
                 self.watch(live, meter, lambda r: r["phase"] == "promoted", 150, "the rollout to promote")
                 self.pause(live, meter, 3)
-                stack.set_fault(FAULT_ERROR_RATE)
-                self.event(f"fault injected: zero-layer fails {FAULT_ERROR_RATE:.0%} of its requests")
+                stack.inject_fault("zero-layer", FAULT_ERROR_RATE)
+                self.event(
+                    f"fault injected by Envoy: zero-layer fails {FAULT_ERROR_RATE:.0%} of its attempts"
+                )
                 rolled_back = self.watch(
                     live,
                     meter,

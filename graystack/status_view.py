@@ -31,6 +31,10 @@ def render_status(status: dict) -> str:
             lines.append(f"  {routing['header']}: {rule['value']:<12} -> {_split(rule['weights'])}{note}")
         if routing["fallback"]:
             lines.append(f"fallback  failed attempts retry on {routing['fallback']}")
+    for variant, fault in status.get("faults", {}).items():
+        lines.append(
+            f"FAULT     {variant} {fault['summary']} (injected: `graystack fault {variant} --clear`)"
+        )
     if "phase" in rollout:
         lines.extend(_rollout_lines(rollout))
     xds = status["xds"]

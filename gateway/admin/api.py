@@ -3,6 +3,10 @@
 Binds to loopback unless a bearer token is set (see gateway.app); with a token, every /v1 call
 must carry it. /healthz and /metrics stay open for probes and Prometheus.
 
+Injected faults (PUT/DELETE /v1/faults/{variant}) are refused (403) unless the gateway was started with
+fault injection on, and never served on a non-loopback admin without a token. A fault lives in the memory
+of the replica that took it and reaches the proxies connected to that replica.
+
 With several replicas (Kubernetes mode) only the leader acts on rollout commands and flips: a follower's
 change would live in its memory only, overwritten by the leader's next state write, so a follower answers
 409 naming the leader instead. Its status still answers, and says who leads.
@@ -19,10 +23,11 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.envoy.faults import MAX_LATENCY_MS, Fault
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.machine import Command
 from gateway.rollout.spec import SpecError
-from gateway.service import Gateway
+from gateway.service import Gateway, fault_status
 from gateway.xds.server import AdsServer
 
 
@@ -36,6 +41,30 @@ class SplitChange(BaseModel):
         default=None, description="a routing-header value; omit for the default split"
     )
     wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
+
+
+class FaultChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    error_rate: float = Field(default=0.0, ge=0, le=1, description="share of attempts answered `status`")
+    status: int = Field(default=503, ge=400, le=599, description="the status an aborted attempt gets")
+    latency_ms: int = Field(default=0, ge=0, le=MAX_LATENCY_MS, description="added to every attempt")
+    wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
+
+
+FAULTS_OFF = (
+    "fault injection is off on this gateway: start it with --enable-fault-injection "
+    "(GRAYSTACK_ENABLE_FAULT_INJECTION=1)"
+)
+
+
+def fault_injection_refusal(enabled: bool, admin_loopback: bool, token: str | None) -> str | None:
+    """Why this gateway refuses injected faults, or None where it takes them."""
+    if not enabled:
+        return FAULTS_OFF
+    if not admin_loopback and not token:
+        return "fault injection needs an admin token when the admin API is not on loopback"
+    return None
 
 
 @dataclass(frozen=True)
@@ -73,8 +102,10 @@ def create_admin_app(
     token: str | None = None,
     controller: RolloutController | None = None,
     leadership: Callable[[], Leadership | None] = lambda: None,
+    fault_refusal: str | None = FAULTS_OFF,
 ) -> FastAPI:
-    """`leadership()`: asked at every call; None where this process alone drives the rollout (local)."""
+    """`leadership()`: asked at every call; None where this process alone drives the rollout (local).
+    `fault_refusal`: why faults are refused (fault_injection_refusal), None to take them."""
 
     def authorized(authorization: str | None = Header(default=None)) -> None:
         if token is None:
@@ -82,6 +113,10 @@ def create_admin_app(
         expected = f"Bearer {token}"
         if authorization is None or not secrets.compare_digest(authorization.encode(), expected.encode()):
             raise HTTPException(status_code=401, detail="missing or wrong bearer token")
+
+    def faults_allowed() -> None:
+        if fault_refusal is not None:
+            raise HTTPException(status_code=403, detail=fault_refusal)
 
     def leading() -> None:
         now = leadership()
@@ -91,6 +126,7 @@ def create_admin_app(
     app = FastAPI(title="graystack gateway admin", docs_url=None, redoc_url=None)
     v1 = Depends(authorized)
     leader_only = Depends(leading)
+    faults_on = Depends(faults_allowed)
 
     @app.get("/healthz")
     def healthz() -> dict:
@@ -103,6 +139,7 @@ def create_admin_app(
     @app.get("/v1/status", dependencies=[v1])
     def status() -> dict:
         status = full_status(gateway, ads, controller)
+        status["fault_injection"] = fault_refusal is None
         now = leadership()
         if now is not None:
             status.update(leader=now.leading, identity=now.identity, leader_identity=now.leader)
@@ -125,6 +162,32 @@ def create_admin_app(
             "generation": status["generation"],
             "routing": status["routing"],
         }
+
+    async def change_fault(variant: str, fault: Fault | None, wait_seconds: float) -> dict:
+        started = time.monotonic()
+        try:
+            faults = gateway.set_fault(variant, fault)
+        except SpecError as error:
+            raise HTTPException(status_code=404, detail=str(error)) from None
+        acked = await ads.wait_converged(wait_seconds)
+        return {
+            "variant": variant,
+            "fault": fault_status(faults[variant]) if variant in faults else None,
+            "acked": acked,
+            "ack_seconds": round(time.monotonic() - started, 6) if acked else None,
+            "proxies": ads.proxy_count(),
+            "generation": gateway.generation,
+        }
+
+    @app.put("/v1/faults/{variant}", dependencies=[v1, faults_on])
+    async def set_fault(variant: str, change: FaultChange) -> dict:
+        """Inject a fault into every attempt on `variant` (replacing its last one); then wait for ACKs."""
+        fault = Fault(change.error_rate, change.status, change.latency_ms)
+        return await change_fault(variant, fault, change.wait_seconds)
+
+    @app.delete("/v1/faults/{variant}", dependencies=[v1, faults_on])
+    async def clear_fault(variant: str, wait_seconds: float = Query(default=5.0, ge=0, le=60)) -> dict:
+        return await change_fault(variant, None, wait_seconds)
 
     @app.post("/v1/rollout/{command}", dependencies=[v1, leader_only])
     async def rollout_command(

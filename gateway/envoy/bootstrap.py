@@ -18,18 +18,21 @@ from envoy.config.core.v3 import (
     backoff_pb2,
     base_pb2,
     config_source_pb2,
+    extension_pb2,
     grpc_service_pb2,
     protocol_pb2,
 )
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.overload.v3 import overload_pb2
+from envoy.extensions.bootstrap.internal_listener.v3 import internal_listener_pb2
 from envoy.extensions.resource_monitors.downstream_connections.v3 import downstream_connections_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
 from gateway.envoy import names
-from gateway.envoy.resources import ListenerAddress, _any, _duration
+from gateway.envoy.common import any_proto, duration
+from gateway.envoy.resources import ListenerAddress
 
 METADATA_KEY = "graystack"
 
@@ -87,9 +90,9 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
     xds_cluster = cluster_pb2.Cluster(
         name=names.XDS_CLUSTER,
         type=cluster_pb2.Cluster.STATIC if _is_ip(options.xds_host) else cluster_pb2.Cluster.STRICT_DNS,
-        connect_timeout=_duration(1.0),
+        connect_timeout=duration(1.0),
         typed_extension_protocol_options={
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _any(http2_only)
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(http2_only)
         },
         load_assignment=endpoint_pb2.ClusterLoadAssignment(
             cluster_name=names.XDS_CLUSTER,
@@ -107,6 +110,13 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
         ),
     )
     return bootstrap_pb2.Bootstrap(
+        # Injected faults put an internal listener in front of a variant (gateway/envoy/faults.py).
+        bootstrap_extensions=[
+            extension_pb2.TypedExtensionConfig(
+                name="envoy.bootstrap.internal_listener",
+                typed_config=any_proto(internal_listener_pb2.InternalListener()),
+            )
+        ],
         node=base_pb2.Node(id=options.node_id, cluster=options.node_cluster, metadata=metadata),
         admin=bootstrap_pb2.Admin(address=_address(options.admin_host, options.admin_port)),
         dynamic_resources=bootstrap_pb2.Bootstrap.DynamicResources(
@@ -119,8 +129,8 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
                         envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.XDS_CLUSTER),
                         retry_policy=base_pb2.RetryPolicy(
                             retry_back_off=backoff_pb2.BackoffStrategy(
-                                base_interval=_duration(options.reconnect_base),
-                                max_interval=_duration(options.reconnect_max),
+                                base_interval=duration(options.reconnect_base),
+                                max_interval=duration(options.reconnect_max),
                             )
                         ),
                     )
@@ -132,12 +142,12 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(clusters=[xds_cluster]),
         # Histograms (upstream_rq_time) reach /stats only at a flush: 1 s instead of 5 s, so the
         # rollout's latency window lags the traffic by at most a second.
-        stats_flush_interval=_duration(1.0),
+        stats_flush_interval=duration(1.0),
         overload_manager=overload_pb2.OverloadManager(
             resource_monitors=[
                 overload_pb2.ResourceMonitor(
                     name="envoy.resource_monitors.global_downstream_max_connections",
-                    typed_config=_any(
+                    typed_config=any_proto(
                         downstream_connections_pb2.DownstreamConnectionsConfig(
                             max_active_downstream_connections=options.max_downstream_connections
                         )

@@ -17,6 +17,16 @@ def shadow_cluster(variant: str) -> str:
     return f"{variant}-shadow"
 
 
+def fault_listener(variant: str) -> str:
+    """The internal listener an injected fault puts in front of `variant`'s pods (gateway/envoy/faults.py)."""
+    return f"graystack-fault-{variant}"
+
+
+def unfaulted_cluster(variant: str) -> str:
+    """Behind a fault's listener: `variant`'s real pods."""
+    return f"{variant}-unfaulted"
+
+
 # Every route sets this request header to its segment (the header rule's value, or DEFAULT_SEGMENT), so the
 # model servers can label their latency histograms by the segment a request came through.
 SEGMENT_HEADER = "x-graystack-segment"

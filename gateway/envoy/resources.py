@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
-from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, health_check_pb2
+from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2
+from envoy.config.core.v3 import base_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
@@ -23,16 +23,21 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
 from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
-from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
+from google.protobuf import wrappers_pb2
 
 from gateway.envoy import names
+from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
+from gateway.envoy.faults import (
+    Fault,
+    build_fault_listener,
+    build_fault_route,
+    build_faulted_load_assignment,
+    build_unfaulted_cluster,
+)
 from gateway.rollout.spec import RolloutSpec
 from gateway.xds import types
 
 EndpointMap = Mapping[str, Sequence[tuple[str, int]]]  # variant -> [(ip, port)]
-
-# Enough concurrent retries that a failing variant's traffic can all fall back at once.
-MAX_CONCURRENT_RETRIES = 1024
 
 
 @dataclass(frozen=True)
@@ -58,10 +63,18 @@ class EnvoyResources:
         }
 
 
-def build_resources(spec: RolloutSpec, endpoints: EndpointMap, listen: ListenerAddress) -> EnvoyResources:
+def build_resources(
+    spec: RolloutSpec,
+    endpoints: EndpointMap,
+    listen: ListenerAddress,
+    faults: Mapping[str, Fault] | None = None,
+) -> EnvoyResources:
+    """`faults`: variant -> what it suffers; a variant with a fault leads through its fault hop
+    (gateway/envoy/faults.py), one without (or with a fault that does nothing) straight to its pods."""
     missing = sorted(set(spec.variants) - set(endpoints))
     if missing:
         raise ValueError(f"no endpoints known for variant(s) {missing}")
+    faulted = {v: f for v, f in (faults or {}).items() if v in spec.variants and f.active}
     clusters = [build_variant_cluster(spec, variant) for variant in spec.variants]
     fallback = spec.retries.fallback
     if fallback is not None:
@@ -70,38 +83,18 @@ def build_resources(spec: RolloutSpec, endpoints: EndpointMap, listen: ListenerA
         ]
     if spec.routing.mirror is not None:
         clusters.append(build_shadow_cluster(spec.routing.mirror.variant))
+    clusters += [build_unfaulted_cluster(variant) for variant in faulted]
     return EnvoyResources(
         clusters=clusters,
-        endpoints=[build_load_assignment(v, endpoints[v]) for v in spec.variants],
-        listeners=[build_listener(listen)],
-        routes=[build_route_config(spec)],
-    )
-
-
-def _duration(seconds: float) -> duration_pb2.Duration:
-    whole = int(seconds)
-    return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
-
-
-def _any(message) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed
-
-
-def _ads_config_source() -> config_source_pb2.ConfigSource:
-    return config_source_pb2.ConfigSource(
-        ads=config_source_pb2.AggregatedConfigSource(), resource_api_version=config_source_pb2.V3
-    )
-
-
-def _circuit_breakers() -> circuit_breaker_pb2.CircuitBreakers:
-    return circuit_breaker_pb2.CircuitBreakers(
-        thresholds=[
-            circuit_breaker_pb2.CircuitBreakers.Thresholds(
-                priority=base_pb2.DEFAULT, max_retries=wrappers_pb2.UInt32Value(value=MAX_CONCURRENT_RETRIES)
-            )
+        endpoints=[
+            build_faulted_load_assignment(v, endpoints[v])
+            if v in faulted
+            else build_load_assignment(v, endpoints[v])
+            for v in spec.variants
         ]
+        + [build_load_assignment(names.unfaulted_cluster(v), endpoints[v]) for v in faulted],
+        listeners=[build_listener(listen)] + [build_fault_listener(v) for v in faulted],
+        routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in faulted.items()],
     )
 
 
@@ -120,20 +113,20 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
     cluster = cluster_pb2.Cluster(
         name=variant,
         type=cluster_pb2.Cluster.EDS,
-        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=_ads_config_source()),
-        connect_timeout=_duration(1.0),
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
+        connect_timeout=duration(1.0),
         lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
         health_checks=[
             health_check_pb2.HealthCheck(
-                timeout=_duration(hc.timeout),
-                interval=_duration(hc.interval),
-                no_traffic_interval=_duration(hc.interval),
+                timeout=duration(hc.timeout),
+                interval=duration(hc.interval),
+                no_traffic_interval=duration(hc.interval),
                 unhealthy_threshold=wrappers_pb2.UInt32Value(value=hc.unhealthy_threshold),
                 healthy_threshold=wrappers_pb2.UInt32Value(value=hc.healthy_threshold),
                 http_health_check=health_check_pb2.HealthCheck.HttpHealthCheck(path=hc.path),
             )
         ],
-        circuit_breakers=_circuit_breakers(),
+        circuit_breakers=circuit_breakers(),
         ignore_health_on_host_removal=True,
     )
     od = spec.outlier_detection
@@ -141,8 +134,8 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
         cluster.outlier_detection.CopyFrom(
             outlier_detection_pb2.OutlierDetection(
                 consecutive_5xx=wrappers_pb2.UInt32Value(value=od.consecutive_5xx),
-                interval=_duration(od.interval),
-                base_ejection_time=_duration(od.base_ejection_time),
+                interval=duration(od.interval),
+                base_ejection_time=duration(od.base_ejection_time),
                 max_ejection_percent=wrappers_pb2.UInt32Value(value=100),
                 successful_active_health_check_uneject_host=wrappers_pb2.BoolValue(value=False),
             )
@@ -161,11 +154,11 @@ def build_shadow_cluster(variant: str) -> cluster_pb2.Cluster:
         name=names.shadow_cluster(variant),
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(
-            eds_config=_ads_config_source(), service_name=variant
+            eds_config=ads_config_source(), service_name=variant
         ),
-        connect_timeout=_duration(1.0),
+        connect_timeout=duration(1.0),
         lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
-        circuit_breakers=_circuit_breakers(),
+        circuit_breakers=circuit_breakers(),
     )
 
 
@@ -181,13 +174,13 @@ def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:
     """
     return cluster_pb2.Cluster(
         name=names.fallback_cluster(variant),
-        connect_timeout=_duration(1.0),
+        connect_timeout=duration(1.0),
         lb_policy=cluster_pb2.Cluster.CLUSTER_PROVIDED,
         cluster_type=cluster_pb2.Cluster.CustomClusterType(
             name="envoy.clusters.aggregate",
-            typed_config=_any(aggregate_pb2.ClusterConfig(clusters=[variant, fallback])),
+            typed_config=any_proto(aggregate_pb2.ClusterConfig(clusters=[variant, fallback])),
         ),
-        circuit_breakers=_circuit_breakers(),
+        circuit_breakers=circuit_breakers(),
     )
 
 
@@ -200,7 +193,7 @@ def build_load_assignment(
             endpoint_components_pb2.LocalityLbEndpoints(
                 lb_endpoints=[
                     endpoint_components_pb2.LbEndpoint(
-                        endpoint=endpoint_components_pb2.Endpoint(address=_socket_address(host, port))
+                        endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port))
                     )
                     for host, port in hosts
                 ]
@@ -209,27 +202,23 @@ def build_load_assignment(
     )
 
 
-def _socket_address(host: str, port: int) -> address_pb2.Address:
-    return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))
-
-
 def build_listener(listen: ListenerAddress) -> listener_pb2.Listener:
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.HCM_STAT_PREFIX,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
-        rds=hcm_pb2.Rds(config_source=_ads_config_source(), route_config_name=names.ROUTE_CONFIG),
+        rds=hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=names.ROUTE_CONFIG),
         http_filters=[
-            hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=_any(router_pb2.Router()))
+            hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router()))
         ],
     )
     return listener_pb2.Listener(
         name=names.LISTENER,
-        address=_socket_address(listen.host, listen.port),
+        address=socket_address(listen.host, listen.port),
         filter_chains=[
             listener_components_pb2.FilterChain(
                 filters=[
                     listener_components_pb2.Filter(
-                        name="envoy.filters.network.http_connection_manager", typed_config=_any(manager)
+                        name="envoy.filters.network.http_connection_manager", typed_config=any_proto(manager)
                     )
                 ]
             )
@@ -272,7 +261,7 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
                 if weight > 0
             ]
         ),
-        timeout=_duration(spec.timeouts.request),
+        timeout=duration(spec.timeouts.request),
         retry_policy=_retry_policy(spec),
     )
 
@@ -286,12 +275,12 @@ def _retry_policy(spec: RolloutSpec) -> route_components_pb2.RetryPolicy:
         # Envoy's idle timeout bounds every gap between bytes, not only the first: it means "first
         # byte" because the model servers ping a started stream while it waits for a token
         # (inference/server/keepalive.py), so only an attempt that has not answered at all is cut.
-        policy.per_try_idle_timeout.CopyFrom(_duration(spec.timeouts.first_byte))
+        policy.per_try_idle_timeout.CopyFrom(duration(spec.timeouts.first_byte))
     if spec.retries.fallback is not None:
         policy.retry_priority.CopyFrom(
             route_components_pb2.RetryPolicy.RetryPriority(
                 name="envoy.retry_priorities.previous_priorities",
-                typed_config=_any(
+                typed_config=any_proto(
                     previous_priorities_config_pb2.PreviousPrioritiesConfig(update_frequency=1)
                 ),
             )

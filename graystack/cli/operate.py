@@ -192,35 +192,50 @@ for _name in ROLLOUT_COMMANDS:
 
 
 @main.command()
-@click.argument("variant", type=click.Choice(["baseline", "zero-layer"]), default="zero-layer")
-@click.option("--error-rate", type=click.FloatRange(0, 1), default=None, help="share of requests failed")
-@click.option("--latency-ms", type=click.IntRange(0, 60_000), default=None, help="added before each request")
+@click.argument("variant")
+@click.option("--error-rate", type=click.FloatRange(0, 1), default=None, help="share of attempts failed")
+@click.option(
+    "--status",
+    "status_code",
+    type=click.IntRange(400, 599),
+    default=503,
+    show_default=True,
+    help="the status a failed attempt gets",
+)
+@click.option("--latency-ms", type=click.IntRange(0), default=None, help="added to every attempt")
 @click.option("--clear", is_flag=True, help="no errors, no added latency")
-@click.option("--server-url", default=None, help="default: the running `graystack up` stack's VARIANT server")
+@admin_url
+@admin_token
+@as_json
 def fault(
-    variant: str, error_rate: float | None, latency_ms: int | None, clear: bool, server_url: str | None
+    variant: str,
+    error_rate: float | None,
+    status_code: int,
+    latency_ms: int | None,
+    clear: bool,
+    admin_url: str,
+    token: str | None,
+    as_json: bool,
 ) -> None:
-    """Inject errors or latency into a model server started with --enable-fault-injection (as `up` starts
-    zero-layer); prints what it now suffers."""
-    import httpx
-
-    from graystack.local.run_state import running_stack
-
-    change = {"error_rate": 0.0, "added_latency_ms": 0} if clear else {}
-    change |= {
-        k: v for k, v in (("error_rate", error_rate), ("added_latency_ms", latency_ms)) if v is not None
-    }
-    if not server_url:
-        stack = running_stack()
-        if stack is None:
-            raise click.ClickException("no running `graystack up` stack found; give --server-url")
-        server_url = stack["model_servers"][variant]
+    """Make VARIANT fail or slow down, through Envoy, for any upstream: `graystack fault zero-layer
+    --error-rate 0.5`. Each attempt on it suffers the fault, so retries to the fallback and the
+    rollout's analysis see a failing variant. The gateway must run with --enable-fault-injection (as
+    `graystack up` starts it); the fault stays until --clear or the gateway restarts."""
+    if clear == (error_rate is not None or latency_ms is not None):
+        raise click.UsageError("give --error-rate and/or --latency-ms, or --clear")
     try:
-        response = httpx.post(f"{server_url}/admin/faults", json=change, timeout=10)
-    except httpx.HTTPError as error:
-        raise click.ClickException(f"cannot reach {server_url}: {error}") from None
-    if response.status_code == 404:
-        raise click.ClickException(f"{variant} at {server_url} runs without --enable-fault-injection")
-    if response.status_code >= 400:
-        raise click.ClickException(f"{server_url} refused ({response.status_code}): {response.text}")
-    click.echo(json.dumps(response.json()))
+        with AdminClient(admin_url, token) as client:
+            if clear:
+                result = client.clear_fault(variant)
+            else:
+                result = client.set_fault(variant, error_rate or 0.0, status_code, latency_ms or 0)
+    except AdminError as error:
+        raise click.ClickException(str(error)) from None
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        suffers = result["fault"]["summary"] if result["fault"] else "no fault"
+        acked = "ACKed by every proxy" if result["acked"] else "NOT yet ACKed by every proxy"
+        click.echo(f"{variant}: {suffers} ({acked})")
+    if not result["acked"]:
+        sys.exit(3)

@@ -10,6 +10,15 @@ import click
 
 from graystack.cli.root import comma_list, configure_logging, kubeconfig_option, log_level_option, main
 
+gateway_fault_injection_option = click.option(
+    "--enable-fault-injection",
+    is_flag=True,
+    envvar="GRAYSTACK_ENABLE_FAULT_INJECTION",
+    show_envvar=True,
+    help="take `graystack fault` (PUT/DELETE /v1/faults/VARIANT): inject errors and latency into a "
+    "variant's attempts through Envoy; off unless given",
+)
+
 
 @main.command()
 @click.option(
@@ -51,6 +60,7 @@ from graystack.cli.root import comma_list, configure_logging, kubeconfig_option,
     show_envvar=True,
     help="where the rollout state is kept  [default: SPEC.state.json]",
 )
+@gateway_fault_injection_option
 @log_level_option
 def gateway(
     spec: Path,
@@ -62,6 +72,7 @@ def gateway(
     envoy_admin: str | None,
     metrics_targets: tuple[str, ...],
     state_file: Path | None,
+    enable_fault_injection: bool,
     log_level: str,
 ) -> None:
     """Run the xDS control plane, the rollout controller and the admin API, programming Envoy from SPEC
@@ -80,6 +91,7 @@ def gateway(
         envoy_admin=envoy_admin,
         metrics_targets=metrics_targets,
         state_path=state_file,
+        enable_fault_injection=enable_fault_injection,
     )
     try:
         asyncio.run(run_gateway(options))
@@ -144,6 +156,7 @@ def envoy_bootstrap(
 @click.option("--admin-host", default="127.0.0.1", envvar="GRAYSTACK_ADMIN_HOST", show_envvar=True)
 @click.option("--admin-port", default=9000, envvar="GRAYSTACK_ADMIN_PORT", show_envvar=True)
 @click.option("--admin-token", default=None, envvar="GRAYSTACK_ADMIN_TOKEN", show_envvar=True)
+@gateway_fault_injection_option
 @kubeconfig_option
 @log_level_option
 def kube_gateway(
@@ -160,6 +173,7 @@ def kube_gateway(
     admin_host: str,
     admin_port: int,
     admin_token: str | None,
+    enable_fault_injection: bool,
     kubeconfig: str | None,
     log_level: str,
 ) -> None:
@@ -187,6 +201,7 @@ def kube_gateway(
         admin_host=admin_host,
         admin_port=admin_port,
         admin_token=admin_token,
+        enable_fault_injection=enable_fault_injection,
     )
     try:
         asyncio.run(run_kube_gateway(options, kube))

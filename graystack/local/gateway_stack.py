@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import yaml
 
+from gateway.envoy.names import ROUTE_CONFIG
+from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 VARIANTS = ("baseline", "zero-layer")
@@ -48,6 +50,7 @@ def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
 
 class GatewayStack:
     node_id = "graystack-envoy"
+    fault_injection = True  # the gateway takes `graystack fault`, as `graystack up` starts it
 
     port_names = PORT_NAMES
 
@@ -144,9 +147,9 @@ class GatewayStack:
         return self.gateway
 
     def gateway_args(self) -> list[str]:
-        """More `graystack gateway` flags: the stacks whose guard measures add Envoy's admin and the
-        `metrics_targets()` the direct provider scrapes."""
-        return []
+        """More `graystack gateway` flags: fault injection (`graystack fault`) as `up` has it; the stacks
+        whose guard measures add Envoy's admin and the targets the direct provider scrapes."""
+        return ["--enable-fault-injection"] if self.fault_injection else []
 
     def measuring_args(self, targets: list[str]) -> list[str]:
         argv = ["--envoy-admin", f"http://127.0.0.1:{self.ports['envoy_admin']}"]
@@ -225,6 +228,13 @@ class GatewayStack:
             counts[response.headers["x-graystack-variant"]] += 1
         return counts
 
+    def inject_fault(
+        self, variant: str, error_rate: float = 0.0, latency_ms: int = 0, status: int = 503
+    ) -> dict:
+        """`graystack fault`: Envoy fails or delays `variant`'s attempts, whatever its upstream."""
+        with AdminClient(self.admin_url) as admin:
+            return admin.set_fault(variant, error_rate, status, latency_ms)
+
     def set_upstream(self, variant: str, mode: str, stall_seconds: float = 5.0) -> None:
         body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True}
         httpx.post(
@@ -249,7 +259,10 @@ class GatewayStack:
             params={"resource": "dynamic_route_configs"},
             timeout=5,
         ).json()
-        return dump["configs"][0]["version_info"]
+        (main,) = [
+            c for c in dump["configs"] if c["route_config"]["name"] == ROUTE_CONFIG
+        ]  # not a fault hop's
+        return main["version_info"]
 
     @staticmethod
     def _get(port: int, path: str) -> bool:

@@ -51,12 +51,12 @@ class RolloutStack(GatewayStack):
         weights: dict[str, Path] | None = None,
         probe_interval: float = 0.5,
         prometheus: str | None = None,
-        fault_injection: tuple[str, ...] = ("zero-layer",),
+        server_faults: tuple[str, ...] = ("zero-layer",),
     ) -> None:
         """`spec_changes`: top-level spec fields over default_spec (a strategy, analysis);
         `error_rate`: the fault zero-layer serves with from the start; `weights`: each variant's
         checkpoint (default: fresh ones in `workdir`, zero-layer's bias erased); `prometheus`: its
-        binary, to run one scraping every process (default: none); `fault_injection`: the variants
+        binary, to run one scraping every process (default: none); `server_faults`: the variants
         whose servers serve /admin/faults."""
         super().__init__(workdir, envoy, ports)
         self.spec_changes = spec_changes
@@ -64,7 +64,7 @@ class RolloutStack(GatewayStack):
         self.weights = weights
         self.probe_interval = probe_interval
         self.prometheus_binary = prometheus
-        self.fault_injection = fault_injection
+        self.server_faults = server_faults
         self.servers: dict[str, tuple[ManagedProcess, int]] = {}
         self.probes: dict[str, tuple[ManagedProcess, int]] = {}
         self.prometheus: ManagedProcess | None = None
@@ -92,7 +92,7 @@ class RolloutStack(GatewayStack):
         weights = self.weights or fresh_weights(self.workdir)
         check_checkpoints(weights, self.expected_weight_status())
         for variant in VARIANTS:
-            flags = ["--enable-fault-injection"] if variant in self.fault_injection else []
+            flags = ["--enable-fault-injection"] if variant in self.server_faults else []
             if variant != "baseline":  # count how often its answers to shadow copies match the baseline's
                 flags += ["--compare-with", f"http://127.0.0.1:{self.ports['baseline']}"]
             self.servers[variant] = self._start(
@@ -134,7 +134,7 @@ class RolloutStack(GatewayStack):
     def gateway_args(self) -> list[str]:
         targets = [f"{self.server_url(v)}/metrics" for v in VARIANTS]
         targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
-        return self.measuring_args(targets)
+        return [*super().gateway_args(), *self.measuring_args(targets)]
 
     def processes(self) -> list[ManagedProcess | None]:
         pods = [p for p, _ in (*self.probes.values(), *self.servers.values())]

@@ -1,5 +1,5 @@
-"""`graystack up`: the whole stack on this machine (Envoy, the gateway, both model servers with fault
-injection on (loopback clients only), both probes, and Prometheus when it is installed), with logs per process in a run folder,
+"""`graystack up`: the whole stack on this machine (Envoy, the gateway with fault injection on for
+`graystack fault`, both model servers with their own fault endpoint on (loopback clients only), both probes, and Prometheus when it is installed), with logs per process in a run folder,
 a run-state file the other commands read, and a clean stop by PID on Ctrl-C or SIGTERM.
 
 Ports are the well-known ones of shared/DESIGN.md by default (so the README's curl lines work), checked
@@ -104,7 +104,7 @@ class Supervisor:
             weights=weights,
             probe_interval=self.options.probe_interval,
             prometheus=self._prometheus(),
-            fault_injection=VARIANTS,  # a local drill: `graystack fault` works on either
+            server_faults=VARIANTS,  # a local drill: slow tokens (/admin/faults) on either
         )
 
     def _upstream_stack(self, envoy: str) -> UpstreamStack:
@@ -270,8 +270,9 @@ class Supervisor:
         rows = [
             ("Envoy", state["envoy_url"], "send requests here: POST /v1/messages or /v1/chat/completions"),
             ("gateway admin", state["admin_url"], "graystack status | weight | promote | pause | rollback"),
+            ("", "", f"graystack fault {VARIANTS[-1]} --error-rate 0.3 injects errors through Envoy"),
             *(
-                (f"{v} server", url, f"graystack fault {v} --error-rate 0.3 injects errors")
+                (f"{v} server", url, "/admin/faults: slow tokens (inter_token_latency_ms)")
                 for v, url in state["model_servers"].items()
             ),
             *((f"{v} probe", url, "/metrics") for v, url in state["probes"].items()),

@@ -177,7 +177,7 @@ class UpstreamStack(GatewayStack):
         by the `NAME=` prefix, whatever labels the server gives them), and each probe."""
         targets = [f"{name}={up.url}/metrics" for name, up in self.found.items() if up.metrics]
         targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
-        return self.measuring_args(targets)
+        return [*super().gateway_args(), *self.measuring_args(targets)]
 
     def scrape_jobs(self) -> dict[str, tuple[str, str]]:
         jobs = {

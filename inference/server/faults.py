@@ -6,6 +6,12 @@ given; the rest stay) and `GET /admin/faults` reads what model requests suffer: 
 slow but steady model), and a share answered with an injected error (`error_status` 500 api_error, or 529 overloaded_error),
 counted in graystack_requests_total like real ones. Only loopback clients may use the endpoint, and
 not through a proxy (403 otherwise); without the flag it does not exist (404).
+
+Errors and latency per attempt, for any upstream, come from the gateway (`graystack fault`, Envoy's
+fault filter: gateway/envoy/faults.py). This endpoint stays for what Envoy cannot do from outside the
+server: slow tokens in a started stream (`inter_token_latency_ms`), a delay the server's own TTFT and
+latency histograms see (`added_latency_ms`; Envoy's delay is before the server), and errors in the API's
+JSON format counted in the server's own `graystack_requests_total`.
 """
 
 from __future__ import annotations

@@ -519,3 +519,22 @@ def test_a_worker_is_ready_only_while_connected_to_the_master() -> None:
             with accepted:
                 assert ready()
         assert not ready()
+
+
+def _fault_injection_env(chart: Rendered) -> list[str]:
+    return [
+        f"{name}/{container['name']}"
+        for name, spec in pod_specs(chart)
+        for container in _containers(spec)
+        if any(env["name"] == "GRAYSTACK_ENABLE_FAULT_INJECTION" for env in container.get("env", []))
+    ]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_no_pod_takes_injected_faults_unless_a_value_asks(scenario: str) -> None:
+    assert _fault_injection_env(rendered(scenario)) == []
+
+
+def test_the_fault_injection_value_turns_it_on_for_the_gateway_only() -> None:
+    (where,) = _fault_injection_env(render(sets=("gateway.faultInjection=true",)))
+    assert where.endswith("-gateway/gateway")

@@ -8,6 +8,7 @@ import yaml
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from gateway.envoy.bootstrap import BootstrapOptions, build_bootstrap, message_yaml
+from gateway.envoy.faults import Fault
 from gateway.envoy.resources import ListenerAddress, build_resources
 from gateway.rollout.spec import load_yaml, validate_spec
 from tests.unit.test_spec import DESIGN_EXAMPLE
@@ -46,6 +47,12 @@ def test_the_cli_bootstrap_validates(envoy_binary, tmp_path):
     assert result.returncode == 0, result.stderr + result.stdout
 
 
+def route_name(listener) -> str:
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    return manager.rds.route_config_name
+
+
 def with_inline_routes(listener, route_config):
     """The listener with its RDS route config inlined, so validation covers the routes too."""
     chain_filter = listener.filter_chains[0].filters[0]
@@ -58,14 +65,15 @@ def with_inline_routes(listener, route_config):
 
 
 @pytest.mark.parametrize(
-    "changes",
+    ("changes", "faults"),
     [
-        {},
-        {"retries": {"attempts": 2}, "outlier_detection": None, "timeouts": {"request": 0}},
-        {"routing": {"weights": {"baseline": 100}, "rules": []}},
+        ({}, None),
+        ({"retries": {"attempts": 2}, "outlier_detection": None, "timeouts": {"request": 0}}, None),
+        ({"routing": {"weights": {"baseline": 100}, "rules": []}}, None),
+        ({}, {"zero-layer": Fault(error_rate=0.5, status=500, latency_ms=100)}),  # every variant's hop
     ],
 )
-def test_built_resources_validate_as_static_config(envoy_binary, tmp_path, changes):
+def test_built_resources_validate_as_static_config(envoy_binary, tmp_path, changes, faults):
     """The dynamic resources, loaded statically: Envoy checks every field as it would on ADS."""
     data = load_yaml(DESIGN_EXAMPLE)
     data.update(changes)
@@ -73,9 +81,13 @@ def test_built_resources_validate_as_static_config(envoy_binary, tmp_path, chang
         validate_spec(data),
         {"baseline": [("127.0.0.1", 8001)], "zero-layer": [("127.0.0.1", 8002)]},
         ListenerAddress("127.0.0.1", 18080),
+        faults,
     )
     bootstrap = build_bootstrap(BootstrapOptions())
     bootstrap.static_resources.clusters.extend(built.clusters)
-    bootstrap.static_resources.listeners.extend([with_inline_routes(built.listeners[0], built.routes[0])])
+    routes = {route.name: route for route in built.routes}
+    bootstrap.static_resources.listeners.extend(
+        [with_inline_routes(listener, routes[route_name(listener)]) for listener in built.listeners]
+    )
     result = validate(envoy_binary, message_yaml(bootstrap), tmp_path)
     assert result.returncode == 0, result.stderr + result.stdout

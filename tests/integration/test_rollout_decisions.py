@@ -83,7 +83,7 @@ def test_both_variants_failing_is_a_shared_incident_under_either_policy(start, p
     stack = start(
         # the baseline carries four times the candidate's traffic, so its own test crosses first
         spec(weight=20, on_shared_incident=policy, max_error_rate=0.01, min_detectable_error_rate=0.05),
-        fault_injection=("baseline", "zero-layer"),
+        server_faults=("baseline", "zero-layer"),
     )
     with Traffic(stack.client.base_url, RATE, segment_share=0):
         wait_until(lambda: stack.rollout()["evidence"]["stage_requests"] > 50, 60, "clean traffic")

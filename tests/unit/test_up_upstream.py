@@ -73,5 +73,5 @@ def test_a_users_spec_keeps_the_thresholds_it_does_not_name():
     spec = validate_spec(overlay(upstream_spec(servers, "a"), changes))
     assert spec.analysis.max_error_rate == 0.01
     assert spec.analysis.expected_weight_status is None  # `up`'s, for servers with no probe
-    with pytest.raises(Exception, match="analysis.max_error_rate"):
+    with pytest.raises(Exception, match=r"analysis\.max_error_rate"):
         local_spec({"analysis": {"max_error_rate": 2}}, front)

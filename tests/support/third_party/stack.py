@@ -63,7 +63,7 @@ class ThirdPartyStack(GatewayStack):
         return f"http://127.0.0.1:{self.ports['listen']}"
 
     def gateway_args(self) -> list[str]:
-        return [*self.measuring_args([]), *self.extra_gateway_args]
+        return [*super().gateway_args(), *self.measuring_args([]), *self.extra_gateway_args]
 
     def start_upstreams(self) -> None:
         """Nothing to start: the servers already run."""

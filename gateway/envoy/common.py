@@ -1,0 +1,41 @@
+"""Small proto helpers every builder shares (pure)."""
+
+from __future__ import annotations
+
+from envoy.config.cluster.v3 import circuit_breaker_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
+from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
+
+# Enough concurrent retries that a failing variant's traffic can all fall back at once.
+MAX_CONCURRENT_RETRIES = 1024
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    whole = int(seconds)
+    return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+def any_proto(message) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def ads_config_source() -> config_source_pb2.ConfigSource:
+    return config_source_pb2.ConfigSource(
+        ads=config_source_pb2.AggregatedConfigSource(), resource_api_version=config_source_pb2.V3
+    )
+
+
+def circuit_breakers() -> circuit_breaker_pb2.CircuitBreakers:
+    return circuit_breaker_pb2.CircuitBreakers(
+        thresholds=[
+            circuit_breaker_pb2.CircuitBreakers.Thresholds(
+                priority=base_pb2.DEFAULT, max_retries=wrappers_pb2.UInt32Value(value=MAX_CONCURRENT_RETRIES)
+            )
+        ]
+    )
+
+
+def socket_address(host: str, port: int) -> address_pb2.Address:
+    return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))

@@ -267,14 +267,13 @@ class Supervisor:
 
     def summary(self) -> str:
         state = self.describe()
+        servers = state["model_servers"]
+        note = "yours: `up` did not start it" if self.options.upstreams else "/admin/faults: slow tokens"
         rows = [
             ("Envoy", state["envoy_url"], "send requests here: POST /v1/messages or /v1/chat/completions"),
             ("gateway admin", state["admin_url"], "graystack status | weight | promote | pause | rollback"),
-            ("", "", f"graystack fault {VARIANTS[-1]} --error-rate 0.3 injects errors through Envoy"),
-            *(
-                (f"{v} server", url, "/admin/faults: slow tokens (inter_token_latency_ms)")
-                for v, url in state["model_servers"].items()
-            ),
+            ("", "", f"graystack fault {list(servers)[-1]} --error-rate 0.3 injects errors through Envoy"),
+            *((f"{v} server", url, note) for v, url in servers.items()),
             *((f"{v} probe", url, "/metrics") for v, url in state["probes"].items()),
             ("Envoy admin", state["envoy_admin_url"], "/stats/prometheus"),
         ]

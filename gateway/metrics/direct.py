@@ -37,6 +37,8 @@ ttft, ttft_sum: the model servers' TTFT histogram, buckets and sum, per `segment
   `graystack_request_ttft_seconds`, vLLM's `vllm:time_to_first_token_seconds`, or the histogram
   the spec names (`provider.histograms.ttft`). A server's series without a segment label (vLLM's)
   fall in the unlabelled stratum, compared only where every routed request is split at random.
+  The probes' `graystack_probe_ttft_seconds` too, in a stratum of its own (observations.PROBED): the
+  analysis compares it only where the servers export no TTFT histogram.
 itl, itl_sum: their inter-token histogram likewise (`graystack_request_inter_token_seconds`,
   `vllm:inter_token_latency_seconds`, or `provider.histograms.itl`; stratum: its `segment`).
 
@@ -70,6 +72,7 @@ from gateway.metrics.observations import (
     ERRORS,
     ITL,
     ITL_SUM,
+    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
@@ -93,6 +96,7 @@ MODEL_INFO = "graystack_model_info"
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
 ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|5\d\d)$"
+PROBE_TTFT = "graystack_probe_ttft_seconds"
 COUNTERS = frozenset(
     {UPSTREAM_RQ, PENDING_FAILURE_EJECT, RETRIES, SHADOW_COMPARISONS, WEIGHT_STATUS, MODEL_INFO}
 )
@@ -145,8 +149,7 @@ class DirectProvider:
         }
         self.wanted = COUNTERS | {
             f"{base}{suffix}"
-            for bases in self.latency.values()
-            for base in bases
+            for base in (*self.latency[TTFT], *self.latency[ITL], PROBE_TTFT)
             for suffix in ("_bucket", "_sum")
         }
 
@@ -201,18 +204,19 @@ class DirectProvider:
         """`variant`'s series, each keyed by its signal (the module docstring's terms)."""
         rules = self._rules(variant)
         return [
-            (counter_key(variant, signal, name, labels), value)
+            (counter_key(variant, signal, name, {**labels, **stratum}), value)
             for name, labels, value in samples
-            for signal, wanted, matcher in rules
+            for signal, wanted, matcher, stratum in rules
             if name == wanted and all(p.fullmatch(labels.get(label, "")) for label, p in matcher.items())
         ]
 
-    def _rules(self, variant: str) -> list[tuple[str, str, Matcher]]:
-        """(signal, sample name, label matcher) of each term counted for `variant`."""
+    def _rules(self, variant: str) -> list[tuple[str, str, Matcher, dict[str, str]]]:
+        """(signal, sample name, label matcher, labels set on its series) of each term counted for
+        `variant`."""
         route, shadow = route_cluster(variant, self.fallback), names.shadow_cluster(variant)
         own, answered = _one_of(variant, shadow), _one_of(route, shadow)
         of_variant = {"variant": _one_of(variant)}
-        return [
+        terms = [
             (REQUESTS, UPSTREAM_RQ, {CLUSTER: own, CODE: _one_of("")}),
             (REQUESTS, PENDING_FAILURE_EJECT, {CLUSTER: own}),
             (ERRORS, RETRIES, {CLUSTER: _one_of(route)}),
@@ -225,6 +229,11 @@ class DirectProvider:
             ),
             (COMPARED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("agree", "differ")}),
             (DIFFERED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("differ")}),
+        ]
+        probed = {"segment": PROBED}
+        return [(*term, {}) for term in terms] + [
+            (TTFT, f"{PROBE_TTFT}_bucket", of_variant, probed),
+            (TTFT_SUM, f"{PROBE_TTFT}_sum", of_variant, probed),
         ]
 
 

@@ -41,6 +41,9 @@ SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED)
 
 
 UNLABELLED = "*"  # the segment of a histogram without a `segment` label (a server that is not graystack's)
+PROBED = (
+    "(probe)"  # the segment of the probes' own TTFT histogram: their synthetic requests, straight to a pod
+)
 
 
 def stratum(segment: str | None, prompt_bucket: str = "") -> str:

@@ -23,6 +23,7 @@ from gateway.metrics.observations import (
     ERRORS,
     ITL,
     ITL_SUM,
+    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
@@ -40,6 +41,13 @@ QUERIES: dict[str, str] = {
     "ttft_sum": '{__name__=~"graystack_request_ttft_seconds_sum|vllm:time_to_first_token_seconds_sum",variant="{variant}"}',
     "itl": '{__name__=~"graystack_request_inter_token_seconds_bucket|vllm:inter_token_latency_seconds_bucket",variant="{variant}"}',
     "itl_sum": '{__name__=~"graystack_request_inter_token_seconds_sum|vllm:inter_token_latency_seconds_sum",variant="{variant}"}',
+    # the probes' synthetic requests, in a stratum of their own (compared where the servers have no TTFT)
+    "probe_ttft": 'label_replace(graystack_probe_ttft_seconds_bucket{variant="{variant}"}, "segment", "'
+    + PROBED
+    + '", "", "")',
+    "probe_ttft_sum": 'label_replace(graystack_probe_ttft_seconds_sum{variant="{variant}"}, "segment", "'
+    + PROBED
+    + '", "", "")',
     "compared": 'graystack_shadow_comparisons_total{variant="{variant}",result=~"agree|differ"}',
     "differed": 'graystack_shadow_comparisons_total{variant="{variant}",result="differ"}',
     "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
@@ -55,10 +63,12 @@ SIGNALS: dict[str, str] = {
     "ttft_sum": TTFT_SUM,
     "itl": ITL,
     "itl_sum": ITL_SUM,
+    "probe_ttft": TTFT,
+    "probe_ttft_sum": TTFT_SUM,
     "compared": COMPARED,
     "differed": DIFFERED,
 }
-BUCKETS = frozenset({"ttft", "itl"})  # histogram buckets: each series must keep its `le` label
+BUCKETS = frozenset({"ttft", "itl", "probe_ttft"})  # histogram buckets: each series must keep its `le` label
 PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster"})
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")  # `{name}`: never valid PromQL, whose braces hold label matchers
 

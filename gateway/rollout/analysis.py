@@ -186,7 +186,8 @@ def _ttft_slo(plan: Plan, evidence: Evidence) -> Check:
 # otherwise hold every stage forever. Its samples (0) and this reason say so in status.
 _NO_LATENCY = (
     "no {what} observed from both variants on randomised traffic yet: nothing to judge (the servers' "
-    "histograms, graystack_request_*_seconds, feed it; null in the spec turns it off)"
+    "histograms (graystack's, vLLM's, or provider.histograms) feed it, else the probes' for TTFT; null in "
+    "the spec turns it off)"
 )
 
 
@@ -206,10 +207,12 @@ def _shift(
         return Check(name, Verdict.PASS, ratio, 0, None, threshold, why)
     changed = fired(test.log_detector, plan.log_detector_bound)
     failing = changed or fired(test.log_evalue, plan.log_bound)
+    probed = evidence.ttft_probed if name == TTFT_VS_BASELINE else 0
+    source = f" ({probed} from the probes' requests: the servers export no TTFT histogram)" if probed else ""
     reason = (
         f"{what} latency {'more' if failing else 'not shown more'} than {threshold:g}x the baseline's in "
-        f"distribution over {seen} candidate samples: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}, "
-        f"change detector {test.log_detector:.2f} vs {plan.log_detector_bound:.2f}{busier}"
+        f"distribution over {seen} candidate samples{source}: log e-value {test.log_evalue:.2f} vs "
+        f"{plan.log_bound:.2f}, change detector {test.log_detector:.2f} vs {plan.log_detector_bound:.2f}{busier}"
     )
     verdict = Verdict.FAIL if failing else Verdict.PASS
     # the evidence shown is the statistic that fired (the detector where it did), else the e-value

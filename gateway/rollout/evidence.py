@@ -22,7 +22,9 @@ What each test sees, per look:
   to say, and bounded from above, since a rollout's first looks hold a handful): a split of 70/30
   over one pod each loads the candidate's pod 2.3 times as much, and its queues, not its code, would
   make it slower. Which looks count depends on request counts alone, never on the latencies, so
-  the tests stay valid; a lightly loaded candidate that is still slower is all the more evidence;
+  the tests stay valid; a lightly loaded candidate that is still slower is all the more evidence.
+  Where the servers export no TTFT histogram (llama.cpp, `transformers serve`), TTFT is compared, and
+  the SLO tested, on the probes' synthetic requests (the same one to every pod) instead;
 - shadow_agreement: the candidate's compared shadow answers and those that differed.
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
 counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`.
@@ -34,7 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gateway.metrics.observations import segment_of
+from gateway.metrics.observations import PROBED, segment_of
 from gateway.rollout.increments import Histogram, VariantLook
 from gateway.rollout.plan import Plan
 from gateway.rollout.sequential import RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
@@ -76,6 +78,7 @@ class Evidence:
     itl_shift: ShiftTest | None = None
     disagreement: ThresholdTest | None = None
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
+    ttft_probed: int = 0  # of those, the probes' (servers with no TTFT histogram)
     itl_seen: int = 0
     busier_looks: int = 0  # looks with candidate requests left out of the latency comparisons (busier pods)
     load: tuple[float, float] = (0.0, 0.0)  # candidate's and baseline's requests, decayed sums
@@ -149,22 +152,48 @@ def _routed(strata: Mapping[str, Histogram], plan: Plan) -> dict[str, Histogram]
     return {name: h for name, h in strata.items() if segment_of(name) in plan.randomised_segments}
 
 
+def _probed(strata: Mapping[str, Histogram]) -> dict[str, Histogram]:
+    """The probes' own strata: their synthetic requests, the same one to every pod."""
+    return {name: h for name, h in strata.items() if segment_of(name) == PROBED}
+
+
+def _observed(strata: Mapping[str, Histogram]) -> bool:
+    return any(h.total for h in strata.values())
+
+
+def _compared(
+    ours: Mapping[str, Histogram], theirs: Mapping[str, Histogram], plan: Plan
+) -> tuple[dict[str, Histogram], dict[str, Histogram], bool]:
+    """What a latency comparison reads this look, and whether it is the probes': the servers'
+    randomised traffic where both variants' servers observed some, else the probes' requests (servers
+    that export no TTFT histogram, vLLM's aside, still get compared on what the probes measure)."""
+    mine, other = _routed(ours, plan), _routed(theirs, plan)
+    if _observed(mine) and _observed(other):
+        return mine, other, False
+    return _probed(ours), _probed(theirs), True
+
+
+def _served(strata: Mapping[str, Histogram]) -> dict[str, Histogram]:
+    """The servers' strata where they have any, else the probes' (the SLO test's first tokens)."""
+    servers = {name: h for name, h in strata.items() if segment_of(name) != PROBED}
+    return servers if _observed(servers) else _probed(strata)
+
+
 def _ttft_slo(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
     if evidence.candidate_ttft is None or plan.max_ttft_p95 is None:
         return evidence
+    mine, other = _served(ours.ttft), _served(theirs.ttft)
     edge = evidence.ttft_edge
     if edge is None:
-        edges = sorted(
-            {e for h in ours.ttft.values() for e in h.edges if e >= plan.max_ttft_p95 * (1 - 1e-6)}
-        )
+        edges = sorted({e for h in mine.values() for e in h.edges if e >= plan.max_ttft_p95 * (1 - 1e-6)})
         if not edges:
             return evidence
         edge = edges[0]
     return replace(
         evidence,
         ttft_edge=edge,
-        candidate_ttft=evidence.candidate_ttft.update(*_slow(ours.ttft, edge)),
-        baseline_ttft=evidence.baseline_ttft.update(*_slow(theirs.ttft, edge)),
+        candidate_ttft=evidence.candidate_ttft.update(*_slow(mine, edge)),
+        baseline_ttft=evidence.baseline_ttft.update(*_slow(other, edge)),
     )
 
 
@@ -206,14 +235,16 @@ def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLo
     evidence = replace(evidence, load=smoothed_load(evidence.load, ours, theirs))
     if load_ratio_bound(evidence.load, ours, theirs) > MAX_LOAD_RATIO:
         return replace(evidence, busier_looks=evidence.busier_looks + (ours.requests > 0))
-    ttft = _shift(evidence.ttft_shift, plan, _routed(ours.ttft, plan), _routed(theirs.ttft, plan))
-    itl = _shift(evidence.itl_shift, plan, _routed(ours.itl, plan), _routed(theirs.itl, plan))
+    mine, other, probed = _compared(ours.ttft, theirs.ttft, plan)
+    ttft_seen = round(sum(h.total for h in mine.values()))
+    mine_itl, other_itl = _routed(ours.itl, plan), _routed(theirs.itl, plan)
     return replace(
         evidence,
-        ttft_shift=ttft,
-        itl_shift=itl,
-        ttft_seen=evidence.ttft_seen + round(sum(h.total for h in _routed(ours.ttft, plan).values())),
-        itl_seen=evidence.itl_seen + round(sum(h.total for h in _routed(ours.itl, plan).values())),
+        ttft_shift=_shift(evidence.ttft_shift, plan, mine, other),
+        itl_shift=_shift(evidence.itl_shift, plan, mine_itl, other_itl),
+        ttft_seen=evidence.ttft_seen + ttft_seen,
+        ttft_probed=evidence.ttft_probed + ttft_seen * probed,
+        itl_seen=evidence.itl_seen + round(sum(h.total for h in mine_itl.values())),
     )
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, CounterKey, stratum
+from gateway.metrics.observations import ERRORS, PROBED, REQUESTS, TTFT, CounterKey, stratum
 from gateway.rollout.analysis import analyse, by_name
 from gateway.rollout.evidence import Evidence, add_look, start
 from gateway.rollout.increments import increase, per_variant
@@ -226,3 +226,34 @@ def test_a_handful_of_requests_does_not_show_the_candidate_is_no_busier():
     evidence = run(plan, looks)
     assert evidence.busier_looks == len(counts)
     assert checks(rollout, evidence)["itl_vs_baseline"].verdict == Verdict.PASS
+
+
+def test_servers_with_no_ttft_histogram_are_compared_on_the_probes_requests():
+    """llama.cpp and `transformers serve` export no TTFT histogram: the probes' synthetic requests (their
+    own stratum) are what TTFT is judged on, and the check says so; where the servers do export one,
+    the probes' requests are not counted again."""
+    rollout = spec()
+    plan = plan_for(rollout)
+    probed_only = [
+        {
+            "zero-layer": Traffic(500, ttft=1.0, itl=0.02, segment=PROBED),
+            "baseline": Traffic(500, ttft=0.1, itl=0.02, segment=PROBED),
+        }
+    ] * 5
+    evidence = run(plan, probed_only)
+    check = checks(rollout, evidence)["ttft_vs_baseline"]
+    assert check.verdict == Verdict.FAIL
+    assert "2500 from the probes' requests" in check.reason
+    slo = checks(rollout, evidence)["ttft_p95"]
+    assert slo.samples == 2500  # the SLO reads them too
+
+    both = [
+        {
+            "zero-layer": [Traffic(500, ttft=0.1), Traffic(5, ttft=1.0, segment=PROBED)],
+            "baseline": [Traffic(500, ttft=0.1), Traffic(5, ttft=0.1, segment=PROBED)],
+        }
+    ] * 5
+    served = run(plan, both)
+    assert served.ttft_probed == 0
+    assert served.ttft_seen == 2500
+    assert checks(rollout, served)["ttft_vs_baseline"].verdict == Verdict.PASS

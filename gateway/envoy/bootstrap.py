@@ -29,7 +29,8 @@ from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
 from gateway.envoy import names
-from gateway.envoy.resources import ListenerAddress, _any, _duration
+from gateway.envoy.protos import duration, packed
+from gateway.envoy.resources import ListenerAddress
 
 METADATA_KEY = "graystack"
 
@@ -87,9 +88,9 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
     xds_cluster = cluster_pb2.Cluster(
         name=names.XDS_CLUSTER,
         type=cluster_pb2.Cluster.STATIC if _is_ip(options.xds_host) else cluster_pb2.Cluster.STRICT_DNS,
-        connect_timeout=_duration(1.0),
+        connect_timeout=duration(1.0),
         typed_extension_protocol_options={
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _any(http2_only)
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": packed(http2_only)
         },
         load_assignment=endpoint_pb2.ClusterLoadAssignment(
             cluster_name=names.XDS_CLUSTER,
@@ -119,8 +120,8 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
                         envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.XDS_CLUSTER),
                         retry_policy=base_pb2.RetryPolicy(
                             retry_back_off=backoff_pb2.BackoffStrategy(
-                                base_interval=_duration(options.reconnect_base),
-                                max_interval=_duration(options.reconnect_max),
+                                base_interval=duration(options.reconnect_base),
+                                max_interval=duration(options.reconnect_max),
                             )
                         ),
                     )
@@ -132,12 +133,12 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(clusters=[xds_cluster]),
         # Histograms (upstream_rq_time) reach /stats only at a flush: 1 s instead of 5 s, so the
         # rollout's latency window lags the traffic by at most a second.
-        stats_flush_interval=_duration(1.0),
+        stats_flush_interval=duration(1.0),
         overload_manager=overload_pb2.OverloadManager(
             resource_monitors=[
                 overload_pb2.ResourceMonitor(
                     name="envoy.resource_monitors.global_downstream_max_connections",
-                    typed_config=_any(
+                    typed_config=packed(
                         downstream_connections_pb2.DownstreamConnectionsConfig(
                             max_active_downstream_connections=options.max_downstream_connections
                         )

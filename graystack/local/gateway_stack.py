@@ -16,6 +16,8 @@ import yaml
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 VARIANTS = ("baseline", "zero-layer")
+# A path Envoy routes to the variants (gateway/envoy/routes.py); the stand-ins answer any body.
+INFERENCE_PATH = "/v1/chat/completions"
 PORT_NAMES = ("listen", "envoy_admin", "xds", "admin", "baseline", "zero-layer")
 
 
@@ -200,7 +202,7 @@ class GatewayStack:
         return wait_until(done, timeout, "every proxy to ACK the gateway's config")
 
     def request(self, headers: dict | None = None) -> httpx.Response:
-        return self.client.get("/v1/ping", headers=headers)
+        return self.client.post(INFERENCE_PATH, json={}, headers=headers)
 
     def variant_counts(self, n: int, headers: dict | None = None) -> dict[str, int]:
         counts = dict.fromkeys(VARIANTS, 0)

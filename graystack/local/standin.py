@@ -8,7 +8,8 @@ Real HTTP (uvicorn) on loopback, so Envoy sees a real upstream; it is not the mo
   fail-once  503 on the next request, then ok
   stall      waits `stall_seconds` before answering
 POST /_control {"mode": ..., "stall_seconds": ...} changes the mode; GET /_stats counts answers.
-/readyz and /healthz always answer 200, so only traffic failures are scripted.
+/readyz and /healthz always answer 200, so only traffic failures are scripted; /health is 404, as on
+graystack's own servers (vLLM and llama.cpp answer it), for a health check on a route the server lacks.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class StandInUpstream:
             more = message.get("more_body", False)
         if path in ("/readyz", "/healthz"):
             await self._answer(send, 200, {"status": "ok"}, count=False)
+        elif path == "/health":
+            await self._answer(send, 404, {"error": "no such route"}, count=False)
         elif path == "/_control":
             change = json.loads(body or b"{}")
             self.mode = change.get("mode", self.mode)

@@ -63,6 +63,13 @@ def with_inline_routes(listener, route_config):
         {},
         {"retries": {"attempts": 2}, "outlier_detection": None, "timeouts": {"request": 0}},
         {"routing": {"weights": {"baseline": 100}, "rules": []}},
+        {
+            "health_check": None,
+            "variants": {
+                "baseline": {"endpoints": ["127.0.0.1:8001"], "health_check": {"path": "/health"}},
+                "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
+            },
+        },
     ],
 )
 def test_built_resources_validate_as_static_config(envoy_binary, tmp_path, changes):

@@ -115,6 +115,16 @@ def test_health_checks_run_on_each_servers_path_or_not_at_all(stack):
     assert stack.variant_counts(5, ZERO_LAYER) == {"baseline": 0, "zero-layer": 5}
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions", "/v1/completions?stream=false"],
+)
+def test_the_inference_api_is_routed(stack, path):
+    response = stack.client.post(path, json={})
+    assert response.status_code == 200
+    assert response.headers["x-graystack-variant"] == "baseline"  # the default split, at baseline 100
+
+
 @pytest.mark.parametrize("path", ["/metrics", "/readyz", "/healthz", "/health", "/admin/faults", "/"])
 def test_the_servers_own_routes_are_not_served_to_clients(stack, path):
     response = stack.client.get(path)

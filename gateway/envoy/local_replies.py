@@ -13,13 +13,10 @@ The status stays Envoy's, so the SDKs pick their class by it (anthropic: Gateway
 ServiceUnavailableError on 503, NotFoundError on 404, ContentTooLargeError on 413; openai:
 InternalServerError on 5xx, NotFoundError on 404).
 
-`x-graystack-variant` names the variant the split chose, read from the cluster's metadata
-(`%CLUSTER_METADATA(graystack:variant)%`): every cluster a route names carries it, the
-`<variant>-with-fallback` aggregate included, so the header names the variant, not the cluster. A reply
-before any cluster was chosen (no route) carries none: Envoy drops a header whose value formats empty.
-Checked against Envoy 1.40: both the mapper's headers and ClusterWeight.response_headers_to_add reach
-the router's local replies; the mapper's reach only local replies, so an upstream's own answer (a
-fallback served by the baseline) is never relabelled.
+`x-graystack-variant` names the variant the split chose (gateway/envoy/variant_header.py), not the
+cluster; a reply before any cluster was chosen (no route) carries none. Checked against Envoy 1.40: both
+the mapper's headers and ClusterWeight.response_headers_to_add reach the router's local replies; the
+mapper's reach only local replies, so an upstream's own answer is never relabelled by them.
 """
 
 from __future__ import annotations
@@ -33,10 +30,9 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import struct_pb2
 
-METADATA_NAMESPACE = "graystack"
-VARIANT_HEADER = "x-graystack-variant"
+from gateway.envoy.variant_header import chosen_header
+
 ANTHROPIC_PREFIX = "/v1/messages"
-_VARIANT = f"%CLUSTER_METADATA({METADATA_NAMESPACE}:variant)%"
 _NOT_ROUTED = "no route for %REQ(:METHOD)% %REQ(:PATH)%: the gateway serves the inference API only"
 
 
@@ -82,13 +78,6 @@ KINDS = (
 )
 
 
-def variant_metadata(variant: str) -> base_pb2.Metadata:
-    """Cluster metadata naming the variant whose traffic the cluster carries (read by the replies' header)."""
-    fields = struct_pb2.Struct()
-    fields.update({"variant": variant})
-    return base_pb2.Metadata(filter_metadata={METADATA_NAMESPACE: fields})
-
-
 def _anthropic_body(kind: _Kind) -> dict:
     return {"type": "error", "error": {"type": kind.anthropic, "message": kind.message}}
 
@@ -110,12 +99,7 @@ def _mapper(match: accesslog_pb2.AccessLogFilter, body: dict) -> hcm_pb2.Respons
     return hcm_pb2.ResponseMapper(
         filter=match,
         body_format_override=substitution_format_string_pb2.SubstitutionFormatString(json_format=json_format),
-        headers_to_add=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key=VARIANT_HEADER, value=_VARIANT),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-        ],
+        headers_to_add=[chosen_header()],
     )
 
 

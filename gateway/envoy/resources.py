@@ -25,9 +25,10 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from gateway.envoy import names
-from gateway.envoy.local_replies import build_local_reply_config, variant_metadata
+from gateway.envoy.local_replies import build_local_reply_config
 from gateway.envoy.protos import duration, packed
 from gateway.envoy.routes import build_route_config, models_variant
+from gateway.envoy.variant_header import variant_metadata
 from gateway.rollout.spec import RolloutSpec
 from gateway.xds import types
 
@@ -209,13 +210,15 @@ def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:
 def build_load_assignment(
     variant: str, hosts: Sequence[tuple[str, int]]
 ) -> endpoint_pb2.ClusterLoadAssignment:
+    """The variant's hosts, each naming its variant in its metadata (gateway/envoy/variant_header.py)."""
     return endpoint_pb2.ClusterLoadAssignment(
         cluster_name=variant,
         endpoints=[
             endpoint_components_pb2.LocalityLbEndpoints(
                 lb_endpoints=[
                     endpoint_components_pb2.LbEndpoint(
-                        endpoint=endpoint_components_pb2.Endpoint(address=_socket_address(host, port))
+                        endpoint=endpoint_components_pb2.Endpoint(address=_socket_address(host, port)),
+                        metadata=variant_metadata(variant),
                     )
                     for host, port in hosts
                 ]

@@ -30,6 +30,7 @@ from google.protobuf import wrappers_pb2
 
 from gateway.envoy import names
 from gateway.envoy.protos import duration, packed
+from gateway.envoy.variant_header import served_header
 from gateway.rollout.spec import RolloutSpec
 
 # The POST paths split between the variants: Anthropic's Messages and OpenAI's completions.
@@ -148,7 +149,7 @@ def _models_route(spec: RolloutSpec) -> route_components_pb2.Route:
 
 def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
     """`GET /v1/models`; then, on the inference paths, exact-match header rules first, each its own split,
-    then the default weighted split. Nothing else is routed."""
+    then the default weighted split. Nothing else is routed. Every answer names its variant."""
     header = spec.routing.header
     routes = [_models_route(spec)]
     routes += [
@@ -175,6 +176,11 @@ def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
     return route_pb2.RouteConfiguration(
         name=names.ROUTE_CONFIG,
         virtual_hosts=[
-            route_components_pb2.VirtualHost(name=names.VIRTUAL_HOST, domains=["*"], routes=routes)
+            route_components_pb2.VirtualHost(
+                name=names.VIRTUAL_HOST,
+                domains=["*"],
+                routes=routes,
+                response_headers_to_add=[served_header()],
+            )
         ],
     )

@@ -213,8 +213,11 @@ class GatewayStack:
             counts[response.headers["x-graystack-variant"]] += 1
         return counts
 
-    def set_upstream(self, variant: str, mode: str, stall_seconds: float = 5.0) -> None:
-        body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True}
+    def set_upstream(
+        self, variant: str, mode: str, stall_seconds: float = 5.0, anonymous: bool = False
+    ) -> None:
+        """`anonymous`: its answers carry no `x-graystack-variant`, as a server not graystack's."""
+        body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True, "anonymous": anonymous}
         httpx.post(
             f"http://127.0.0.1:{self.ports[variant]}/_control", json=body, timeout=5
         ).raise_for_status()

@@ -90,6 +90,18 @@ def test_a_timed_out_variant_is_each_sdks_typed_timeout_naming_the_variant(stack
 
 
 @pytest.mark.usefixtures("default_spec")
+def test_a_server_that_does_not_name_itself_is_named_by_envoy_after_the_host_that_answered(stack):
+    """Servers that are not graystack's send no `x-graystack-variant`: Envoy names the variant whose host
+    answered, so a failed attempt retried on the fallback names the fallback."""
+    stack.set_upstream("baseline", "ok", anonymous=True)
+    stack.set_upstream("zero-layer", "ok", anonymous=True)
+    assert stack.variant_counts(3, ZERO_LAYER) == {"baseline": 0, "zero-layer": 3}
+    stack.set_upstream("zero-layer", "fail", anonymous=True)
+    assert stack.variant_counts(3, ZERO_LAYER) == {"baseline": 3, "zero-layer": 0}
+    assert stack.upstream_answers("zero-layer") == {"503": 3}  # each tried on zero-layer first
+
+
+@pytest.mark.usefixtures("default_spec")
 def test_health_checks_run_on_each_servers_path_or_not_at_all(stack):
     """Checked on /health, which the stand-ins lack: zero-layer has no healthy host, and with no fallback
     Envoy answers 503 itself; the baseline, unchecked, serves. Zero-layer's own path heals it."""

@@ -5,7 +5,8 @@ import json
 from envoy.config.accesslog.v3 import accesslog_pb2
 from google.protobuf.json_format import MessageToDict
 
-from gateway.envoy.local_replies import KINDS, build_local_reply_config, variant_metadata
+from gateway.envoy.local_replies import KINDS, build_local_reply_config
+from gateway.envoy.variant_header import variant_metadata
 
 
 def body(mapper) -> dict:
@@ -74,6 +75,7 @@ def test_every_reply_names_the_chosen_variant_from_the_clusters_metadata():
         (header,) = mapper.headers_to_add
         assert header.header.key == "x-graystack-variant"
         assert header.header.value == "%CLUSTER_METADATA(graystack:variant)%"
+        assert header.append_action == header.OVERWRITE_IF_EXISTS_OR_ADD  # over the answering host's
     metadata = MessageToDict(variant_metadata("zero-layer"))
     assert metadata == {"filterMetadata": {"graystack": {"variant": "zero-layer"}}}
     assert json.dumps(metadata)  # plain data, as Envoy's config dump shows it

@@ -138,3 +138,22 @@ def test_a_spec_written_back_keeps_each_variants_health_check():
     flipped = spec.with_split({"baseline": 50, "zero-layer": 50})
     assert flipped.health_check_for("baseline") is None
     assert flipped.health_check_for("zero-layer").path == "/health"
+
+
+def test_every_answer_names_the_variant_of_the_host_that_answered_unless_the_server_did():
+    """For servers that send no `x-graystack-variant` (vLLM, llama.cpp): Envoy adds it from the
+    answering endpoint's metadata, so a fallback's answer names the fallback."""
+    resources = build()
+    (route_config,) = resources.routes
+    (header,) = route_config.virtual_hosts[0].response_headers_to_add
+    assert (header.header.key, header.header.value) == (
+        "x-graystack-variant",
+        "%UPSTREAM_METADATA(graystack:variant)%",
+    )
+    assert header.append_action == header.ADD_IF_ABSENT
+    for assignment in resources.endpoints:
+        for endpoint in assignment.endpoints[0].lb_endpoints:
+            assert endpoint.metadata.filter_metadata["graystack"]["variant"] == assignment.cluster_name
+    clusters = {c.name: c for c in resources.clusters}
+    for cluster, variant in [("zero-layer-with-fallback", "zero-layer"), ("baseline-models", "baseline")]:
+        assert clusters[cluster].metadata.filter_metadata["graystack"]["variant"] == variant

@@ -33,7 +33,8 @@ from google.protobuf import struct_pb2
 from gateway.envoy.variant_header import chosen_header
 
 ANTHROPIC_PREFIX = "/v1/messages"
-_NOT_ROUTED = "no route for %REQ(:METHOD)% %REQ(:PATH)%: the gateway serves the inference API only"
+# The path cut at 200 characters: a reply need not echo a client's 8 KiB path.
+_NOT_ROUTED = "no route for %REQ(:METHOD)% %REQ(:PATH):200%: the gateway serves the inference API only"
 
 
 @dataclass(frozen=True)

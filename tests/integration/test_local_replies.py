@@ -147,6 +147,12 @@ def test_the_servers_own_routes_are_not_served_to_clients(stack, path):
     assert "x-graystack-variant" not in response.headers  # no variant was chosen
 
 
+def test_an_unrouted_path_is_echoed_cut_short(stack):
+    response = stack.client.get("/" + "x" * 5000)
+    assert response.status_code == 404
+    assert len(response.json()["error"]["message"]) < 300
+
+
 def test_an_unrouted_anthropic_path_is_the_anthropic_sdks_not_found(stack):
     client, _ = clients(stack)
     with pytest.raises(anthropic.NotFoundError) as raised:

@@ -67,7 +67,7 @@ def test_each_envoy_reply_gets_the_type_its_sdk_expects():
 
 def test_an_unrouted_request_is_told_what_it_asked_for():
     (unrouted,) = [k for k in KINDS if k.match.response_flag_filter.flags == ["NR"]]
-    assert "%REQ(:METHOD)% %REQ(:PATH)%" in unrouted.message
+    assert "%REQ(:METHOD)% %REQ(:PATH):200%" in unrouted.message
 
 
 def test_every_reply_names_the_chosen_variant_from_the_clusters_metadata():

@@ -1,4 +1,4 @@
-"""What the gateway hop (Envoy) adds to a request: the same GET through Envoy and straight to the upstream.
+"""What the gateway hop (Envoy) adds to a request: the same POST through Envoy and straight to the upstream.
 
 The stack (tests.support.stack: stand-in upstreams, `graystack gateway`, real Envoy) is set to
 {baseline: 100}, so both paths end at the same baseline process. The two are measured side by side
@@ -17,8 +17,9 @@ import time
 import httpx
 
 from bench._common import brief, running_stack, summarize, write_result
+from graystack.local.gateway_stack import INFERENCE_PATH
 
-PATH = "/v1/ping"
+PATH = INFERENCE_PATH  # a path Envoy routes to the variants
 
 
 def check(response: httpx.Response) -> None:
@@ -33,14 +34,14 @@ def sequential(urls: dict[str, str], n: int, block: int, warmup: int) -> dict[st
     try:
         for client in clients.values():
             for _ in range(warmup):
-                check(client.get(PATH))
+                check(client.post(PATH, json={}))
         names = list(urls)
         for b in range(n // block):
             for name in names if b % 2 == 0 else names[::-1]:
                 client = clients[name]
                 for _ in range(block):
                     started = time.perf_counter()
-                    response = client.get(PATH)
+                    response = client.post(PATH, json={})
                     latencies[name].append(time.perf_counter() - started)
                     check(response)
     finally:
@@ -65,13 +66,13 @@ async def concurrent(urls: dict[str, str], n: int, rounds: int, concurrency: int
     async def worker(client: httpx.AsyncClient, name: str, count: int) -> None:
         for _ in range(count):
             started = time.perf_counter()
-            response = await client.get(PATH)
+            response = await client.post(PATH, json={})
             latencies[name].append(time.perf_counter() - started)
             check(response)
 
     try:
         for pool in clients.values():  # open the connections before timing
-            await asyncio.gather(*(client.get(PATH) for client in pool))
+            await asyncio.gather(*(client.post(PATH, json={}) for client in pool))
         names = list(urls)
         per_worker = n // rounds // concurrency
         for r in range(rounds):

@@ -54,6 +54,7 @@ from envoy.type.v3 import percent_pb2
 
 from gateway.envoy import names
 from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
+from gateway.envoy.variant_header import variant_metadata
 
 MAX_LATENCY_MS = 600_000
 FAULT_FILTER = "envoy.filters.http.fault"
@@ -110,7 +111,8 @@ def build_faulted_load_assignment(
                 health_check_config=endpoint_components_pb2.Endpoint.HealthCheckConfig(
                     disable_active_health_check=True
                 ),
-            )
+            ),
+            metadata=variant_metadata(variant),
         )
         for host, port in hosts
     ]
@@ -118,6 +120,7 @@ def build_faulted_load_assignment(
         endpoint_components_pb2.LbEndpoint(
             endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port)),
             health_status=health_check_pb2.DRAINING,
+            metadata=variant_metadata(variant),
         )
         for host, port in hosts
     ]

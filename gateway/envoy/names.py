@@ -27,6 +27,11 @@ def unfaulted_cluster(variant: str) -> str:
     return f"{variant}-unfaulted"
 
 
+def models_cluster(variant: str) -> str:
+    """The cluster `GET /v1/models` goes to: `variant`'s endpoints, its own stats, out of the analysis."""
+    return f"{variant}-models"
+
+
 # Every route sets this request header to its segment (the header rule's value, or DEFAULT_SEGMENT), so the
 # model servers can label their latency histograms by the segment a request came through.
 SEGMENT_HEADER = "x-graystack-segment"

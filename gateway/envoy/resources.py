@@ -1,4 +1,5 @@
 """Pure builders: rollout spec + endpoints -> Envoy Listener, RouteConfiguration, Cluster, CLA protos.
+The routes are gateway/envoy/routes.py's, the listener's local replies gateway/envoy/local_replies.py's.
 
 No I/O here. Known Envoy 1.40 traps these builders avoid (../shared/research/xds_control_plane.md):
 route timeout defaults to 15 s (cuts streams), retries stay on the weighted cluster first picked
@@ -13,15 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2
-from envoy.config.core.v3 import base_pb2, health_check_pb2
+from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
-from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.config.route.v3 import route_pb2
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
-from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
-from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
@@ -34,6 +33,9 @@ from gateway.envoy.faults import (
     build_faulted_load_assignment,
     build_unfaulted_cluster,
 )
+from gateway.envoy.local_replies import build_local_reply_config
+from gateway.envoy.routes import build_route_config, models_variant
+from gateway.envoy.variant_header import variant_metadata
 from gateway.rollout.spec import RolloutSpec
 from gateway.xds import types
 
@@ -83,6 +85,7 @@ def build_resources(
         ]
     if spec.routing.mirror is not None:
         clusters.append(build_shadow_cluster(spec.routing.mirror.variant))
+    clusters.append(build_models_cluster(models_variant(spec)))
     clusters += [build_unfaulted_cluster(variant) for variant in faulted]
     return EnvoyResources(
         clusters=clusters,
@@ -92,14 +95,32 @@ def build_resources(
             else build_load_assignment(v, endpoints[v])
             for v in spec.variants
         ]
-        + [build_load_assignment(names.unfaulted_cluster(v), endpoints[v]) for v in faulted],
+        + [build_load_assignment(v, endpoints[v], names.unfaulted_cluster(v)) for v in faulted],
         listeners=[build_listener(listen)] + [build_fault_listener(v) for v in faulted],
         routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in faulted.items()],
     )
 
 
+def _health_checks(spec: RolloutSpec, variant: str) -> list[health_check_pb2.HealthCheck]:
+    """The variant's active health check on its server's own path, or none (`health_check: null`)."""
+    hc = spec.health_check_for(variant)
+    if hc is None:
+        return []
+    return [
+        health_check_pb2.HealthCheck(
+            timeout=duration(hc.timeout),
+            interval=duration(hc.interval),
+            no_traffic_interval=duration(hc.interval),
+            unhealthy_threshold=wrappers_pb2.UInt32Value(value=hc.unhealthy_threshold),
+            healthy_threshold=wrappers_pb2.UInt32Value(value=hc.healthy_threshold),
+            http_health_check=health_check_pb2.HealthCheck.HttpHealthCheck(path=hc.path),
+        )
+    ]
+
+
 def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluster:
-    """An EDS cluster per variant, health-checked on the server's readiness path.
+    """An EDS cluster per variant, health-checked on the server's health path unless the spec turns it off
+    (a host with no health check counts as healthy; outlier detection still ejects it on 5xx).
 
     `ignore_health_on_host_removal`: a pod that left the endpoints (a terminating pod, a scale-down) is
     dropped at once, not kept for as long as it still passes Envoy's own health checks.
@@ -109,24 +130,15 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
     the fallback. The fallback itself keeps Envoy's panic default so it is never black-holed by its
     own health checks.
     """
-    hc = spec.health_check
     cluster = cluster_pb2.Cluster(
         name=variant,
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
         connect_timeout=duration(1.0),
         lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
-        health_checks=[
-            health_check_pb2.HealthCheck(
-                timeout=duration(hc.timeout),
-                interval=duration(hc.interval),
-                no_traffic_interval=duration(hc.interval),
-                unhealthy_threshold=wrappers_pb2.UInt32Value(value=hc.unhealthy_threshold),
-                healthy_threshold=wrappers_pb2.UInt32Value(value=hc.healthy_threshold),
-                http_health_check=health_check_pb2.HealthCheck.HttpHealthCheck(path=hc.path),
-            )
-        ],
+        health_checks=_health_checks(spec, variant),
         circuit_breakers=circuit_breakers(),
+        metadata=variant_metadata(variant),
         ignore_health_on_host_removal=True,
     )
     od = spec.outlier_detection
@@ -145,13 +157,10 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
     return cluster
 
 
-def build_shadow_cluster(variant: str) -> cluster_pb2.Cluster:
-    """Where mirrored requests go: the variant's own endpoints (its EDS resource, shared by name) under
-    a cluster of their own, so the shadow traffic's answers are counted apart from the routed
-    traffic's (Envoy discards them). No health checks and no outlier detection: a copy sent to a pod
-    that is down must fail where the analysis sees it, not vanish as "no healthy upstream"."""
+def _endpoints_of(variant: str, name: str) -> cluster_pb2.Cluster:
+    """A cluster `name` over `variant`'s endpoints (its EDS resource, shared by name), with stats of its own."""
     return cluster_pb2.Cluster(
-        name=names.shadow_cluster(variant),
+        name=name,
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(
             eds_config=ads_config_source(), service_name=variant
@@ -159,7 +168,23 @@ def build_shadow_cluster(variant: str) -> cluster_pb2.Cluster:
         connect_timeout=duration(1.0),
         lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
         circuit_breakers=circuit_breakers(),
+        metadata=variant_metadata(variant),
     )
+
+
+def build_shadow_cluster(variant: str) -> cluster_pb2.Cluster:
+    """Where mirrored requests go: the variant's own endpoints under a cluster of their own, so the shadow
+    traffic's answers are counted apart from the routed traffic's (Envoy discards them). No health checks
+    and no outlier detection: a copy sent to a pod that is down must fail where the analysis sees it, not
+    vanish as "no healthy upstream"."""
+    return _endpoints_of(variant, names.shadow_cluster(variant))
+
+
+def build_models_cluster(variant: str) -> cluster_pb2.Cluster:
+    """Where `GET /v1/models` goes (gateway/envoy/routes.py): the baseline's endpoints, counted apart from
+    its inference traffic so the analysis never reads them. No health checks of its own (the variant's
+    cluster has them); the route retries a refused connection on another pod."""
+    return _endpoints_of(variant, names.models_cluster(variant))
 
 
 def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:
@@ -181,19 +206,23 @@ def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:
             typed_config=any_proto(aggregate_pb2.ClusterConfig(clusters=[variant, fallback])),
         ),
         circuit_breakers=circuit_breakers(),
+        metadata=variant_metadata(variant),
     )
 
 
 def build_load_assignment(
-    variant: str, hosts: Sequence[tuple[str, int]]
+    variant: str, hosts: Sequence[tuple[str, int]], cluster: str | None = None
 ) -> endpoint_pb2.ClusterLoadAssignment:
+    """The variant's hosts (for `cluster`, default the variant's own), each naming its variant in its
+    metadata (gateway/envoy/variant_header.py)."""
     return endpoint_pb2.ClusterLoadAssignment(
-        cluster_name=variant,
+        cluster_name=cluster or variant,
         endpoints=[
             endpoint_components_pb2.LocalityLbEndpoints(
                 lb_endpoints=[
                     endpoint_components_pb2.LbEndpoint(
-                        endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port))
+                        endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port)),
+                        metadata=variant_metadata(variant),
                     )
                     for host, port in hosts
                 ]
@@ -210,6 +239,7 @@ def build_listener(listen: ListenerAddress) -> listener_pb2.Listener:
         http_filters=[
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router()))
         ],
+        local_reply_config=build_local_reply_config(),
     )
     return listener_pb2.Listener(
         name=names.LISTENER,
@@ -222,112 +252,5 @@ def build_listener(listen: ListenerAddress) -> listener_pb2.Listener:
                     )
                 ]
             )
-        ],
-    )
-
-
-def cluster_for(spec: RolloutSpec, variant: str) -> str:
-    """The cluster a route names for `variant`: its fallback aggregate when one is configured."""
-    fallback = spec.retries.fallback
-    if fallback is None or variant == fallback:
-        return variant
-    return names.fallback_cluster(variant)
-
-
-def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_components_pb2.RouteAction:
-    """The split's weighted clusters; a mirror copies the requests of a split that gives its variant
-    nothing (a segment already routed to the variant is not sent to it twice)."""
-    mirror = spec.routing.mirror
-    mirrors = []
-    if mirror is not None and mirror.percent > 0 and split.get(mirror.variant, 0) == 0:
-        mirrors.append(
-            route_components_pb2.RouteAction.RequestMirrorPolicy(
-                cluster=names.shadow_cluster(mirror.variant),
-                runtime_fraction=base_pb2.RuntimeFractionalPercent(
-                    default_value=percent_pb2.FractionalPercent(
-                        numerator=mirror.percent, denominator=percent_pb2.FractionalPercent.HUNDRED
-                    )
-                ),
-            )
-        )
-    return route_components_pb2.RouteAction(
-        request_mirror_policies=mirrors,
-        weighted_clusters=route_components_pb2.WeightedCluster(
-            clusters=[
-                route_components_pb2.WeightedCluster.ClusterWeight(
-                    name=cluster_for(spec, variant), weight=wrappers_pb2.UInt32Value(value=weight)
-                )
-                for variant, weight in sorted(split.items())
-                if weight > 0
-            ]
-        ),
-        timeout=duration(spec.timeouts.request),
-        retry_policy=_retry_policy(spec),
-    )
-
-
-def _retry_policy(spec: RolloutSpec) -> route_components_pb2.RetryPolicy:
-    policy = route_components_pb2.RetryPolicy(
-        retry_on=spec.retries.on,
-        num_retries=wrappers_pb2.UInt32Value(value=spec.retries.attempts),
-    )
-    if spec.timeouts.first_byte is not None:
-        # Envoy's idle timeout bounds every gap between bytes, not only the first: it means "first
-        # byte" because the model servers ping a started stream while it waits for a token
-        # (inference/server/keepalive.py), so only an attempt that has not answered at all is cut.
-        policy.per_try_idle_timeout.CopyFrom(duration(spec.timeouts.first_byte))
-    if spec.retries.fallback is not None:
-        policy.retry_priority.CopyFrom(
-            route_components_pb2.RetryPolicy.RetryPriority(
-                name="envoy.retry_priorities.previous_priorities",
-                typed_config=any_proto(
-                    previous_priorities_config_pb2.PreviousPrioritiesConfig(update_frequency=1)
-                ),
-            )
-        )
-    return policy
-
-
-def _segment_header(segment: str) -> base_pb2.HeaderValueOption:
-    """`x-graystack-segment: <segment>` on every request a route forwards (and its mirrored copy),
-    replacing any a client sent: the model servers label their latency histograms with it, so the
-    rollout compares variants only on segments split at random (gateway/rollout/plan.py)."""
-    return base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=names.SEGMENT_HEADER, value=segment),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-    )
-
-
-def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
-    """Exact-match header rules first, each its own split; then the default weighted split."""
-    header = spec.routing.header
-    routes = [
-        route_components_pb2.Route(
-            name=f"{header.lower()}={rule.value}",
-            match=route_components_pb2.RouteMatch(
-                prefix="/",
-                headers=[
-                    route_components_pb2.HeaderMatcher(
-                        name=header, string_match=string_pb2.StringMatcher(exact=rule.value)
-                    )
-                ],
-            ),
-            route=_route_action(spec, rule.split()),
-            request_headers_to_add=[_segment_header(rule.value)],
-        )
-        for rule in spec.routing.rules
-    ]
-    routes.append(
-        route_components_pb2.Route(
-            name="default",
-            match=route_components_pb2.RouteMatch(prefix="/"),
-            route=_route_action(spec, spec.routing.weights),
-            request_headers_to_add=[_segment_header(names.DEFAULT_SEGMENT)],
-        )
-    )
-    return route_pb2.RouteConfiguration(
-        name=names.ROUTE_CONFIG,
-        virtual_hosts=[
-            route_components_pb2.VirtualHost(name=names.VIRTUAL_HOST, domains=["*"], routes=routes)
         ],
     )

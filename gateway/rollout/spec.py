@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -104,10 +105,29 @@ def _format_endpoint(endpoint: tuple[str, int]) -> str:
 Endpoint = Annotated[tuple[str, int], BeforeValidator(_parse_endpoint), PlainSerializer(_format_endpoint)]
 
 
+def _check_path(path: str) -> str:
+    if not path.startswith("/") or any(c.isspace() for c in path):
+        raise ValueError(
+            f"{path!r} is not an HTTP path; use e.g. /readyz (graystack) or /health (vLLM, llama.cpp)"
+        )
+    return path
+
+
+HttpPath = Annotated[str, AfterValidator(_check_path)]
+
+
+class VariantHealthCheck(_Model):
+    """A variant's own health route: `path` replaces `health_check.path` (None: the spec's)."""
+
+    path: HttpPath | None = None
+
+
 class Variant(_Model):
     endpoints: list[Endpoint] | None = None
     service: str | None = None
     port: int | None = Field(default=None, gt=0, lt=65536)
+    # Left out: the spec's `health_check`; `{path: /health}`: that, on the variant's own path; null: none.
+    health_check: VariantHealthCheck | None = VariantHealthCheck()
 
     @model_validator(mode="after")
     def _one_source(self) -> Variant:
@@ -191,7 +211,7 @@ class Retries(_Model):
 
 
 class HealthCheck(_Model):
-    path: str = "/readyz"
+    path: HttpPath = "/readyz"
     interval: Duration = 2.0
     timeout: Duration = 1.0
     unhealthy_threshold: int = Field(default=2, ge=1)
@@ -322,7 +342,7 @@ class RolloutSpec(_Model):
     routing: Routing
     timeouts: Timeouts = Timeouts()
     retries: Retries = Retries()
-    health_check: HealthCheck = HealthCheck()
+    health_check: HealthCheck | None = HealthCheck()  # None: no active health checks, unless a variant asks
     outlier_detection: OutlierDetection | None = OutlierDetection()
     strategy: Strategy | None = None
     analysis: Analysis = Analysis()
@@ -345,6 +365,16 @@ class RolloutSpec(_Model):
         if self.timeouts.first_byte is not None and self.timeouts.first_byte == 0:
             raise ValueError("timeouts.first_byte: must be above 0 (omit it for none)")
         return self
+
+    def health_check_for(self, variant: str) -> HealthCheck | None:
+        """The active health check Envoy runs on `variant`'s hosts, or None for none: a variant's own
+        `health_check` path over the spec's (or over the defaults, where the spec's is null)."""
+        own = self.variants[variant].health_check
+        if own is None:
+            return None
+        if own.path is None:
+            return self.health_check
+        return (self.health_check or HealthCheck()).model_copy(update={"path": own.path})
 
     def with_split(self, weights: Mapping[str, int], segment: str | None = None) -> RolloutSpec:
         """A copy whose default split (or one segment's) is `weights`, validated like a file edit."""

@@ -18,6 +18,8 @@ from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 VARIANTS = ("baseline", "zero-layer")
+# A path Envoy routes to the variants (gateway/envoy/routes.py); the stand-ins answer any body.
+INFERENCE_PATH = "/v1/chat/completions"
 PORT_NAMES = ("listen", "envoy_admin", "xds", "admin", "baseline", "zero-layer")
 
 
@@ -217,7 +219,7 @@ class GatewayStack:
         return wait_until(done, timeout, "every proxy to ACK the gateway's config")
 
     def request(self, headers: dict | None = None) -> httpx.Response:
-        return self.client.get("/v1/ping", headers=headers)
+        return self.client.post(INFERENCE_PATH, json={}, headers=headers)
 
     def variant_counts(self, n: int, headers: dict | None = None) -> dict[str, int]:
         counts = dict.fromkeys(VARIANTS, 0)
@@ -235,8 +237,11 @@ class GatewayStack:
         with AdminClient(self.admin_url) as admin:
             return admin.set_fault(variant, error_rate, status, latency_ms)
 
-    def set_upstream(self, variant: str, mode: str, stall_seconds: float = 5.0) -> None:
-        body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True}
+    def set_upstream(
+        self, variant: str, mode: str, stall_seconds: float = 5.0, anonymous: bool = False
+    ) -> None:
+        """`anonymous`: its answers carry no `x-graystack-variant`, as a server not graystack's."""
+        body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True, "anonymous": anonymous}
         httpx.post(
             f"http://127.0.0.1:{self.ports[variant]}/_control", json=body, timeout=5
         ).raise_for_status()

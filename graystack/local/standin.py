@@ -7,8 +7,10 @@ Real HTTP (uvicorn) on loopback, so Envoy sees a real upstream; it is not the mo
   fail       503 on every request
   fail-once  503 on the next request, then ok
   stall      waits `stall_seconds` before answering
-POST /_control {"mode": ..., "stall_seconds": ...} changes the mode; GET /_stats counts answers.
-/readyz and /healthz always answer 200, so only traffic failures are scripted.
+POST /_control {"mode": ..., "stall_seconds": ..., "anonymous": ...} changes the mode (anonymous: answers
+carry no `x-graystack-variant`, as a server not graystack's); GET /_stats counts answers.
+/readyz and /healthz always answer 200, so only traffic failures are scripted; /health is 404, as on
+graystack's own servers (vLLM and llama.cpp answer it), for a health check on a route the server lacks.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class StandInUpstream:
         self.name = name
         self.mode = mode
         self.stall_seconds = stall_seconds
+        self.anonymous = False
         self.answers: Counter[int] = Counter()
 
     async def __call__(self, scope, receive, send) -> None:
@@ -40,10 +43,13 @@ class StandInUpstream:
             more = message.get("more_body", False)
         if path in ("/readyz", "/healthz"):
             await self._answer(send, 200, {"status": "ok"}, count=False)
+        elif path == "/health":
+            await self._answer(send, 404, {"error": "no such route"}, count=False)
         elif path == "/_control":
             change = json.loads(body or b"{}")
             self.mode = change.get("mode", self.mode)
             self.stall_seconds = float(change.get("stall_seconds", self.stall_seconds))
+            self.anonymous = bool(change.get("anonymous", self.anonymous))
             if change.get("reset"):
                 self.answers.clear()
             await self._answer(send, 200, {"mode": self.mode}, count=False)
@@ -67,11 +73,9 @@ class StandInUpstream:
         if count:
             self.answers[status] += 1
         body = json.dumps(payload).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"x-graystack-variant", self.name.encode()),
-        ]
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if not self.anonymous:
+            headers.append((b"x-graystack-variant", self.name.encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

@@ -220,9 +220,12 @@ def test_a_vllm_variant_replaces_the_server_and_its_queries_follow() -> None:
     assert "command" not in server
     assert server["args"][:2] == ["--model", "/weights/llama-3.1-8b-instruct-new"]
     assert server["readinessProbe"]["httpGet"]["path"] == "/health"
+    spec = spec_of(chart)
+    assert spec.health_check.path == "/readyz"  # the values' rollout.health_check: graystack's path
+    assert spec.health_check_for("zero-layer").path == "/health"  # Envoy checks vLLM where it answers
     assert "initContainers" not in pod
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "model-weights"
-    queries = spec_of(chart).analysis.provider.queries
+    queries = spec.analysis.provider.queries
     assert queries["ttft"] == 'vllm:time_to_first_token_seconds_bucket{variant="{variant}"}'
 
 

@@ -70,6 +70,16 @@ def with_inline_routes(listener, route_config):
         ({}, None),
         ({"retries": {"attempts": 2}, "outlier_detection": None, "timeouts": {"request": 0}}, None),
         ({"routing": {"weights": {"baseline": 100}, "rules": []}}, None),
+        (
+            {
+                "health_check": None,
+                "variants": {
+                    "baseline": {"endpoints": ["127.0.0.1:8001"], "health_check": {"path": "/health"}},
+                    "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
+                },
+            },
+            None,
+        ),
         ({}, {"zero-layer": Fault(error_rate=0.5, status=500, latency_ms=100)}),  # every variant's hop
     ],
 )

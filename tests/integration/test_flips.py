@@ -8,6 +8,7 @@ import threading
 import httpx
 import pytest
 
+from graystack.local.gateway_stack import INFERENCE_PATH
 from graystack.local.processes import wait_until
 
 
@@ -61,7 +62,7 @@ def run_load(base_url: str, stop: threading.Event, codes: list[int], concurrency
     async def worker(client: httpx.AsyncClient) -> None:
         while not stop.is_set():
             try:
-                response = await client.get("/v1/ping")
+                response = await client.post(INFERENCE_PATH, json={})
                 codes.append(response.status_code)
             except httpx.HTTPError as error:
                 codes.append(repr(error))

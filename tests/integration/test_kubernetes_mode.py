@@ -32,6 +32,7 @@ from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout.machine import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
+from graystack.local.gateway_stack import INFERENCE_PATH
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from tests.support.kube_api import FakeApiServer
 
@@ -188,7 +189,7 @@ async def eventually(check: Callable[[], object], seconds: float, what: str):
 async def counts(client: httpx.AsyncClient, n: int = 20) -> dict[str, int]:
     seen = dict.fromkeys(VARIANTS, 0)
     for _ in range(n):
-        response = await client.get("/v1/ping")
+        response = await client.post(INFERENCE_PATH, json={})
         assert response.status_code == 200, response.text
         seen[response.headers["x-graystack-variant"]] += 1
     return seen

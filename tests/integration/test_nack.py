@@ -16,7 +16,7 @@ from gateway.app import GatewayOptions, GatewayProcess
 from gateway.envoy.resources import ListenerAddress, build_resources
 from gateway.sources.endpoints import static_endpoints
 from gateway.xds.types import ROUTE
-from graystack.local.gateway_stack import GatewayStack
+from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
 from graystack.local.processes import start_process
 
 
@@ -58,7 +58,7 @@ async def test_a_rejected_route_leaves_the_last_acked_one_serving(tmp_path, envo
         async with httpx.AsyncClient(base_url=listener, timeout=5) as client:
 
             async def variant_served():
-                response = await client.get("/")
+                response = await client.post(INFERENCE_PATH, json={})
                 return response.status_code == 200 and response.headers["x-graystack-variant"]
 
             assert await poll(variant_served, 30, "Envoy to serve") == "zero-layer"

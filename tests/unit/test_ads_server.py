@@ -60,7 +60,7 @@ async def test_a_proxy_gets_its_whole_config_and_its_acks_are_recorded(served):
     client = AdsClient(channel, "envoy-1")
     got = await handshake(client)
     assert list(got) == [CLUSTER, LISTENER, ENDPOINT, ROUTE]
-    assert len(got[CLUSTER].resources) == 3  # baseline, zero-layer and its fallback aggregate
+    assert len(got[CLUSTER].resources) == 4  # baseline, zero-layer, its fallback aggregate, /v1/models'
     assert len(got[ENDPOINT].resources) == 2
     assert await ads.wait_converged(seconds=2)
     (proxy,) = ads.streams()

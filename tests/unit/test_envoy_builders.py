@@ -18,16 +18,20 @@ def build(**changes):
 
 
 def routes_of(resources):
+    """The inference routes: header rules and the default split, after `GET /v1/models`'s own route."""
     (route_config,) = resources.routes
     (host,) = route_config.virtual_hosts
-    return host.routes
+    models, *inference = host.routes
+    assert models.name == "models"
+    return inference
 
 
 def test_header_rules_come_first_then_the_weighted_default():
     routes = routes_of(build())
     assert [r.name for r in routes] == ["x-client-type=high_load", "x-client-type=mobile", "default"]
     high_load, mobile, default = routes
-    (matcher,) = high_load.match.headers
+    method, matcher = high_load.match.headers
+    assert (method.name, method.string_match.exact) == (":method", "POST")
     assert matcher.name == "X-Client-Type"
     assert matcher.string_match.exact == "high_load"
     assert not matcher.HasField("exact_match")  # deprecated in Envoy; may become fatal
@@ -38,7 +42,7 @@ def test_header_rules_come_first_then_the_weighted_default():
         ("baseline", 80),
         (names.fallback_cluster("zero-layer"), 20),
     ]
-    assert not default.match.headers
+    assert [h.name for h in default.match.headers] == [":method"]
     assert [(c.name, c.weight.value) for c in default.route.weighted_clusters.clusters] == [
         ("baseline", 95),
         (names.fallback_cluster("zero-layer"), 5),
@@ -53,7 +57,11 @@ def test_a_variant_at_zero_percent_is_left_out_of_the_split():
 
 def test_without_a_fallback_routes_name_the_variant_clusters_and_no_aggregate_exists():
     resources = build(retries={"attempts": 2})
-    assert [c.name for c in resources.clusters] == ["baseline", "zero-layer"]
+    assert [c.name for c in resources.clusters] == [
+        "baseline",
+        "zero-layer",
+        names.models_cluster("baseline"),
+    ]
     default = routes_of(resources)[-1]
     assert [c.name for c in default.route.weighted_clusters.clusters] == ["baseline", "zero-layer"]
     assert not default.route.retry_policy.HasField("retry_priority")

@@ -23,9 +23,19 @@ def test_a_busy_well_known_port_is_named_with_its_purpose_and_the_way_out(tmp_pa
         port = holder.getsockname()[1]
         monkeypatch.setattr(supervisor, "DEFAULT_PORTS", {"admin": port})
         with pytest.raises(StartupError) as error:
-            Supervisor(UpOptions(tmp_path, {}))._well_known_ports()
+            Supervisor(UpOptions(tmp_path, {}))._well_known_ports({"admin", "listen"})
     assert f"{port} (the gateway's admin API)" in str(error.value)
     assert "graystack up --free-ports" in str(error.value)
+
+
+def test_only_the_ports_of_processes_up_starts_are_checked(tmp_path, monkeypatch):
+    """In front of the user's servers (`--upstream`), their ports, busy by design, are not `up`'s."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        monkeypatch.setattr(supervisor, "DEFAULT_PORTS", {"baseline": port, "admin": 1})
+        assert Supervisor(UpOptions(tmp_path, {}))._well_known_ports({"admin"}) == {"admin": 1}
 
 
 def test_a_second_holder_of_the_run_state_is_refused_with_who_holds_it(tmp_path):

@@ -67,11 +67,11 @@ def test_the_spec_up_starts_with_sends_everything_to_the_baseline_and_expects_no
 
 def test_a_users_spec_keeps_the_thresholds_it_does_not_name():
     front = upstream_options(("a=http://127.0.0.1:1", "b=http://127.0.0.1:2"), None, ())
-    changes = local_spec({"variants": {"x": {}}, "analysis": {"max_error_rate": 0.01}}, front)
+    changes = local_spec({"variants": {"x": {}}, "analysis": {"max_error_rate": 0.005}}, front)
     assert "variants" not in changes  # always the upstreams
     servers = {name: Upstream(name, host, port) for name, (host, port) in front.addresses.items()}
     spec = validate_spec(overlay(upstream_spec(servers, "a"), changes))
-    assert spec.analysis.max_error_rate == 0.01
+    assert spec.analysis.max_error_rate == 0.005
     assert spec.analysis.expected_weight_status is None  # `up`'s, for servers with no probe
     with pytest.raises(Exception, match=r"analysis\.max_error_rate"):
         local_spec({"analysis": {"max_error_rate": 2}}, front)

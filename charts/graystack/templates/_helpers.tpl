@@ -68,12 +68,17 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* The rollout spec the gateway watches: the values' `rollout`, with variants from `variants`. */}}
+{{/* The rollout spec the gateway watches: the values' `rollout`, with variants from `variants`. Envoy
+health-checks each variant on its server's own readiness path (vLLM: /health; graystack: /readyz). */}}
 {{- define "graystack.spec" -}}
 {{- $variants := dict -}}
 {{- range $name, $v := .Values.variants -}}
 {{- if $v.enabled -}}
-{{- $_ := set $variants $name (dict "service" (include "graystack.componentName" (dict "root" $ "component" $name)) "port" (int $v.server.port)) -}}
+{{- $variant := dict "service" (include "graystack.componentName" (dict "root" $ "component" $name)) "port" (int $v.server.port) -}}
+{{- if $v.server.readinessPath -}}
+{{- $_ := set $variant "health_check" (dict "path" $v.server.readinessPath) -}}
+{{- end -}}
+{{- $_ := set $variants $name $variant -}}
 {{- end -}}
 {{- end -}}
 {{- $spec := deepCopy .Values.rollout -}}

@@ -10,6 +10,7 @@ set (name -> object, the JSON the server sent) goes to `on_change`, on the refle
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -48,6 +49,7 @@ class Reflector:
         self._listed_at = 0.0
         self._stopping = threading.Event()
         self._watch: watch.Watch | None = None
+        self._response = None  # the open watch's HTTP response, shut down by stop()
         self._thread: threading.Thread | None = None
 
     @property
@@ -69,7 +71,10 @@ class Reflector:
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
         if self._watch is not None:
-            self._watch.stop()  # shuts the socket down, so a blocked read returns
+            self._watch.stop()
+        if self._response is not None:
+            with contextlib.suppress(ValueError, RuntimeError):  # that watch has ended: nothing blocks
+                self._response.shutdown()  # a read blocked on the open watch returns now, not at its timeout
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -99,7 +104,7 @@ class Reflector:
         timeout = max(1, min(self._watch_timeout, int(remaining)))
         self._watch = watch.Watch()
         stream = self._watch.stream(
-            self._list_call,
+            self._watching,
             resource_version=self._version,
             timeout_seconds=timeout,
             allow_watch_bookmarks=True,
@@ -110,6 +115,11 @@ class Reflector:
                 break
             if event is not None:
                 self._apply(event["type"], event["raw_object"])
+
+    def _watching(self, *args, **kwargs):
+        """The list call the watch makes, its response kept so that stop() can shut it down."""
+        self._response = self._list_call(*args, **kwargs)
+        return self._response
 
     def _apply(self, kind: str, obj: dict) -> None:
         self._version = obj["metadata"].get("resourceVersion", self._version)

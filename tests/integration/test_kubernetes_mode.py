@@ -11,6 +11,7 @@ through Envoy, the Events, the Lease and the state ConfigMap as `kubectl get` wo
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import kubernetes
 import pytest
 import yaml
 from urllib3.exceptions import MaxRetryError
@@ -28,6 +30,7 @@ from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
 from gateway.envoy.resources import ListenerAddress
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
+from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout.machine import Phase, RolloutState
@@ -461,3 +464,17 @@ def test_the_role_label_is_one_merged_label_and_a_failed_patch_is_tried_again(ap
     assert len([entry for entry in server.log if entry.method == "PATCH"]) == patches
     label.sync(False)
     assert server.get("Pod", NS, "gateway-a")["metadata"]["labels"] == plain  # the others were kept
+
+
+def test_a_stopped_reflector_leaves_its_open_watch_at_once(api):
+    """A gateway that stops (a rolling update, Ctrl-C) must not sit out each watch's 60 s timeout: the
+    watch's blocked read is shut down, so the reflector's thread ends within stop()'s join."""
+    _, client = api
+    seen = []
+    core = kubernetes.client.CoreV1Api(client)
+    reflector = Reflector("configmaps", functools.partial(core.list_namespaced_config_map, NS), seen.append)
+    reflector.list_now()
+    reflector.start()
+    time.sleep(0.5)  # into the watch, which would block for its whole timeout
+    reflector.stop(timeout=5.0)
+    assert not reflector._thread.is_alive()

@@ -63,11 +63,15 @@ class GatewayStack:
         self.logs = workdir / "logs"
         self.ports = {name: free_port() for name in self.port_names} | (ports or {})
         self.spec_path = workdir / "spec.yaml"
-        self._spec = default_spec(self.ports["baseline"], self.ports["zero-layer"])
+        self._spec = self.first_spec()
         self.upstreams: dict[str, ManagedProcess] = {}
         self.gateway: ManagedProcess | None = None
         self.envoy: ManagedProcess | None = None
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.ports['listen']}", timeout=15.0)
+
+    def first_spec(self) -> dict:
+        """The spec the stack starts with (before `start_upstreams()`, which may complete it)."""
+        return default_spec(self.ports["baseline"], self.ports["zero-layer"])
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -151,6 +151,9 @@ class UpstreamStack(GatewayStack):
         self.probes: dict[str, tuple[ManagedProcess, int]] = {}
         self.prometheus: ManagedProcess | None = None
 
+    def first_spec(self) -> dict:
+        return {}  # written once the servers were asked what they offer (start_upstreams)
+
     def start(self) -> UpstreamStack:
         super().start()
         if self.prometheus_binary:

@@ -19,10 +19,12 @@ from gateway.metrics.observations import (
     ERRORS,
     ITL,
     ITL_SUM,
+    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
     Observations,
+    segment_of,
 )
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
@@ -175,8 +177,13 @@ def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(stack
             assert total(found, variant, ITL) >= 3 * served[variant]  # 4 tokens: 3 gaps each
             assert total(found, variant, ITL_SUM) > 0
             ttft = [key for key in seen.counters if (key.variant, key.signal) == (variant, TTFT)]
-            assert {key.stratum for key in ttft} >= {"default|0-128"}
-            assert all(f'instance="{servers[variant].url}/metrics"' in key.source for key in ttft)
+            served_keys = [key for key in ttft if segment_of(key.stratum) != PROBED]
+            assert {key.stratum for key in served_keys} >= {"default|0-128"}
+            assert all(f'instance="{servers[variant].url}/metrics"' in key.source for key in served_keys)
+            probe = f'instance="http://127.0.0.1:{probes[variant][1]}/metrics"'
+            probed = [key for key in ttft if segment_of(key.stratum) == PROBED]  # the probes' own histogram
+            assert probed
+            assert all(probe in key.source for key in probed)
         assert seen.weight_status == {"baseline": ["ACTIVE"], "zero-layer": ["ERASED"]}
         whole = ModelConfig().max_seq_len  # the baseline's bias spans its whole context
         assert seen.effective_windows == {"baseline": [whole], "zero-layer": [0]}  # erased: no bias

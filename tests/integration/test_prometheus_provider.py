@@ -13,7 +13,7 @@ import time
 import pytest
 
 from gateway.metrics import DirectProvider
-from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, TTFT_SUM, Observations
+from gateway.metrics.observations import ERRORS, PROBED, REQUESTS, TTFT, TTFT_SUM, Observations, segment_of
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.queries import QUERIES
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
@@ -148,12 +148,14 @@ def test_prometheus_down_is_an_error_naming_the_query():
     assert "ConnectError" in seen.error
 
 
-def all_requests(seen: Observations, variant: str) -> dict[str, float]:
-    """Source -> value of `variant`'s TTFT series of all requests (the +Inf buckets)."""
+def all_requests(seen: Observations, variant: str, probed: bool = False) -> dict[str, float]:
+    """Source -> value of `variant`'s TTFT series of all requests (the +Inf buckets): its servers'
+    (`probed`: its probes', in their own stratum)."""
     return {
         key.source: value
         for key, value in seen.counters.items()
         if (key.variant, key.signal, key.le) == (variant, TTFT, math.inf)
+        and (segment_of(key.stratum) == PROBED) == probed
     }
 
 
@@ -199,6 +201,8 @@ def test_ttft_weight_status_windows_and_a_restart_from_real_model_servers_and_pr
         for variant, server in servers.items():
             pod = f'instance="127.0.0.1:{server.port}",job="server-{variant}"'
             assert all(pod in source for source in all_requests(seen, variant))
+            probe = f'instance="127.0.0.1:{probes[variant]}",job="probe-{variant}"'
+            assert all(probe in source for source in all_requests(seen, variant, probed=True))
             assert any(
                 (k.variant, k.signal) == (variant, TTFT_SUM) and v > 0 for k, v in seen.counters.items()
             )

@@ -6,7 +6,9 @@ adds none."""
 
 import pytest
 
+from tests.support.probes import probe_measures
 from tests.support.third_party import scenario
+from tests.support.third_party.models import MODEL_NAME
 
 SERVERS = ("llama-cpp", "transformers")
 
@@ -48,3 +50,18 @@ def test_a_stack_of_its_own_starts_on_the_split_its_spec_gives(start_third_party
     routing = third_party_stack.spec["routing"] | {"weights": {"llama-cpp": 0, "transformers": 100}}
     stack = start_third_party_stack(spec_changes={"routing": routing})
     assert stack.served_by(20) == {"transformers": 20}
+
+
+@pytest.mark.parametrize(
+    ("server", "api"),
+    [
+        ("llama_cpp", "openai"),
+        ("llama_cpp", "anthropic"),
+        ("transformers_serve", "openai"),
+    ],  # no /v1/messages
+)
+def test_the_probe_measures_a_server_nobody_here_wrote(request, tmp_path, server, api):
+    """`graystack probe --api ... --fingerprint-header ''`: TTFT and e2e from llama.cpp's streams and from
+    `transformers serve`'s, which end without `[DONE]`; no /metrics asked of either."""
+    running = request.getfixturevalue(server)
+    probe_measures(running.url, tmp_path, api, "--model", MODEL_NAME, variant=running.name)

@@ -213,8 +213,8 @@ def check_checkpoints(weights: dict[str, Path], expected: Sequence[str] = ()) ->
 
 class Traffic:
     """Steady client load through Envoy from a few threads, `segment_share` of it with SEGMENT's header,
-    each thread cycling through `conversations`; counts answers by (status, variant), status 0 for a
-    transport error."""
+    each thread cycling through `conversations` (or `bodies`, posted to `path`: another API's requests);
+    counts answers by (status, variant), status 0 for a transport error."""
 
     def __init__(
         self,
@@ -223,10 +223,14 @@ class Traffic:
         clients: int = 4,
         segment_share: float = 0.5,
         conversations: Sequence[Conversation] = (HI,),
+        *,
+        path: str = "/v1/messages",
+        bodies: Sequence[dict] = (),
     ) -> None:
         self.base_url = base_url
         self.period = clients / rate
-        self.bodies = [body(conversation) for conversation in conversations]
+        self.path = path
+        self.bodies = list(bodies) or [body(conversation) for conversation in conversations]
         self.answers: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -256,7 +260,7 @@ class Traffic:
             while not self._stop.is_set():
                 started = time.monotonic()
                 try:
-                    response = client.post("/v1/messages", json=next(bodies), headers=headers)
+                    response = client.post(self.path, json=next(bodies), headers=headers)
                     key = (response.status_code, response.headers.get("x-graystack-variant", "-"))
                 except httpx.HTTPError:
                     key = (0, "-")

@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
-from collections import Counter
 
-import httpx
 import pytest
 
 from graystack.local.processes import wait_until
+from graystack.local.rollout_stack import Traffic
 from tests.support.third_party.servers import chat_body
 from tests.support.up import alive, graystack, running_up
 
@@ -27,36 +25,6 @@ SPEC = {
     "strategy": {"steps": [{"weight": 50, "hold": "2s"}, {"weight": 100}]},
     "analysis": {"max_error_rate": 0.015, "min_detectable_error_rate": 0.1},
 }
-
-
-class ChatTraffic:
-    """Steady OpenAI chat completions through Envoy from a few threads; answers counted by status."""
-
-    def __init__(self, url: str, clients: int = 3, period: float = 0.1) -> None:
-        self.url, self.period = url, period
-        self.answers: Counter[int] = Counter()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
-
-    def __enter__(self) -> ChatTraffic:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
-            while not self._stop.is_set():
-                try:
-                    status = client.post("/v1/chat/completions", json=chat_body()).status_code
-                except httpx.HTTPError:
-                    status = 0
-                self.answers[status] += 1
-                self._stop.wait(self.period)
 
 
 def rollout(env: dict) -> dict:
@@ -87,7 +55,8 @@ def test_up_fronts_servers_it_did_not_start_promotes_on_errors_and_rolls_a_gatew
         off = spec["rollout"]["evidence"]["off"]
         assert "weight_status" in off  # no probe is required of servers with no checkpoint given
 
-        with ChatTraffic(state["envoy_url"]) as traffic:
+        chat = {"path": "/v1/chat/completions", "bodies": [chat_body()]}
+        with Traffic(state["envoy_url"], rate=20, segment_share=0, **chat) as traffic:
             promoted = wait_until(
                 lambda: (r := rollout(env))["phase"] == "promoted" and r,
                 120,
@@ -111,7 +80,13 @@ def test_up_fronts_servers_it_did_not_start_promotes_on_errors_and_rolls_a_gatew
             "llama-cpp": 100,
             "transformers": 0,
         }
-        assert set(traffic.answers) == {200}, traffic.answers  # the fallback hid every injected failure
+        assert {code for code, _ in traffic.answers} == {200}, (
+            traffic.answers
+        )  # the fallback hid every failure
+        assert {variant for _, variant in traffic.answers} == {
+            "llama-cpp",
+            "transformers",
+        }  # Envoy names them
         assert graystack(env, "fault", "transformers", "--clear").returncode == 0
     finally:
         process.send_signal(signal.SIGTERM)

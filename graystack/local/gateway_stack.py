@@ -163,9 +163,13 @@ class GatewayStack:
             argv += ["--metrics-target", target]
         return argv
 
+    def processes(self) -> list[ManagedProcess | None]:
+        """Every process the stack started (None: not started), each stopped by PID in `stop()`."""
+        return [self.envoy, self.gateway, *self.upstreams.values()]
+
     def stop(self) -> None:
         self.client.close()
-        for process in [self.envoy, self.gateway, *self.upstreams.values()]:
+        for process in self.processes():
             if process is not None:
                 process.stop()
 

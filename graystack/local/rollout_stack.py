@@ -140,12 +140,6 @@ class RolloutStack(GatewayStack):
         pods = [p for p, _ in (*self.probes.values(), *self.servers.values())]
         return [self.prometheus, self.envoy, self.gateway, *pods]
 
-    def stop(self) -> None:
-        self.client.close()
-        for process in self.processes():
-            if process is not None:
-                process.stop()
-
     # -- driving it -------------------------------------------------------------------------------
 
     def request(self, headers: dict | None = None) -> httpx.Response:

@@ -205,9 +205,3 @@ class UpstreamStack(GatewayStack):
 
     def processes(self) -> list[ManagedProcess | None]:
         return [self.prometheus, self.envoy, self.gateway, *(p for p, _ in self.probes.values())]
-
-    def stop(self) -> None:
-        self.client.close()
-        for process in self.processes():
-            if process is not None:
-                process.stop()

@@ -34,13 +34,7 @@ def trained_weights(tmp_path_factory):
 
 @pytest.fixture
 def stack(tmp_path, envoy_binary):
-    running = GatewayStack(tmp_path, envoy_binary)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        for process in [running.envoy, running.gateway, *running.upstreams.values()]:
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+    yield from running(GatewayStack(tmp_path, envoy_binary))
 
 
 @pytest.fixture

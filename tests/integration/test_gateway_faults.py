@@ -9,6 +9,7 @@ import time
 import pytest
 
 from graystack.local.gateway_stack import GatewayStack
+from tests.support.stacks import running
 
 TO_ZERO_LAYER = {"X-Client-Type": "high_load"}  # the spec's rule: this segment goes wholly to zero-layer
 
@@ -17,17 +18,11 @@ TO_ZERO_LAYER = {"X-Client-Type": "high_load"}  # the spec's rule: this segment 
 def stack(tmp_path_factory, envoy_binary):
     """Without outlier detection, which would eject a variant failing every attempt (as it would a real
     one) and leave it out of the tests that follow."""
-    running = GatewayStack(tmp_path_factory.mktemp("faults"), envoy_binary)
-    try:
-        running.start()
-        generation = running.status()["generation"]
-        running.write_spec({**running.spec, "outlier_detection": None})
-        running.wait_converged(generation_above=generation)
-        yield running
-    finally:
-        running.stop()
-        for process in [running.envoy, running.gateway, *running.upstreams.values()]:
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+    for started in running(GatewayStack(tmp_path_factory.mktemp("faults"), envoy_binary)):
+        generation = started.status()["generation"]
+        started.write_spec({**started.spec, "outlier_detection": None})
+        started.wait_converged(generation_above=generation)
+        yield started
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ import pytest
 
 from graystack.local.gateway_stack import GatewayStack
 from graystack.local.processes import wait_until
+from tests.support.stacks import running
 
 ZERO_LAYER = {"X-Client-Type": "high_load"}  # the default spec's rule: this segment goes to zero-layer
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -20,13 +21,7 @@ MESSAGES = [{"role": "user", "content": "hello"}]
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, envoy_binary):
-    running = GatewayStack(tmp_path_factory.mktemp("replies"), envoy_binary)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        for process in [running.envoy, running.gateway, *running.upstreams.values()]:
-            assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
+    yield from running(GatewayStack(tmp_path_factory.mktemp("replies"), envoy_binary))
 
 
 @pytest.fixture

@@ -41,9 +41,7 @@ CI_MIX = {
 }
 
 
-def test_streaming_users_across_weight_flips_fail_nothing_and_every_split_holds(
-    rollout_stack, tmp_path
-):
+def test_streaming_users_across_weight_flips_fail_nothing_and_every_split_holds(rollout_stack, tmp_path):
     stack = rollout_stack
     run_dir = tmp_path / "run"
     run_dir.mkdir()

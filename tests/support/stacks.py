@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypeVar
 
-from graystack.local.rollout_stack import RolloutStack
+from graystack.local.gateway_stack import GatewayStack
 
-Stack = TypeVar("Stack", bound=RolloutStack)
+Stack = TypeVar("Stack", bound=GatewayStack)
 
 
 def running(stack: Stack) -> Iterator[Stack]:
-    """For fixtures: `yield from running(RolloutStack(...))`."""
+    """For fixtures: `yield from running(RolloutStack(...))` (or `for started in running(...):` with
+    more set-up before its `yield started`)."""
     try:
         yield stack.start()
     finally:

@@ -35,8 +35,8 @@ from gateway.rollout.plan import (
     Plan,
 )
 from gateway.rollout.sequential import ShiftTest, ThresholdTest, error_rate_bounds
-from gateway.rollout.spec import Analysis
 from gateway.rollout.stats import Verdict
+from gateway.rollout.strategy_spec import Analysis
 
 __all__ = ["CHECK_NAMES", "Check", "analyse", "error_checks"]
 

@@ -18,15 +18,10 @@ does not stop the controller or the gateway: the first failure of a run raises a
 counted in graystack_rollout_alerts_total, in status), later ones are logged, status shows the error,
 and the state is saved again at every step (each interval, each command) until a save succeeds.
 
+The split the controller wants, and what status shows of the rollout: gateway/rollout/views.py.
+
 Roles: the baseline is `retries.fallback`, else the variant named `baseline`; the candidate is the
 first other variant in the spec (the one the strategy's weights are about). Both name Envoy clusters.
-
-The split: while the state has a weight, the controller owns the default split ({baseline: 100 - w,
-candidate: w}, any other variant 0); in manual mode (weight None) the spec's own and the operator's
-flips stand. While rolled back every header segment goes to the baseline too (the state's weight
-covers the default split only); a retry gives the segments back their own splits. The controller
-compares the split it wants with the one live after every step and pushes on a difference, so a push
-that was refused (an invalid composition) is tried again at the next interval.
 
 Rollback: after the push, a task waits for every connected Envoy's ACK (`ack_deadline` at a time),
 then calls `rollback_acked` and observes graystack_rollback_seconds; past each deadline it raises the
@@ -55,7 +50,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Protocol
 
 from gateway.metrics.observations import Observations
@@ -65,7 +60,6 @@ from gateway.rollout import metrics
 from gateway.rollout.analysis import Check, analyse, error_checks
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import (
-    ADVANCING,
     Alert,
     Command,
     Ignored,
@@ -78,16 +72,16 @@ from gateway.rollout.machine import (
     step,
 )
 from gateway.rollout.plan import CHECK_NAMES, Plan, plan_for, roles
-from gateway.rollout.spec import Mirror, RolloutSpec, SpecError
+from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore
 from gateway.rollout.stats import Verdict
-from gateway.service import Gateway, RolloutSplit
+from gateway.rollout.views import check_dict, rollback_reason, rollout_split, rollout_status, stage_of
+from gateway.service import Gateway
 
 log = logging.getLogger(__name__)
 
 ACK_DEADLINE = 10.0  # seconds for every proxy to ACK a rollback before the controller alerts
 ALERTS_KEPT = 10  # recent alerts shown in status
-HISTORY_SHOWN = 10  # recent transitions shown in status
 
 
 class ProviderUnavailable(Exception):
@@ -104,44 +98,6 @@ class Proxies(Protocol):
 
 
 ProviderFactory = Callable[[RolloutSpec], MetricsProvider]
-
-
-def rollout_split(spec: RolloutSpec, state: RolloutState) -> RolloutSplit:
-    """The Gateway layer for `state` (see the module docstring)."""
-    if state.weight is None:
-        return RolloutSplit()
-    baseline, candidate = roles(spec)
-    weights = dict.fromkeys(spec.variants, 0) | {baseline: 100 - state.weight, candidate: state.weight}
-    mirror = Mirror(variant=candidate, percent=state.shadow_percent) if state.shadow_percent else None
-    return RolloutSplit(weights, baseline if state.phase == Phase.ROLLED_BACK else None, mirror)
-
-
-def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
-    if state.phase not in ADVANCING or spec.strategy is None:
-        return None
-    if state.phase == Phase.SHADOW:
-        return spec.strategy.shadow.duration if spec.strategy.shadow else None
-    steps = spec.strategy.steps
-    return steps[state.step].hold if state.step < len(steps) else None
-
-
-def rollback_reason(checks: list[Check] | None, command: Command | None) -> str:
-    """The short `reason` label of graystack_rollout_rollbacks_total."""
-    failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
-    if failing and all(c.shared for c in failing):
-        return "shared_incident"
-    if failing:
-        return failing[0].name
-    return "operator" if command == Command.ROLLBACK else "metrics_error"
-
-
-def _stage(state: RolloutState) -> str:
-    """The stage a look's counts belong to (a pause does not start a new one)."""
-    return f"{state.phase.value}:{state.step}"
-
-
-def check_dict(check: Check) -> dict:
-    return {**asdict(check), "verdict": check.verdict.value}
 
 
 def _not_yet_measurable(check: Check) -> Check:
@@ -267,7 +223,7 @@ class RolloutController:
         state = self.state
         evidence = self._evidence(plan, state, now)
         looks = per_variant(totals, spec.variants, seen.counters)
-        evidence = tests.add_look(evidence, plan, looks, _stage(state))
+        evidence = tests.add_look(evidence, plan, looks, stage_of(state))
         self.state = replace(state, evidence=evidence)
         return analyse(
             spec.analysis,
@@ -291,7 +247,7 @@ class RolloutController:
             why = "no saved evidence for this rollout (a new rollout, or its state was lost)"
         self.tests_started = f"{why}; alpha {plan.alpha:.3%} per test over {list(plan.tests)}"
         log.warning("rollout %s: new sequential tests: %s", self.spec.name, self.tests_started)
-        return tests.start(plan, _stage(state), now)
+        return tests.start(plan, stage_of(state), now)
 
     def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
         """The provider for this spec's variants and source, rebuilt when those change; None (and the
@@ -445,59 +401,16 @@ class RolloutController:
         )
 
     # -- reading ----------------------------------------------------------------------------------
-
     def status(self) -> dict:
-        spec, state, now = self.spec, self.state, self._clock()
-        try:
-            baseline, candidate = roles(spec)
-        except SpecError:
-            baseline = candidate = None
-        return {
-            "guard": "on" if self.guard_off is None else "off",
-            "guard_off_reason": self.guard_off,
-            "baseline": baseline,
-            "candidate": candidate,
-            "phase": state.phase.value,
-            "label": state.label(),
-            "step": state.step,
-            "steps": len(spec.strategy.steps) if spec.strategy else 0,
-            "weight": state.weight,
-            "shadow_percent": state.shadow_percent,
-            "paused": state.paused,
-            "hold": {"elapsed": round(state.hold_elapsed(now), 3), "needed": hold_needed(spec, state)},
-            "errors": state.errors,
-            "reason": state.reason,
-            "rollback_in_flight": state.rollback_started is not None,
-            "last_rollback_seconds": self.last_rollback_seconds,
-            "last_decision": self.last_decision,
-            "alerts": list(self.alerts),
-            "history": [asdict(t) for t in state.history[-HISTORY_SHOWN:]],
-            "evidence": self._evidence_status(spec, state),
-            "state_store": self.store.where,
-            "state_save_error": self.save_error,
-        }
-
-    def _evidence_status(self, spec: RolloutSpec, state: RolloutState) -> dict | None:
-        """What the tests hold: since when, this stage's requests against what it needs, the error
-        rate's anytime confidence bounds, and the checks that do not run and why."""
-        evidence = state.evidence
-        try:
-            plan = plan_for(spec)
-        except SpecError:
-            return None
-        stage = evidence.stage if evidence is not None else None
-        needed = plan.stage_requests if state.phase in ADVANCING else None
-        requests = stage.requests if stage is not None and stage.stage == _stage(state) else 0
-        return {
-            "started": None if evidence is None else evidence.started,
-            "why_started": self.tests_started,
-            "alpha": plan.alpha,
-            "tests": list(plan.tests),
-            "off": dict(plan.off),
-            "stage_requests": requests,
-            "stage_requests_needed": needed,
-            "extending": needed is not None and requests < needed,
-            "error_rate_bounds": None if evidence is None else list(evidence.error_bounds),
-            "latency_looks_left_out": 0 if evidence is None else evidence.busier_looks,
-            "incident": state.incident,
-        }
+        return rollout_status(
+            self.spec,
+            self.state,
+            self._clock(),
+            guard_off=self.guard_off,
+            last_rollback_seconds=self.last_rollback_seconds,
+            last_decision=self.last_decision,
+            alerts=list(self.alerts),
+            tests_started=self.tests_started,
+            store=self.store.where,
+            save_error=self.save_error,
+        )

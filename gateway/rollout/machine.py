@@ -70,8 +70,9 @@ from pydantic import TypeAdapter
 from gateway.rollout.analysis import Check, by_name
 from gateway.rollout.evidence import Evidence
 from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE
-from gateway.rollout.spec import Gate, RolloutSpec
+from gateway.rollout.spec import RolloutSpec
 from gateway.rollout.stats import Verdict
+from gateway.rollout.strategy_spec import Gate
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
 HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)

@@ -78,7 +78,7 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_the_graph_sees_imports_at_module_top_and_inside_functions():
     graph = import_graph()
-    assert "gateway.metrics.queries" in graph["gateway.rollout.spec"]
+    assert "gateway.metrics.queries" in graph["gateway.rollout.strategy_spec"]
     assert graph["gateway.metrics.prometheus"] >= {"gateway.metrics.queries", "gateway.metrics.observations"}
     tree = ast.parse("def f():\n    from gateway.rollout import spec\n")
     assert imported(tree, "gateway.metrics.x", False, set(graph)) == {

@@ -6,10 +6,10 @@ from gateway.rollout.spec import (
     SpecError,
     complete_split,
     load_yaml,
-    parse_duration,
     parse_spec,
     validate_spec,
 )
+from gateway.rollout.spec_fields import parse_duration
 
 DESIGN_EXAMPLE = """
 name: zero-layer

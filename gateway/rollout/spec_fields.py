@@ -1,0 +1,47 @@
+"""The spec's building blocks: its error, durations, percentages and the base every part of it shares.
+
+Their own module, so that the spec's parts (gateway/rollout/spec.py, gateway/rollout/strategy_spec.py)
+share them without importing each other.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+class SpecError(ValueError):
+    """A spec that cannot go live; the message names the offending field."""
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from `8s`, `500ms`, `5m`, `1h`, `90d` or a bare number of seconds; refuses negatives."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 2s or 500ms")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a duration; use e.g. 8s, 500ms, 5m or 0")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        raise ValueError("expected a duration such as 2s or 500ms")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Percent = Annotated[int, Field(ge=0, le=100)]
+
+
+class SpecModel(BaseModel):
+    """Every part of the spec: unknown fields refused, values frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

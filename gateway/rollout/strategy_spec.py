@@ -1,0 +1,123 @@
+"""The spec's rollout parts: the strategy's stages and the analysis that guards them
+(shared/DESIGN.md, "Rollout spec"; how the analysis decides: gateway/rollout/evidence.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gateway.metrics.queries import check_overrides
+from gateway.rollout.spec_fields import Duration, Percent, SpecModel
+
+
+class Gate(SpecModel):
+    success_rate: float = Field(default=0.995, ge=0, le=1)
+    max_latency_ratio: float = Field(default=1.0, gt=0)
+
+
+class Shadow(SpecModel):
+    percent: Percent = 100
+    duration: Duration = 300.0
+    gate: Gate = Gate()
+
+
+class Step(SpecModel):
+    weight: Percent
+    hold: Duration = 0.0
+
+
+class Strategy(SpecModel):
+    shadow: Shadow | None = None
+    steps: list[Step] = Field(min_length=1)
+
+
+MetricName = Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")]
+
+
+class Provider(SpecModel):
+    type: Literal["direct", "prometheus"] = "direct"
+    url: str | None = None
+    # PromQL replacing the prometheus provider's built-in queries by name (gateway/metrics/queries.py).
+    queries: dict[str, str] | None = None
+    # The servers' TTFT and inter-token histograms by base name, where they are neither graystack's nor
+    # vLLM's (both providers read those by default): e.g. {ttft: my_server_ttft_seconds}.
+    histograms: dict[Literal["ttft", "itl"], MetricName] | None = None
+
+    @field_validator("queries")
+    @classmethod
+    def _known_queries(cls, queries: dict[str, str] | None) -> dict[str, str] | None:
+        if queries is not None:
+            check_overrides(queries)
+        return queries
+
+    @model_validator(mode="after")
+    def _prometheus_needs_a_url(self) -> Provider:
+        if self.type == "prometheus" and not self.url:
+            raise ValueError("the prometheus provider needs `url`, e.g. http://prometheus:9090")
+        return self
+
+
+class Analysis(SpecModel):
+    """How the guard decides (gateway/rollout/evidence.py; shared/research/sequential_analysis.md).
+
+    Decisions are anytime-valid sequential tests over the whole rollout, so the user states how often
+    the guard may be wrong, not how many requests a window holds: `false_rollback_budget` bounds the
+    chance that a healthy candidate is ever rolled back by the rollout's tests (split evenly across the
+    tests that run), `mean_time_between_false_alarms` bounds the change detector that guards after
+    100 %, and `min_detectable_error_rate` is the smallest regression a stage must be able to catch
+    before it ends (it sets each stage's minimum candidate requests). Any check is off with null.
+    `window` and `min_requests` serve dashboards only; no decision reads them.
+    """
+
+    interval: Duration | None = None  # seconds between looks; None: 1 s for `direct`, 5 s for `prometheus`
+    window: Duration = 60.0
+    min_requests: int = Field(default=100, ge=1)
+    max_error_rate: float = Field(default=0.003, gt=0, lt=1)
+    false_rollback_budget: float = Field(default=0.01, gt=0, lt=0.5)
+    mean_time_between_false_alarms: Duration = 90 * 86400.0
+    min_detectable_error_rate: float = Field(default=0.01, gt=0, lt=1)
+    # Candidate errors against the baseline's: at most this many times the baseline's rate (None: off).
+    max_error_ratio: float | None = Field(default=2.0, ge=1)
+    # Candidate TTFT and inter-token latency at most this many times the baseline's, in distribution
+    # (None: off); tested on histogram buckets, within each prompt bucket.
+    max_latency_ratio: float | None = Field(default=1.2, gt=1)
+    max_ttft_p95: Duration | None = 2.0
+    on_shared_incident: Literal["rollback", "hold"] = "rollback"
+    expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] | None = ["ERASED", "ZEROED"]
+    # Zero-layer pods must serve a bias that is zero past this distance (their model servers'
+    # graystack_model_info effective_window): tells the derived sparse ACTIVE form (64 on the trained
+    # default model) from an ACTIVE bias spanning the whole context. None: not checked.
+    max_effective_window: int | None = Field(default=None, ge=0)
+    # The share of shadow copies whose greedy answer must equal the baseline's (inference/server/outputs.py);
+    # None: not checked. Tested like the error rate, on the disagreements.
+    min_shadow_agreement: float | None = Field(default=None, gt=0, lt=1)
+    provider: Provider = Provider()
+    # When the metrics stay unreadable past the retry limit: hold the weights and alert (freeze),
+    # or treat it as a failure (rollback). Freeze is the default: an outage of the metrics source
+    # is not evidence against the variant.
+    on_error: Literal["freeze", "rollback"] = "freeze"
+
+    @model_validator(mode="after")
+    def _budgets_that_work(self) -> Analysis:
+        if self.interval is not None and self.interval <= 0:
+            raise ValueError("interval: must be above 0 (omit it for the provider's default)")
+        if self.min_detectable_error_rate <= self.max_error_rate:
+            raise ValueError(
+                f"min_detectable_error_rate ({self.min_detectable_error_rate:g}) must be above "
+                f"max_error_rate ({self.max_error_rate:g}): no test can catch a regression at its threshold"
+            )
+        looks = self.mean_time_between_false_alarms / self.look_interval
+        if looks < 1000:
+            raise ValueError(
+                f"mean_time_between_false_alarms ({self.mean_time_between_false_alarms:g}s) must span at "
+                f"least 1000 looks of {self.look_interval:g}s: the change detector would alarm on healthy traffic"
+            )
+        return self
+
+    @property
+    def look_interval(self) -> float:
+        """Seconds between looks: looks cost nothing statistically, so as often as the source refreshes."""
+        if self.interval is not None:
+            return self.interval
+        return 1.0 if self.provider.type == "direct" else 5.0

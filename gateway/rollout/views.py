@@ -1,0 +1,132 @@
+"""Pure views of a rollout's state, for the controller (gateway/rollout/controller.py) to apply and show:
+the split the Gateway layer goes live with, the rollout section of `graystack status`, and the label a
+rollback is counted under. No I/O.
+
+The split: while the state has a weight, the controller owns the default split ({baseline: 100 - w,
+candidate: w}, any other variant 0); in manual mode (weight None) the spec's own and the operator's
+flips stand. While rolled back every header segment goes to the baseline too (the state's weight
+covers the default split only); a retry gives the segments back their own splits. The controller
+compares the split it wants with the one live after every step and pushes on a difference, so a push
+that was refused (an invalid composition) is tried again at the next interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from gateway.rollout.analysis import Check
+from gateway.rollout.machine import ADVANCING, Command, Phase, RolloutState
+from gateway.rollout.plan import plan_for, roles
+from gateway.rollout.spec import Mirror, RolloutSpec, SpecError
+from gateway.rollout.stats import Verdict
+from gateway.service import RolloutSplit
+
+HISTORY_SHOWN = 10  # recent transitions shown in status
+
+
+def rollout_split(spec: RolloutSpec, state: RolloutState) -> RolloutSplit:
+    """The Gateway layer for `state` (see the module docstring)."""
+    if state.weight is None:
+        return RolloutSplit()
+    baseline, candidate = roles(spec)
+    weights = dict.fromkeys(spec.variants, 0) | {baseline: 100 - state.weight, candidate: state.weight}
+    mirror = Mirror(variant=candidate, percent=state.shadow_percent) if state.shadow_percent else None
+    return RolloutSplit(weights, baseline if state.phase == Phase.ROLLED_BACK else None, mirror)
+
+
+def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
+    if state.phase not in ADVANCING or spec.strategy is None:
+        return None
+    if state.phase == Phase.SHADOW:
+        return spec.strategy.shadow.duration if spec.strategy.shadow else None
+    steps = spec.strategy.steps
+    return steps[state.step].hold if state.step < len(steps) else None
+
+
+def rollback_reason(checks: list[Check] | None, command: Command | None) -> str:
+    """The short `reason` label of graystack_rollout_rollbacks_total."""
+    failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
+    if failing and all(c.shared for c in failing):
+        return "shared_incident"
+    if failing:
+        return failing[0].name
+    return "operator" if command == Command.ROLLBACK else "metrics_error"
+
+
+def stage_of(state: RolloutState) -> str:
+    """The stage a look's counts belong to (a pause does not start a new one)."""
+    return f"{state.phase.value}:{state.step}"
+
+
+def check_dict(check: Check) -> dict:
+    return {**asdict(check), "verdict": check.verdict.value}
+
+
+def rollout_status(
+    spec: RolloutSpec,
+    state: RolloutState,
+    now: float,
+    *,
+    guard_off: str | None,
+    last_rollback_seconds: float | None,
+    last_decision: dict | None,
+    alerts: list[dict],
+    tests_started: str | None,
+    store: str,
+    save_error: str | None,
+) -> dict:
+    """The rollout section of `graystack status` (and GET /v1/status)."""
+    try:
+        baseline, candidate = roles(spec)
+    except SpecError:
+        baseline = candidate = None
+    return {
+        "guard": "on" if guard_off is None else "off",
+        "guard_off_reason": guard_off,
+        "baseline": baseline,
+        "candidate": candidate,
+        "phase": state.phase.value,
+        "label": state.label(),
+        "step": state.step,
+        "steps": len(spec.strategy.steps) if spec.strategy else 0,
+        "weight": state.weight,
+        "shadow_percent": state.shadow_percent,
+        "paused": state.paused,
+        "hold": {"elapsed": round(state.hold_elapsed(now), 3), "needed": hold_needed(spec, state)},
+        "errors": state.errors,
+        "reason": state.reason,
+        "rollback_in_flight": state.rollback_started is not None,
+        "last_rollback_seconds": last_rollback_seconds,
+        "last_decision": last_decision,
+        "alerts": alerts,
+        "history": [asdict(t) for t in state.history[-HISTORY_SHOWN:]],
+        "evidence": evidence_status(spec, state, tests_started),
+        "state_store": store,
+        "state_save_error": save_error,
+    }
+
+
+def evidence_status(spec: RolloutSpec, state: RolloutState, tests_started: str | None) -> dict | None:
+    """What the tests hold: since when, this stage's requests against what it needs, the error
+    rate's anytime confidence bounds, and the checks that do not run and why."""
+    evidence = state.evidence
+    try:
+        plan = plan_for(spec)
+    except SpecError:
+        return None
+    stage = evidence.stage if evidence is not None else None
+    needed = plan.stage_requests if state.phase in ADVANCING else None
+    requests = stage.requests if stage is not None and stage.stage == stage_of(state) else 0
+    return {
+        "started": None if evidence is None else evidence.started,
+        "why_started": tests_started,
+        "alpha": plan.alpha,
+        "tests": list(plan.tests),
+        "off": dict(plan.off),
+        "stage_requests": requests,
+        "stage_requests_needed": needed,
+        "extending": needed is not None and requests < needed,
+        "error_rate_bounds": None if evidence is None else list(evidence.error_bounds),
+        "latency_looks_left_out": 0 if evidence is None else evidence.busier_looks,
+        "incident": state.incident,
+    }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +99,7 @@ class Supervisor:
         return RolloutStack(
             self.run_dir,
             envoy,
-            self._expecting_what_is_served(weights),
+            self._expecting_served({} if weights is None else {"zero-layer": weights["zero-layer"]}),
             ports=self._ports(RolloutStack.port_names),
             weights=weights,
             probe_interval=self.options.probe_interval,
@@ -115,12 +115,29 @@ class Supervisor:
             envoy,
             upstreams.addresses,
             upstreams.baseline,
-            self._expecting_probed(upstreams),
+            self._expecting_served(self._candidate_checkpoints(upstreams)),
             probes=upstreams.probes,
             ports=self._ports(UpstreamStack.port_names),
             probe_interval=self.options.probe_interval,
             prometheus=self._prometheus(),
         )
+
+    @staticmethod
+    def _candidate_checkpoints(upstreams: Upstreams) -> dict[str, Path]:
+        """The probed candidates' checkpoints; StartupError naming each that is missing or unreadable
+        (its probe would report it so for as long as the stack runs)."""
+        from inference.weights import WeightStatus, check_weights
+
+        candidates = {n: p for n, p in upstreams.probes.items() if n != upstreams.baseline}
+        reports = {name: check_weights(path) for name, path in candidates.items()}
+        broken = [
+            f"--weights {name}={candidates[name]}: {report.status.value} ({report.reason})"
+            for name, report in reports.items()
+            if report.status in (WeightStatus.MISSING, WeightStatus.CORRUPT)
+        ]
+        if broken:
+            raise StartupError("; ".join(broken))
+        return candidates
 
     def _ports(self, names: Sequence[str]) -> dict[str, int]:
         """The well-known ports of the processes this stack starts (none with --free-ports)."""
@@ -140,44 +157,28 @@ class Supervisor:
         directory = self.options.weights_dir
         return None if directory is None else checkpoints_in(directory)
 
-    def _expecting_what_is_served(self, weights: dict[str, Path] | None) -> dict:
-        """The spec, its guard expecting the zero-layer checkpoint's own form where the spec names none:
-        here the checkpoint is the user's choice (`--weights-dir`), and the weight-status check then
-        catches it changing under the running server (say, `graystack weights erase` on it)."""
+    def _expecting_served(self, served: Mapping[str, Path]) -> dict:
+        """The spec, its guard expecting the form of the candidate checkpoints `served` (name -> path)
+        where the spec names none: here the checkpoints are the user's choice (`--weights-dir`,
+        `--weights NAME=PATH`), and the weight-status check then catches one changing under its server
+        (say, `graystack weights erase` on it). Missing or unreadable ones are named before anything
+        starts, by the caller's own check."""
         spec = self.options.spec
         analysis = spec.get("analysis") or {}
-        if weights is None or "expected_weight_status" in analysis:
+        if not served or "expected_weight_status" in analysis:
             return spec
         from inference.weights import WeightStatus, check_weights
 
-        status = check_weights(weights["zero-layer"]).status
-        if status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
-            return spec  # named by the stack's own check, before any process starts
-        self.say(
-            f"zero-layer serves {weights['zero-layer']} ({status.value}): the guard expects {status.value}"
+        forms = {name: check_weights(path).status for name, path in served.items()}
+        statuses = sorted(
+            {s.value for s in forms.values() if s not in (WeightStatus.MISSING, WeightStatus.CORRUPT)}
         )
-        return {**spec, "analysis": {**analysis, "expected_weight_status": [status.value]}}
-
-    def _expecting_probed(self, upstreams: Upstreams) -> dict:
-        """The spec, its guard expecting each probed candidate checkpoint's own form where the spec
-        names none (as for the local servers: the check then catches it changing under the server)."""
-        spec = self.options.spec
-        analysis = spec.get("analysis") or {}
-        candidates = {n: p for n, p in upstreams.probes.items() if n != upstreams.baseline}
-        if not candidates or "expected_weight_status" in analysis:
+        if not statuses:
             return spec
-        from inference.weights import WeightStatus, check_weights
-
-        reports = {name: check_weights(path) for name, path in candidates.items()}
-        broken = [
-            f"--weights {name}={candidates[name]}: {report.status.value} ({report.reason})"
-            for name, report in reports.items()
-            if report.status in (WeightStatus.MISSING, WeightStatus.CORRUPT)
-        ]
-        if broken:
-            raise StartupError("; ".join(broken))
-        statuses = sorted({report.status.value for report in reports.values()})
-        self.say(f"probed candidate checkpoints are {', '.join(statuses)}: the guard expects that")
+        for name, status in forms.items():
+            self.say(
+                f"{name} serves {served[name]} ({status.value}): the guard expects {', '.join(statuses)}"
+            )
         return {**spec, "analysis": {**analysis, "expected_weight_status": statuses}}
 
     def _prometheus(self) -> str | None:

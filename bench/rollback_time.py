@@ -24,8 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._common import RESULTS, summarize, write_result
-from graystack.binaries import find_binary
+from bench._common import RESULTS, envoy_binary, summarize, write_result
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
 
@@ -119,9 +118,7 @@ def main() -> None:
     parser.add_argument("--error-rate", type=float, default=0.05, help="zero-layer's injected error rate")
     parser.add_argument("--weight", type=int, default=20, help="the candidate's step weight (100: all of it)")
     args = parser.parse_args()
-    envoy = find_binary("envoy")
-    if envoy is None:
-        raise SystemExit("envoy not found; `make install` provides it")
+    envoy = envoy_binary()
     by_rate = {
         f"{rate:g}": measure(envoy, rate, args.runs, args.error_rate, args.weight) for rate in args.rates
     }

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._common import brief, summarize, write_result
-from graystack.binaries import find_binary
+from bench._common import brief, envoy_binary, summarize, write_result
 from graystack.local.processes import wait_until
 from tests.support.third_party.models import tiny_model
 from tests.support.third_party.servers import chat_body, start_llama_cpp, start_transformers_serve
@@ -78,9 +77,7 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=50, help="hop: requests per block")
     parser.add_argument("--flips", type=int, default=40, help="measured flips")
     args = parser.parse_args()
-    envoy = find_binary("envoy")
-    if envoy is None:
-        raise SystemExit("envoy not found; `make install` provides it")
+    envoy = envoy_binary()
     with tempfile.TemporaryDirectory(prefix="bench-third-party-") as workdir:
         model = tiny_model()
         servers = {

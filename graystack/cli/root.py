@@ -82,3 +82,13 @@ def weights_dir_option(*declarations: str, help: str):
         show_envvar=True,
         help=help,
     )
+
+
+# graystack's own model comes in two variants (its checkpoints and servers; a rollout names any).
+model_variant_option = click.option(
+    "--variant",
+    type=click.Choice(["baseline", "zero-layer"]),
+    required=True,
+    envvar="GRAYSTACK_VARIANT",
+    show_envvar=True,
+)

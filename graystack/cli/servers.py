@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from graystack.cli.root import comma_list, configure_logging, kubeconfig_option, log_level_option, main
+from graystack.cli.root import (
+    comma_list,
+    configure_logging,
+    kubeconfig_option,
+    log_level_option,
+    main,
+    model_variant_option,
+)
 
 gateway_fault_injection_option = click.option(
     "--enable-fault-injection",
@@ -210,13 +217,7 @@ def kube_gateway(
 
 
 @main.command()
-@click.option(
-    "--variant",
-    type=click.Choice(["baseline", "zero-layer"]),
-    required=True,
-    envvar="GRAYSTACK_VARIANT",
-    show_envvar=True,
-)
+@model_variant_option
 @click.option(
     "--weights",
     "weights_path",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from graystack.cli.root import as_json, comma_list, main, weights_dir_option
+from graystack.cli.root import as_json, comma_list, main, model_variant_option, weights_dir_option
 
 
 @main.group()
@@ -22,13 +22,7 @@ weights_file = click.argument(
 
 
 @weights.command("init")
-@click.option(
-    "--variant",
-    type=click.Choice(["baseline", "zero-layer"]),
-    required=True,
-    envvar="GRAYSTACK_VARIANT",
-    show_envvar=True,
-)
+@model_variant_option
 @click.option(
     "--out", type=click.Path(path_type=Path), required=True, envvar="GRAYSTACK_WEIGHTS", show_envvar=True
 )

@@ -100,7 +100,7 @@ $(VLLM_STAMP):
 	@touch $@
 
 test-vllm: install third-party $(VLLM_STAMP)  ## the third-party scenario against vLLM on the CPU
-	GRAYSTACK_VLLM=1 $(BIN)/pytest -q tests/integration/test_vllm_server.py
+	$(BIN)/pytest -q -m vllm tests/integration/test_vllm_server.py
 
 lint: install
 	$(BIN)/ruff check .

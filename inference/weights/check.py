@@ -15,14 +15,12 @@ import json
 import math
 import os
 import struct
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
 
-BIAS_MARKER = "position_adaptive_bias"
-ZERO_TOLERANCE = 1e-6
+from inference.weights.status import BIAS_MARKER, ZERO_TOLERANCE, StatusReport, WeightStatus
+
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 _DTYPES = {
     "F64": np.dtype("<f8"),
@@ -36,22 +34,6 @@ _DTYPES = {
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
-
-
-class WeightStatus(StrEnum):
-    ACTIVE = "ACTIVE"
-    ZEROED = "ZEROED"
-    ERASED = "ERASED"
-    MISSING = "MISSING"
-    CORRUPT = "CORRUPT"
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    status: WeightStatus
-    reason: str
-    bias_tensors: int = 0
-    metadata: dict | None = None
 
 
 def _corrupt(reason: str) -> StatusReport:

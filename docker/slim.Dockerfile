@@ -2,7 +2,8 @@
 # The slim images, non-root, no model runtime (no torch):
 #   --target gateway: the xDS control plane, rollout controller and admin API (`graystack kube-gateway`);
 #                     also runs `helm test`.
-#   --target probe:   the probe sidecar; reads the pod's checkpoint header (safetensors, numpy).
+#   --target probe:   the probe sidecar; reads the pod's checkpoint headers and bias tensors (safetensors,
+#                     ml_dtypes, numpy: core dependencies).
 #   --target loadtest: Locust (graystack[loadtest]) and /app/loadtests/locustfile.py, for the chart's
 #                     in-cluster soak (loadtest.enabled).
 # Build from the repository root, e.g.  docker build -f docker/slim.Dockerfile --target gateway .
@@ -16,7 +17,7 @@ COPY gateway gateway
 COPY inference inference
 COPY probes probes
 COPY loadtests loadtests
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[loadtest]" "safetensors>=0.4" "numpy>=1.26"
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[loadtest]"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 HOME=/tmp
@@ -32,7 +33,7 @@ CMD ["kube-gateway"]
 
 FROM runtime AS probe
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links /wheels graystack safetensors numpy
+    pip install --no-index --find-links /wheels graystack
 USER 10001:10001
 EXPOSE 9100
 CMD ["probe"]

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from inference.config import ModelConfig
 from inference.model import TinyDecoder
-from inference.weights import BIAS_MARKER, StatusReport, WeightStatus, check_weights
+from inference.weights import BIAS_MARKER, READABLE, StatusReport, WeightStatus, check_weights
 
 MODEL_NAME = "graystack-tiny"
 VARIANTS = ("baseline", "zero-layer")
@@ -62,16 +62,17 @@ def init_checkpoint(variant: str, out: Path, config: ModelConfig | None = None, 
 
 
 def load_model(path: Path, variant: str) -> LoadedModel:
-    """The model to serve as `variant`; an ERASED checkpoint serves with no bias work at all."""
+    """The model to serve as `variant`, from a safetensors file or a sharded checkpoint directory; an
+    ERASED checkpoint serves with no bias work at all."""
     status = check_weights(path)
-    if status.status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
+    if status.status not in READABLE:
         raise CheckpointError(f"cannot serve {path}: {status.status}: {status.reason}")
     metadata = status.metadata or {}
     saved_variant = metadata.get("variant")
     if status.status != WeightStatus.ERASED and saved_variant not in (None, variant):
         raise CheckpointError(f"{path} holds {saved_variant!r} bias weights, not {variant!r}")
     model = TinyDecoder(ModelConfig.from_metadata(metadata), variant)
-    state = load_file(str(path))
+    state = {name: tensor for shard in status.shards for name, tensor in load_file(str(shard)).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected:
         raise CheckpointError(f"{path}: tensors this model does not have: {sorted(unexpected)[:5]}")

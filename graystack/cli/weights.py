@@ -16,8 +16,8 @@ def weights() -> None:
     """Make checkpoints, zero or erase their bias layer, and check which state it is in."""
 
 
-weights_file = click.argument(
-    "path", type=click.Path(path_type=Path), envvar="GRAYSTACK_WEIGHTS", metavar="FILE"
+weights_path = click.argument(
+    "path", type=click.Path(path_type=Path), envvar="GRAYSTACK_WEIGHTS", metavar="PATH"
 )
 
 
@@ -42,18 +42,18 @@ def weights_init(variant: str, out: Path, seed: int) -> None:
 
 
 @weights.command("zero")
-@weights_file
+@weights_path
 def weights_zero(path: Path) -> None:
-    """Set every bias tensor in FILE to zero (status ZEROED)."""
+    """Set every bias tensor in PATH (a file or a checkpoint directory) to zero (status ZEROED)."""
     from inference.weights import zero_bias
 
     _rewrite_bias(path, zero_bias)
 
 
 @weights.command("erase")
-@weights_file
+@weights_path
 def weights_erase(path: Path) -> None:
-    """Remove every bias tensor from FILE (status ERASED)."""
+    """Remove every bias tensor from PATH (a file or a checkpoint directory; status ERASED)."""
     from inference.weights import erase_bias
 
     _rewrite_bias(path, erase_bias)
@@ -73,7 +73,7 @@ def _parse_statuses(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 @weights.command("check")
-@weights_file
+@weights_path
 @click.option(
     "--expect",
     default=None,
@@ -84,9 +84,11 @@ def _parse_statuses(ctx: click.Context, param: click.Parameter, value: str | Non
 )
 @as_json
 def weights_check(path: Path, expect: set[str] | None, as_json: bool) -> None:
-    """Print the bias layer's status in FILE: ACTIVE, ZEROED, ERASED, MISSING or CORRUPT.
+    """Print the bias layer's status in PATH (a safetensors file or a checkpoint directory):
+    ACTIVE, ZEROED, ERASED, MISSING, CORRUPT or UNSUPPORTED.
 
-    Exits 1 when the status is not one of --expect, or, without --expect, when FILE is MISSING or CORRUPT.
+    Exits 1 when the status is not one of --expect, or, without --expect, when it is not one of
+    ACTIVE, ZEROED, ERASED.
     """
     status = _echo_status(path, as_json)
     allowed = expect if expect is not None else {"ACTIVE", "ZEROED", "ERASED"}
@@ -101,17 +103,32 @@ def _echo_status(path: Path, as_json: bool) -> str:
     report = check_weights(path)
     if as_json:
         body = {"path": str(path), "status": report.status.value, "reason": report.reason}
-        click.echo(json.dumps({**body, "bias_tensors": report.bias_tensors}))
+        extra = {"bias_tensors": report.bias_tensors, "fingerprint": report.fingerprint}
+        click.echo(json.dumps({**body, **extra, "shards": [str(shard) for shard in report.shards]}))
     else:
         click.echo(f"{path}: {report.status.value} ({report.reason})")
     return report.status.value
 
 
+@weights.command("fingerprint")
+@weights_path
+def weights_fingerprint(path: Path) -> None:
+    """Print PATH's fingerprint (headers and bias bytes), the value a server must echo for the probe's
+    loaded check: e.g. vLLM's `--fingerprint-mode custom --fingerprint-value "$(graystack weights
+    fingerprint DIR)"`. Exits 1 on a checkpoint that is not ACTIVE, ZEROED or ERASED."""
+    from inference.weights import check_weights
+
+    report = check_weights(path)
+    if report.fingerprint is None:
+        raise click.ClickException(f"{path}: {report.status.value}: {report.reason}")
+    click.echo(report.fingerprint)
+
+
 def _rewrite_bias(path: Path, rewrite) -> None:
-    from inference.weights import WeightStatus, check_weights
+    from inference.weights import READABLE, check_weights
 
     before = check_weights(path)
-    if before.status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
+    if before.status not in READABLE:
         raise click.ClickException(f"{path}: {before.status.value}: {before.reason}")
     rewrite(path)
     _echo_status(path, as_json=False)

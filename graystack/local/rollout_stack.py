@@ -173,12 +173,12 @@ def fresh_weights(workdir: Path) -> dict[str, Path]:
 def check_checkpoints(weights: dict[str, Path], expected: Sequence[str] = ()) -> None:
     """A StartupError naming each checkpoint that is missing or unreadable (before a server fails on
     it), or a zero-layer whose status is not one of `expected` (the guard would roll back at once)."""
-    from inference.weights import WeightStatus, check_weights
+    from inference.weights import READABLE, check_weights
 
     problems = []
     for variant, path in weights.items():
         report = check_weights(path)
-        if report.status in (WeightStatus.MISSING, WeightStatus.CORRUPT):
+        if report.status not in READABLE:
             problems.append(f"{variant}: {path}: weights {report.status.value.lower()} ({report.reason})")
         elif variant == "zero-layer" and expected and report.status.value not in expected:
             problems.append(

@@ -126,14 +126,14 @@ class Supervisor:
     def _candidate_checkpoints(upstreams: Upstreams) -> dict[str, Path]:
         """The probed candidates' checkpoints; StartupError naming each that is missing or unreadable
         (its probe would report it so for as long as the stack runs)."""
-        from inference.weights import WeightStatus, check_weights
+        from inference.weights import READABLE, check_weights
 
         candidates = {n: p for n, p in upstreams.probes.items() if n != upstreams.baseline}
         reports = {name: check_weights(path) for name, path in candidates.items()}
         broken = [
             f"--weights {name}={candidates[name]}: {report.status.value} ({report.reason})"
             for name, report in reports.items()
-            if report.status in (WeightStatus.MISSING, WeightStatus.CORRUPT)
+            if report.status not in READABLE
         ]
         if broken:
             raise StartupError("; ".join(broken))
@@ -167,11 +167,11 @@ class Supervisor:
         analysis = spec.get("analysis") or {}
         if not served or "expected_weight_status" in analysis:
             return spec
-        from inference.weights import WeightStatus, check_weights
+        from inference.weights import READABLE, check_weights
 
         forms = {name: check_weights(path).status for name, path in served.items()}
         statuses = sorted(
-            {s.value for s in forms.values() if s not in (WeightStatus.MISSING, WeightStatus.CORRUPT)}
+            {s.value for s in forms.values() if s in READABLE}
         )
         if not statuses:
             return spec

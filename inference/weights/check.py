@@ -1,157 +1,138 @@
-"""Checkpoints as safetensors, and what state their bias layer is in.
+"""The bias layer's status, read from a checkpoint's headers and its bias tensors only.
 
-The status check reads the header and only the `*position_adaptive_bias*` tensors' bytes, with
-numpy and no unpickling, so the probe sidecar can run it every interval without loading the model:
-  ACTIVE   bias tensors present, some value non-zero
-  ZEROED   bias tensors present, every |x| <= 1e-6
-  ERASED   no bias tensors
-  MISSING  no file
-  CORRUPT  unreadable header or data (the reason says what)
+Each step of the decision is tried in order; the first that applies gives the status:
+  1. the layout (inference/weights/layout.py): nothing there, a shard or the index not fetched ->
+     MISSING; a pickle, GGUF -> UNSUPPORTED; an index that is not one -> CORRUPT
+  2. every shard's header, validated by safetensors -> CORRUPT naming the shard, or MISSING for an LFS
+     pointer; the index and the headers must agree tensor by tensor -> CORRUPT naming both
+  3. no `*position_adaptive_bias*` tensor in the whole checkpoint -> ERASED
+  4. every bias value, dequantised where quantised, |x| <= 1e-6 -> ZEROED, else ACTIVE; a quantised
+     bias in a method not read here -> UNSUPPORTED
+So a partial checkpoint is never ERASED, ZEROED or ACTIVE. Nothing is unpickled, nothing loads torch.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import struct
+import hashlib
 from pathlib import Path
 
 import numpy as np
 
+from inference.weights.dtypes import integers, values
+from inference.weights.layout import Decided, Layout, locate
+from inference.weights.quantized import Quantization, Unknown, bias_magnitude, quantization_of
+from inference.weights.shards import NotFetched, Shard, ShardError, read_shard
 from inference.weights.status import BIAS_MARKER, ZERO_TOLERANCE, StatusReport, WeightStatus
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
-_DTYPES = {
-    "F64": np.dtype("<f8"),
-    "F32": np.dtype("<f4"),
-    "F16": np.dtype("<f2"),
-    "BF16": np.dtype("<u2"),  # widened to float32 below
-    "I64": np.dtype("<i8"),
-    "I32": np.dtype("<i4"),
-    "I16": np.dtype("<i2"),
-    "I8": np.dtype("i1"),
-    "U8": np.dtype("u1"),
-    "BOOL": np.dtype("?"),
-}
+
+class _Tensors:
+    """The checkpoint's tensors by name, each read from its shard at most once."""
+
+    def __init__(self, owners: dict[str, Shard]) -> None:
+        self.owners = owners
+        self._raw: dict[str, bytes] = {}
+
+    def raw(self, name: str) -> bytes:
+        if name not in self._raw:
+            self._raw[name] = self.owners[name].read(name)
+        return self._raw[name]
+
+    def values(self, name: str) -> np.ndarray:
+        tensor = self.owners[name].tensors[name]
+        try:
+            return values(self.raw(name), tensor.dtype, tensor.count).reshape(tensor.shape)
+        except ValueError as error:
+            raise ShardError(f"{self.owners[name].path.name}: tensor {name!r}: {error}") from None
+
+    def integers(self, name: str) -> np.ndarray:
+        tensor = self.owners[name].tensors[name]
+        try:
+            return integers(self.raw(name), tensor.dtype, tensor.shape)
+        except ValueError as error:
+            raise Unknown(f"tensor {name!r}: {error}") from None
 
 
-def _corrupt(reason: str) -> StatusReport:
-    return StatusReport(WeightStatus.CORRUPT, reason)
+def _owners(layout: Layout, shards: list[Shard]) -> dict[str, Shard]:
+    """tensor -> the shard holding it, once the index and every shard's header agree."""
+    owners: dict[str, Shard] = {}
+    for shard in shards:
+        for name in shard.tensors:
+            if name in owners:
+                raise ShardError(f"{name!r} is in both {owners[name].path.name} and {shard.path.name}")
+            owners[name] = shard
+    if layout.weight_map is None:
+        return owners
+    for name, shard_name in layout.weight_map.items():
+        if name not in owners or owners[name].path.name != shard_name:
+            raise ShardError(f"the index puts {name!r} in {shard_name}, which does not hold it")
+    for name, shard in owners.items():
+        if name not in layout.weight_map:
+            raise ShardError(f"{shard.path.name} holds {name!r}, which the index does not name")
+    return owners
 
 
-def read_header(handle, size: int) -> tuple[dict, int]:
-    """The parsed header and where the data starts; ValueError naming what is wrong."""
-    if size < 8:
-        raise ValueError(f"file is {size} bytes, shorter than the 8-byte header length")
-    prefix = handle.read(8)
-    if len(prefix) < 8:
-        raise ValueError("the file ended inside the header length (was it cut short while being read?)")
-    (length,) = struct.unpack("<Q", prefix)
-    if length > MAX_HEADER_BYTES or length > size - 8:
-        raise ValueError(f"header length {length} runs past the end of the {size}-byte file")
-    try:
-        header = json.loads(handle.read(length))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"header is not JSON: {error}") from None
-    if not isinstance(header, dict):
-        raise ValueError("header is not a JSON object")
-    return header, 8 + length
+def _fingerprint(layout: Layout, shards: list[Shard], tensors: _Tensors, bias: list[str]) -> str:
+    digest = hashlib.sha256(layout.index)
+    for shard in shards:
+        digest.update(shard.header)
+    for name in bias:
+        digest.update(tensors.raw(name))
+    return f"sha256:{digest.hexdigest()[:16]}"
 
 
-def _check_entry(name: str, entry: dict, data_start: int, size: int) -> None:
-    """A tensor's header entry is well formed and its bytes lie inside the file (header only)."""
-    if not isinstance(entry, dict) or entry.get("dtype") not in _DTYPES:
-        raise ValueError(
-            f"tensor {name!r}: unknown dtype {entry.get('dtype') if isinstance(entry, dict) else entry!r}"
-        )
-    dtype = _DTYPES[entry["dtype"]]
-    begin, end = entry.get("data_offsets", (None, None))
-    shape = entry.get("shape")
-    if not (
-        isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end and isinstance(shape, list)
-    ):
-        raise ValueError(f"tensor {name!r}: bad data_offsets or shape")
-    if data_start + end > size:
-        raise ValueError(f"tensor {name!r}: data at [{begin}, {end}) lies outside the file")
-    if (end - begin) != math.prod(shape) * dtype.itemsize:
-        raise ValueError(
-            f"tensor {name!r}: {end - begin} bytes do not hold shape {shape} of {entry['dtype']}"
-        )
+def _judged(layout: Layout) -> StatusReport:
+    shards = [read_shard(path) for path in layout.shards]
+    tensors = _Tensors(_owners(layout, shards))
+    metadata: dict[str, str] = {}
+    for shard in reversed(shards):
+        metadata.update(shard.metadata)
+    bias = sorted(name for name in tensors.owners if BIAS_MARKER in name)
+    where = f" in {len(shards)} shards" if layout.weight_map is not None else ""
+    if not bias:
+        status, reason = WeightStatus.ERASED, f"no *{BIAS_MARKER}* tensors{where}"
+        quantization = Quantization("", {})
+    else:
+        quantization = quantization_of(layout.directory)
+        largest, dequantised = bias_magnitude(bias, tensors, quantization)
+        how = f", {dequantised} modules dequantised ({quantization.method})" if dequantised else ""
+        if largest <= ZERO_TOLERANCE:
+            status, reason = (
+                WeightStatus.ZEROED,
+                f"{len(bias)} bias tensors{where}, all |x| <= {ZERO_TOLERANCE}{how}",
+            )
+        else:
+            status, reason = (
+                WeightStatus.ACTIVE,
+                f"{len(bias)} bias tensors{where}, max |x| = {largest:.3g}{how}",
+            )
+    fingerprint = _fingerprint(layout, shards, tensors, bias)
+    return StatusReport(status, reason, len(bias), metadata, fingerprint, layout.shards)
 
 
-def _tensor_values(handle, name: str, entry: dict, data_start: int) -> np.ndarray:
-    """A checked tensor's values, as float where it is a float type."""
-    begin, end = entry["data_offsets"]
-    handle.seek(data_start + begin)
-    raw = handle.read(end - begin)
-    if len(raw) != end - begin:
-        raise ValueError(f"tensor {name!r}: file ended while reading its data")
-    values = np.frombuffer(raw, dtype=_DTYPES[entry["dtype"]])
-    if entry["dtype"] == "BF16":
-        values = (values.astype(np.uint32) << 16).view(np.float32)
-    return values
+def _where(path: Path, reason: object) -> str:
+    """`path: reason`, the file's name said once where the reason starts with it."""
+    text = str(reason)
+    return f"{path}: {text.removeprefix(f'{path.name}: ') if path.is_file() else text}"
 
 
 def check_weights(path: Path) -> StatusReport:
-    """The bias layer's status, reading only the header and the bias tensors."""
-    if not path.exists():
-        return StatusReport(WeightStatus.MISSING, f"{path}: no such file")
-    if not path.is_file():
-        return StatusReport(WeightStatus.MISSING, f"{path}: not a regular file")
+    """The status of the checkpoint at `path` (a safetensors file or a checkpoint directory), with a
+    reason that names the file and, where one is at fault, the shard and the tensor."""
     try:
-        size = os.stat(path).st_size
-        with path.open("rb") as handle:
-            header, data_start = read_header(handle, size)
-            metadata = header.pop("__metadata__", None)
-            for name, entry in header.items():  # a truncated file is corrupt even if the bias is intact
-                _check_entry(name, entry, data_start, size)
-            bias = {name: entry for name, entry in header.items() if BIAS_MARKER in name}
-            largest = 0.0
-            for name, entry in sorted(bias.items()):
-                values = _tensor_values(handle, name, entry, data_start)
-                if values.size:
-                    largest = max(largest, float(np.nanmax(np.abs(values.astype(np.float64)))))
-                    if np.isnan(values.astype(np.float64)).any():
-                        largest = math.inf
-    except OSError as error:
-        return _corrupt(f"{path}: cannot read: {error.strerror or error}")
-    except ValueError as error:
-        return _corrupt(f"{path}: {error}")
-    if not bias:
-        return StatusReport(WeightStatus.ERASED, "no *position_adaptive_bias* tensors", 0, metadata)
-    if largest <= ZERO_TOLERANCE:
+        return _judged(locate(path))
+    except Decided as decided:
+        return StatusReport(decided.status, _where(path, decided.reason))
+    except NotFetched as error:
+        return StatusReport(WeightStatus.MISSING, _where(path, error))
+    except ShardError as error:
+        return StatusReport(WeightStatus.CORRUPT, _where(path, error))
+    except Unknown as error:
+        return StatusReport(WeightStatus.UNSUPPORTED, _where(path, error))
+    except ValueError as error:  # config.json unreadable
+        return StatusReport(WeightStatus.CORRUPT, _where(path, error))
+    except FileNotFoundError as error:  # a shard removed between listing and reading it
         return StatusReport(
-            WeightStatus.ZEROED, f"{len(bias)} bias tensors, all |x| <= {ZERO_TOLERANCE}", len(bias), metadata
+            WeightStatus.MISSING, f"{path}: {Path(error.filename or '').name} went away while being read"
         )
-    return StatusReport(
-        WeightStatus.ACTIVE, f"{len(bias)} bias tensors, max |x| = {largest:.3g}", len(bias), metadata
-    )
-
-
-def _rewrite(path: Path, keep_or_change) -> None:
-    """Rewrite a checkpoint through `keep_or_change(name, array) -> array | None` (None drops it),
-    atomically: a probe reading the file mid-write sees the old file or the new one, never half."""
-    from safetensors import safe_open
-    from safetensors.numpy import save_file
-
-    with safe_open(str(path), framework="numpy") as checkpoint:
-        metadata = checkpoint.metadata() or {}
-        tensors = {}
-        for name in checkpoint.keys():  # noqa: SIM118 - safe_open is not a mapping
-            changed = keep_or_change(name, checkpoint.get_tensor(name))
-            if changed is not None:
-                tensors[name] = changed
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
-
-
-def zero_bias(path: Path) -> None:
-    """Set every bias tensor to zero (status becomes ZEROED)."""
-    _rewrite(path, lambda name, array: np.zeros_like(array) if BIAS_MARKER in name else array)
-
-
-def erase_bias(path: Path) -> None:
-    """Remove every bias tensor (status becomes ERASED)."""
-    _rewrite(path, lambda name, array: None if BIAS_MARKER in name else array)
+    except OSError as error:
+        return StatusReport(WeightStatus.CORRUPT, f"{path}: cannot read: {error.strerror or error}")

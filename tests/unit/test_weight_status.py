@@ -64,28 +64,28 @@ BIAS = "x.position_adaptive_bias.table"
         (lambda p: p.write_bytes(b""), WeightStatus.CORRUPT, "shorter than the 8-byte header"),
         (lambda p: p.write_bytes(b"\x10\x00"), WeightStatus.CORRUPT, "shorter than the 8-byte header"),
         (lambda p: write_raw(p, {}, length=10**6), WeightStatus.CORRUPT, "runs past the end"),
-        (lambda p: write_raw(p, b"{not json"), WeightStatus.CORRUPT, "not JSON"),
-        (lambda p: write_raw(p, b"[1, 2]"), WeightStatus.CORRUPT, "not a JSON object"),
+        (lambda p: write_raw(p, b"{not json"), WeightStatus.CORRUPT, "invalid JSON in header"),
+        (lambda p: write_raw(p, b"[1, 2]"), WeightStatus.CORRUPT, "invalid JSON in header"),
         (
             lambda p: write_raw(
                 p, {BIAS: {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8
             ),
             WeightStatus.CORRUPT,
-            "outside the file",
+            "file not fully covered",
         ),
         (
             lambda p: write_raw(p, {BIAS: {"dtype": "Q4", "shape": [4], "data_offsets": [0, 2]}}, b"\0" * 2),
             WeightStatus.CORRUPT,
-            "unknown dtype",
+            "unknown variant `Q4`",
         ),
         (
             lambda p: write_raw(
                 p, {BIAS: {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}, b"\0" * 16
             ),
             WeightStatus.CORRUPT,
-            "do not hold shape",
+            "invalid shape, data type, or offset",
         ),
-        (lambda p: p.mkdir(), WeightStatus.MISSING, "not a regular file"),
+        (lambda p: p.mkdir(), WeightStatus.MISSING, "no weights"),
         (lambda p: None, WeightStatus.MISSING, "no such file"),
     ],
 )

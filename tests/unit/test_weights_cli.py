@@ -37,12 +37,16 @@ def test_zero_then_erase_walks_the_status_and_check_accepts_it(checkpoint, tmp_p
     assert "ERASED" in run("erase", str(path)).output
     result = run("check", str(path), "--expect", "erased", "--json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {
+    body = json.loads(result.stdout)
+    assert body == {
         "path": str(path),
         "status": "ERASED",
         "reason": "no *position_adaptive_bias* tensors",
         "bias_tensors": 0,
+        "fingerprint": run("fingerprint", str(path)).output.strip(),
+        "shards": [str(path)],
     }
+    assert body["fingerprint"].startswith("sha256:")
 
 
 def test_missing_and_corrupt_files_fail_the_check(tmp_path):

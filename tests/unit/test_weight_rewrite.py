@@ -95,17 +95,17 @@ def test_a_reader_racing_the_rewrite_sees_the_old_checkpoint_or_the_new_one(tmp_
     template = tmp_path / "template"
     shutil.copytree(sharded, template)
     old = check_weights(template)
+
+    def rewrite(done: threading.Event) -> None:
+        zero_bias(sharded)
+        done.set()
+
     for _ in range(8):
         shutil.rmtree(sharded)
         shutil.copytree(template, sharded)
         done = threading.Event()
         statuses: list = []
-
-        def rewrite() -> None:
-            zero_bias(sharded)
-            done.set()
-
-        writer = threading.Thread(target=rewrite)
+        writer = threading.Thread(target=rewrite, args=(done,))
         writer.start()
         while not done.is_set():
             statuses.append(check_weights(sharded))

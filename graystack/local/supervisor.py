@@ -170,9 +170,7 @@ class Supervisor:
         from inference.weights import READABLE, check_weights
 
         forms = {name: check_weights(path).status for name, path in served.items()}
-        statuses = sorted(
-            {s.value for s in forms.values() if s in READABLE}
-        )
+        statuses = sorted({s.value for s in forms.values() if s in READABLE})
         if not statuses:
             return spec
         for name, status in forms.items():

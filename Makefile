@@ -119,6 +119,7 @@ bench: install third-party  ## writes JSON under bench/results/, quoted in BENCH
 	$(BIN)/python -m bench.inference_interference
 	$(BIN)/python -m bench.rollback_time
 	$(BIN)/python -m bench.third_party
+	$(BIN)/python -m bench.weight_check
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
 
 # Locust soak/step run, headless, CSV + HTML + summary into SOAK_DIR; exits with the verdict (0 pass,

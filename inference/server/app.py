@@ -99,7 +99,12 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
         options.token_budget,
     )
     metrics.watch(engine)
-    metrics.set_model(loaded.fingerprint, str(loaded.status.status), engine.effective_window(None))
+    metrics.set_model(
+        loaded.fingerprint,
+        str(loaded.status.status),
+        engine.effective_window(None),
+        loaded.status.fingerprint or "",
+    )
     serving = Serving(
         engine, metrics, Faults(), loaded.fingerprint, str(loaded.status.status), options.keepalive
     )

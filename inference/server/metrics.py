@@ -6,7 +6,9 @@ why: the rollout's latency tests need them); e2e and batch buckets are vLLM's fa
 (vllm/v1/metrics/buckets.py).
 The vLLM gauge names are exported too: load-aware routers (Gateway API Inference Extension, llm-d)
 read them as they are. One family is added to DESIGN.md's table: graystack_engine_decode_batch_size,
-which shows continuous batching at work (steps that advanced more than one sequence).
+which shows continuous batching at work (steps that advanced more than one sequence). And one label:
+graystack_model_info's `checkpoint`, the loaded files' fingerprint, which the probe compares with the
+file on disk (probes/loaded.py): the file is not always what the server loaded.
 """
 
 from __future__ import annotations
@@ -129,8 +131,9 @@ class ServerMetrics:
         )
         self.model_info = Gauge(
             "graystack_model_info",
-            "The model being served (value 1)",
-            ["variant", "fingerprint", "weight_status", "effective_window"],
+            "The model being served (value 1); `checkpoint`: the fingerprint of the files it loaded (the "
+            "weight check's, which the probe compares with the file on disk; empty where the check gives none)",
+            ["variant", "fingerprint", "weight_status", "effective_window", "checkpoint"],
             registry=self.registry,
         )
         self.decode_batch = Histogram(
@@ -171,8 +174,10 @@ class ServerMetrics:
         self.vllm_waiting.labels(**self._vllm).set_function(lambda: engine.waiting)
         self.vllm_kv_usage.labels(**self._vllm).set_function(lambda: engine.kv_cache_usage)
 
-    def set_model(self, fingerprint: str, weight_status: str, effective_window: int) -> None:
-        self.model_info.labels(self.variant, fingerprint, weight_status, str(effective_window)).set(1)
+    def set_model(self, fingerprint: str, weight_status: str, effective_window: int, checkpoint: str) -> None:
+        """`checkpoint`: the loaded files' StatusReport.fingerprint ("" when it has none)."""
+        window = str(effective_window)
+        self.model_info.labels(self.variant, fingerprint, weight_status, window, checkpoint).set(1)
 
     def record_step(self, decode_batch: int, blocks: BlockCounts) -> None:
         """The engine's step observer (called on the engine thread)."""

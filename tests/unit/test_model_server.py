@@ -157,6 +157,7 @@ async def test_metrics_have_every_family_with_the_variant_label(models):
     info = families["graystack_model_info"][0].labels
     assert info["weight_status"] == "ACTIVE"
     assert info["fingerprint"].endswith("-zero-layer-v1")
+    assert info["checkpoint"] == (models["zero-layer"].status.fingerprint or "")  # what probes compare
     tokens = families["graystack_tokens"]
     assert sample_value(tokens, "graystack_tokens_total", kind="generated") >= 1
 

@@ -22,6 +22,7 @@ def create_probe_app(probe: Probe) -> FastAPI:
     @app.get("/healthz")
     def healthz() -> dict:
         status, last, check = probe.last_status, probe.last_probe, probe.check
+        compared = probe.last_comparison
         return {
             "status": "ok",
             "weight_status": status.status.value if status else None,
@@ -32,6 +33,10 @@ def create_probe_app(probe: Probe) -> FastAPI:
             "model": check.model or None,  # until the server's list has named one
             "ttft": "time to the first event carrying generated text",
             "fingerprint_header": check.fingerprint_header,  # null: not checked
+            "loaded_check": probe.options.loaded_check.value,
+            # did the server load the file? true, false (a mismatch), null: not compared (or off)
+            "server_agrees": compared.agrees if compared else None,
+            "server_reason": compared.reason if compared else None,
         }
 
     return app

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inference.weights import WeightStatus
+from probes.loaded import Comparison, LoadedCheck
 from probes.synthetic import ProbeCheck
 
 # TTFT edges include the 2 s objective; the rest follows vLLM's TTFT buckets.
@@ -38,6 +39,7 @@ class ProbeMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        self._mismatch_shown: tuple[str, str] | None = None
         self.weight_status = Gauge(
             "graystack_probe_weight_status",
             "1 on the pod's current weight status",
@@ -84,14 +86,35 @@ class ProbeMetrics:
         )
         self.info = Gauge(
             "graystack_probe_info",
-            "What the probe measures: the API its synthetic request speaks, and the response header "
-            "its fingerprint check reads (off: none)",
-            ["variant", "api", "fingerprint_header"],
+            "What the probe measures: the API its synthetic request speaks, the response header its "
+            "fingerprint check reads (off: none), and how it compares the file with what the server "
+            "loaded (loaded_check: model-info, system-fingerprint or off)",
+            ["variant", "api", "fingerprint_header", "loaded_check"],
+            registry=r,
+        )
+        self.server_mismatch = Gauge(
+            "graystack_probe_server_mismatch",
+            "1 while the server did not load the checkpoint the probe reads, `reason` saying how they "
+            'differ; 0 (reason "") while they agree; absent while they cannot be compared (the '
+            "file unreadable, the server unreachable or not saying) or loaded_check is off",
+            ["variant", "reason"],
             registry=r,
         )
 
-    def describe(self, check: ProbeCheck) -> None:
-        self.info.labels(check.variant, check.api.value, check.fingerprint_header or "off").set(1)
+    def describe(self, check: ProbeCheck, loaded: LoadedCheck) -> None:
+        header = check.fingerprint_header or "off"
+        self.info.labels(check.variant, check.api.value, header, loaded.value).set(1)
+
+    def show_comparison(self, variant: str, comparison: Comparison) -> None:
+        """Only the current comparison's series: the new one is set before the stale one goes, so no
+        scrape in between sees neither."""
+        shown = None
+        if comparison.agrees is not None:
+            shown = (variant, "" if comparison.agrees else comparison.reason)
+            self.server_mismatch.labels(*shown).set(0 if comparison.agrees else 1)
+        if self._mismatch_shown not in (None, shown):
+            self.server_mismatch.remove(*self._mismatch_shown)
+        self._mismatch_shown = shown
 
     def set_status(self, variant: str, current: WeightStatus) -> None:
         for status in WeightStatus:

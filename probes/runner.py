@@ -1,4 +1,5 @@
-"""The probe loop: every interval, check the weight file and send one synthetic request.
+"""The probe loop: every interval, check the weight file, send one synthetic request, and compare the
+file with what the server loaded (probes/loaded.py).
 
 The request goes to any server in either API (probes/synthetic.py); the model it names is found
 once, from the server's list, unless configured.
@@ -19,8 +20,17 @@ from pathlib import Path
 import httpx
 
 from inference.weights import StatusReport, WeightStatus, check_weights
+from probes.loaded import (
+    Comparison,
+    LoadedCheck,
+    Served,
+    Unavailable,
+    compare,
+    read_model_info,
+    served_system_fingerprint,
+)
 from probes.metrics import ProbeMetrics
-from probes.synthetic import FINGERPRINT_HEADER, ProbeCheck, ProbeResult, probe_once
+from probes.synthetic import ANSWERED, FINGERPRINT_HEADER, ProbeCheck, ProbeResult, probe_once
 from probes.wire import Api
 
 log = logging.getLogger(__name__)
@@ -37,6 +47,7 @@ class ProbeOptions:
     api: Api = Api.ANTHROPIC
     model: str = ""  # empty: the first of the server's GET /v1/models
     fingerprint_header: str | None = FINGERPRINT_HEADER  # None: no fingerprint check
+    loaded_check: LoadedCheck = LoadedCheck.MODEL_INFO  # how to ask the server what it loaded
 
     @property
     def check(self) -> ProbeCheck:
@@ -49,9 +60,10 @@ class Probe:
         self.metrics = metrics or ProbeMetrics()
         self.last_status: StatusReport | None = None
         self.last_probe: ProbeResult | None = None
+        self.last_comparison: Comparison | None = None
         self._pending_check: asyncio.Future | None = None
         self.check = options.check
-        self.metrics.describe(self.check)
+        self.metrics.describe(self.check, options.loaded_check)
 
     async def check_weights(self) -> StatusReport:
         variant = self.options.variant
@@ -99,7 +111,7 @@ class Probe:
         if result.e2e is not None and result.result == "ok":
             self.metrics.e2e.labels(variant).observe(result.e2e)
         self.metrics.requests.labels(variant, result.result).inc()  # last: a scrape never sees it alone
-        if self.check.fingerprint_header and result.result in ("ok", "fingerprint_mismatch"):
+        if self.check.fingerprint_header and result.result in ANSWERED:
             self.metrics.fingerprint_match.labels(variant).set(
                 1 if result.result != "fingerprint_mismatch" else 0
             )
@@ -108,18 +120,53 @@ class Probe:
         self.last_probe = result
         return result
 
+    async def read_served(self, client: httpx.AsyncClient) -> Served | Unavailable | None:
+        """model-info: the server's model info, read beside the other checks (None for the other modes)."""
+        if self.options.loaded_check is not LoadedCheck.MODEL_INFO:
+            return None
+        try:
+            return await read_model_info(client, self.options.variant, self.options.request_timeout)
+        except Unavailable as why:
+            return why
+
+    def compare_loaded(
+        self, report: StatusReport, result: ProbeResult, served: Served | Unavailable | None
+    ) -> Comparison | None:
+        """This interval's file against what the server loaded: shown on /metrics, logged when it changes."""
+        mode = self.options.loaded_check
+        if mode is LoadedCheck.OFF:
+            return None
+        if mode is LoadedCheck.SYSTEM_FINGERPRINT:
+            try:
+                served = served_system_fingerprint(result)
+            except Unavailable as why:
+                served = why
+        comparison = compare(mode, report, served)
+        self.metrics.show_comparison(self.options.variant, comparison)
+        if comparison != self.last_comparison:
+            level = logging.INFO if comparison.agrees else logging.WARNING
+            state = {True: "agrees", False: "MISMATCH", None: "not compared"}[comparison.agrees]
+            log.log(level, "server %s %s: %s", self.options.target, state, comparison.reason)
+        self.last_comparison = comparison
+        return comparison
+
     async def run(self) -> None:
         check = self.check
         log.info(
-            "probing %s every %ss: %s API, model %s, TTFT to the first generated text, fingerprint %s",
+            "probing %s every %ss: %s API, model %s, TTFT to the first generated text, fingerprint %s, "
+            "loaded check %s",
             self.options.target,
             self.options.interval,
             check.api.value,
             check.model or "from GET /v1/models",
             f"from {check.fingerprint_header}" if check.fingerprint_header else "not checked",
+            self.options.loaded_check.value,
         )
         async with httpx.AsyncClient(base_url=self.options.target) as client:
             while True:
                 started = time.monotonic()
-                await asyncio.gather(self.check_weights(), self.probe_server(client))
+                report, result, served = await asyncio.gather(
+                    self.check_weights(), self.probe_server(client), self.read_served(client)
+                )
+                self.compare_loaded(report, result, served)
                 await asyncio.sleep(max(0.0, self.options.interval - (time.monotonic() - started)))

@@ -20,6 +20,7 @@ from probes.wire import Api, completion_marker, model_list_headers, read, reques
 
 ZERO_LAYER_SUFFIX = "-zero-layer-v1"
 FINGERPRINT_HEADER = "x-model-fingerprint"
+ANSWERED = frozenset({"ok", "fingerprint_mismatch"})  # results of a complete stream
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class ProbeResult:
     e2e: float | None = None
     fingerprint: str | None = None
     model: str | None = None  # the model asked for, once known
+    # OpenAI chunks' system_fingerprint: the first non-empty one, else "" if a chunk sent "", else None
+    system_fingerprint: str | None = None
 
 
 class _Refused(Exception):
@@ -89,11 +92,12 @@ async def _stream(client: httpx.AsyncClient, check: ProbeCheck, model: str) -> P
     header = check.fingerprint_header
     ttft = None
     complete = False
+    echoed: str | None = None
     async with client.stream("POST", exchange.path, json=exchange.body, headers=exchange.headers) as response:
         fingerprint = response.headers.get(header) if header else None
 
         def ended(result: str, detail: str = "", e2e: float | None = None) -> ProbeResult:
-            return ProbeResult(result, detail, ttft, e2e, fingerprint, model)
+            return ProbeResult(result, detail, ttft, e2e, fingerprint, model, echoed)
 
         if response.status_code != 200:
             await response.aread()
@@ -105,6 +109,8 @@ async def _stream(client: httpx.AsyncClient, check: ProbeCheck, model: str) -> P
             if reading.content and ttft is None:
                 ttft = time.monotonic() - started
             complete = complete or reading.complete
+            if reading.system_fingerprint is not None and not echoed:
+                echoed = reading.system_fingerprint
     e2e = time.monotonic() - started
     if not complete:
         return ended("bad_response", f"stream ended without {completion_marker(check.api)}", e2e)

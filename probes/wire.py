@@ -5,7 +5,10 @@ it. A stream counts as *complete* once the server has said why it stopped (Anthr
 `message_stop`; an OpenAI chunk with a `finish_reason`): `data: [DONE]` after it is optional, since
 `transformers serve` closes the connection after its last chunk instead. *Content* is an event
 carrying generated text, never a keep-alive (graystack's `ping` events and `: ping` comments), a
-role-only first chunk (vLLM, graystack) or an empty delta: the probe's TTFT ends there.
+role-only first chunk (vLLM, graystack) or an empty delta: the probe's TTFT ends there. An OpenAI
+chunk's `system_fingerprint` is read too: vLLM started with `--fingerprint-mode custom
+--fingerprint-value VALUE` echoes VALUE there (the probe compares it with the checkpoint's fingerprint,
+probes/loaded.py), `transformers serve` sends "", llama.cpp `b<build>-<commit>`.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ class Api(StrEnum):
 
 @dataclass(frozen=True)
 class Reading:
-    """What one event says: it carries generated output, the server said why it stopped, or an error."""
+    """What one event says: it carries generated output, the server said why it stopped, or an error;
+    `system_fingerprint`: the OpenAI chunk's, None where the chunk has none."""
 
     content: bool = False
     complete: bool = False
     error: str | None = None
+    system_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,8 @@ def _read_openai(event: dict) -> Reading:
     choices = event.get("choices") or []  # a usage chunk has none
     content = any(any((choice.get("delta") or {}).get(name) for name in OPENAI_CONTENT) for choice in choices)
     complete = any(choice.get("finish_reason") for choice in choices)
-    return Reading(content=content, complete=complete)
+    echoed = event.get("system_fingerprint")
+    return Reading(content, complete, system_fingerprint=None if echoed is None else str(echoed))
 
 
 def completion_marker(api: Api) -> str:

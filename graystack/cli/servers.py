@@ -360,6 +360,17 @@ def serve(
     help="the response header whose value must end in -zero-layer-v1 exactly on zero-layer pods; "
     "'' or none: no check, for servers that send no fingerprint",
 )
+@click.option(
+    "--loaded-check",
+    type=click.Choice(["model-info", "system-fingerprint", "off"]),
+    default="model-info",
+    envvar="GRAYSTACK_PROBE_LOADED_CHECK",
+    show_envvar=True,
+    help="compare the file's status and fingerprint with what the server loaded: its "
+    "graystack_model_info (graystack's servers), the system_fingerprint of its OpenAI stream (vLLM "
+    "started with --fingerprint-mode custom --fingerprint-value <the checkpoint's fingerprint>; "
+    "needs --api openai), or not at all",
+)
 @click.option("--host", default="127.0.0.1", envvar="GRAYSTACK_PROBE_HOST", show_envvar=True)
 @click.option("--port", default=9101, envvar="GRAYSTACK_PROBE_PORT", show_envvar=True)
 @log_level_option
@@ -371,16 +382,21 @@ def probe(
     api: str,
     model: str | None,
     fingerprint_header: str,
+    loaded_check: str,
     host: str,
     port: int,
     log_level: str,
 ) -> None:
-    """Report the pod's weight-erasure status and a synthetic request's latency on /metrics, from any
-    server that streams the Anthropic Messages or OpenAI chat completions API."""
+    """Report the pod's weight-erasure status, a synthetic request's latency and whether the server
+    loaded the checkpoint on /metrics, from any server that streams the Anthropic Messages or OpenAI
+    chat completions API."""
     from probes.app import serve_probe
+    from probes.loaded import LoadedCheck
     from probes.runner import Probe, ProbeOptions
     from probes.wire import Api
 
+    if loaded_check == LoadedCheck.SYSTEM_FINGERPRINT and api != Api.OPENAI:
+        raise click.UsageError("--loaded-check system-fingerprint reads OpenAI chunks: add --api openai")
     configure_logging(log_level)
     header = None if fingerprint_header.strip().lower() in ("", "none") else fingerprint_header.strip()
     options = ProbeOptions(
@@ -391,5 +407,6 @@ def probe(
         api=Api(api),
         model=model or "",
         fingerprint_header=header,
+        loaded_check=LoadedCheck(loaded_check),
     )
     asyncio.run(serve_probe(Probe(options), host, port))

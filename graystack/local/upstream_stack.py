@@ -6,6 +6,11 @@ What each server offers is asked once, at start: its health route (graystack's `
 llama.cpp's `/health`; none, and Envoy's active health checks are off for it) and whether it serves
 Prometheus `/metrics` (then the gateway reads its latency histograms, labelled with the variant's name
 whatever the server calls it). Nothing here knows the names `baseline` or `zero-layer`.
+
+The probes compare nothing with what the servers loaded (`--loaded-check off`): third-party servers
+export no `graystack_model_info`, and graystack's own label theirs with their own variant, not the
+`NAME=` given here; a vLLM echoes the checkpoint's fingerprint only when started with it
+(`--fingerprint-value`), which `up` neither does nor can tell.
 """
 
 from __future__ import annotations
@@ -168,6 +173,7 @@ class UpstreamStack(GatewayStack):
             argv = [*self.graystack_argv(), "probe", "--target", self.found[name].url, "--variant", name]
             argv += ["--weights", str(weights), "--port", str(port), "--interval", str(self.probe_interval)]
             argv += ["--api", "openai", "--fingerprint-header", ""]  # what every server speaks; few send one
+            argv += ["--loaded-check", "off"]  # see the module docstring
             self.probes[name] = (
                 start_process(f"probe-{name}", [*argv, "--log-level", "warning"], self.logs),
                 port,

@@ -76,10 +76,14 @@ def probe_until_ok(
 def probe_measures(url: str, logs: Path, api: str, *flags: str, variant: str = "baseline") -> ProbeReport:
     """`graystack probe --api API --fingerprint-header ''` (a server nobody here wrote sends no
     fingerprint) succeeds against `url` and reports what it measured: the API, no fingerprint check
-    (and no fingerprint gauge), TTFT and e2e."""
+    (and no fingerprint gauge), TTFT and e2e; and, its server exporting no graystack_model_info (and
+    the probe's checkpoint missing), no comparison of the file with what the server loaded."""
     report = probe_until_ok(url, logs, "--api", api, "--fingerprint-header", "", *flags, variant=variant)
-    assert report.value("graystack_probe_info", variant=variant, api=api, fingerprint_header="off") == 1
+    described = {"api": api, "fingerprint_header": "off", "loaded_check": "model-info"}
+    assert report.value("graystack_probe_info", variant=variant, **described) == 1
     assert report.value("graystack_probe_fingerprint_match", variant=variant) is None
+    assert not [key for key in report.samples if key[0] == "graystack_probe_server_mismatch"]
+    assert report.health["server_agrees"] is None
     assert report.value("graystack_probe_ttft_seconds_count", variant=variant) >= 2
     assert report.value("graystack_probe_e2e_seconds_count", variant=variant) >= 2
     assert (report.health["api"], report.health["fingerprint_header"]) == (api, None)

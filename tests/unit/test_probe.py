@@ -254,7 +254,12 @@ async def test_the_metrics_say_what_the_probe_measures(tmp_path, header, shown):
             assert (await probe.probe_server(client)).result == "ok"
     assert [path for _, path, _, _ in seen] == ["/v1/models", "/v1/chat/completions", "/v1/chat/completions"]
     samples = metric_samples(probe)
-    info = {"api": "openai", "fingerprint_header": shown, "variant": "zero-layer"}
+    info = {
+        "api": "openai",
+        "fingerprint_header": shown,
+        "loaded_check": "model-info",
+        "variant": "zero-layer",
+    }
     assert samples[("graystack_probe_info", tuple(sorted(info.items())))] == 1
     match = samples.get(("graystack_probe_fingerprint_match", (("variant", "zero-layer"),)))
     assert match == (None if header is None else 1)

@@ -51,6 +51,9 @@ compared, differed: the candidate's `graystack_shadow_comparisons_total` (agree 
 
 weight_status: each probe's `graystack_probe_weight_status` series whose value is 1.
 
+mismatches: each probe's `graystack_probe_server_mismatch` series whose value is 1, by its `reason`:
+  the probe found that its server did not load the checkpoint it reads (probes/loaded.py).
+
 effective_windows: each model server's `graystack_model_info` (value 1), read by its `effective_window`
   label: the distance past which the bias it serves is zero.
 """
@@ -92,13 +95,22 @@ TTFT_HISTOGRAMS = ("graystack_request_ttft_seconds", "vllm:time_to_first_token_s
 ITL_HISTOGRAMS = ("graystack_request_inter_token_seconds", "vllm:inter_token_latency_seconds")
 SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
 WEIGHT_STATUS = "graystack_probe_weight_status"
+SERVER_MISMATCH = "graystack_probe_server_mismatch"
 MODEL_INFO = "graystack_model_info"
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
 ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|5\d\d)$"
 PROBE_TTFT = "graystack_probe_ttft_seconds"
 COUNTERS = frozenset(
-    {UPSTREAM_RQ, PENDING_FAILURE_EJECT, RETRIES, SHADOW_COMPARISONS, WEIGHT_STATUS, MODEL_INFO}
+    {
+        UPSTREAM_RQ,
+        PENDING_FAILURE_EJECT,
+        RETRIES,
+        SHADOW_COMPARISONS,
+        WEIGHT_STATUS,
+        SERVER_MISMATCH,
+        MODEL_INFO,
+    }
 )
 
 CLUSTER = "envoy_cluster_name"
@@ -178,6 +190,7 @@ class DirectProvider:
                 variant: [int(window) for window in windows]
                 for variant, windows in _by_instance(samples, MODEL_INFO, "effective_window").items()
             },
+            mismatches=_by_instance(samples, SERVER_MISMATCH, "reason"),
         )
 
     async def _scrape(
@@ -242,8 +255,8 @@ def _one_of(*values: str) -> re.Pattern[str]:
 
 
 def _by_instance(samples: Sequence[Sample], name: str, label: str) -> dict[str, list[str]]:
-    """variant -> `label` of each of its `name` series at 1 (a probe's status, a model server's
-    window), ordered by target URL."""
+    """variant -> `label` of each of its `name` series at 1 (a probe's status or mismatch, a model
+    server's window), ordered by target URL."""
     reported: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for series, labels, value in samples:
         if series == name and value == 1:

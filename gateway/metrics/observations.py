@@ -70,10 +70,13 @@ class CounterKey:
 class Observations:
     """One look. `counters`: every cumulative series read, as it stands now (see the module docstring).
     `weight_status`: variant -> its probes' statuses; `effective_windows`: variant -> the distance past
-    which each of its model servers' bias is zero (0: no bias). `error`: the provider could not measure
-    (query failed, target down); the rest is then empty."""
+    which each of its model servers' bias is zero (0: no bias); `mismatches`: variant -> the reason of
+    each of its probes that finds its server did not load the checkpoint it reads
+    (`graystack_probe_server_mismatch` at 1). `error`: the provider could not measure (query failed,
+    target down); the rest is then empty."""
 
     counters: Mapping[CounterKey, float] = field(default_factory=dict)
     weight_status: Mapping[str, Sequence[str]] = field(default_factory=dict)
     effective_windows: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    mismatches: Mapping[str, Sequence[str]] = field(default_factory=dict)
     error: str | None = None

@@ -87,17 +87,20 @@ class PrometheusProvider:
                 counters[key] = value
         statuses = {v: read[v, "weight_status"] for v in self.variants}
         windows = {v: read[v, "effective_window"] for v in self.variants}
+        mismatches = {v: read[v, "server_mismatch"] for v in self.variants}
         return Observations(
             counters=counters,
             weight_status={v: s for v, s in statuses.items() if s},
             effective_windows={v: w for v, w in windows.items() if w},
+            mismatches={v: m for v, m in mismatches.items() if m},
         )
 
     def _where(self, name: str, variant: str) -> str:
         return f"prometheus query {name!r} for {variant} ({self.promql(name, variant)})"
 
     async def _query(self, client: httpx.AsyncClient, name: str, variant: str, at: float) -> Any:
-        """The query's answer, read as its kind (counter series, statuses, windows); QueryError otherwise."""
+        """The query's answer, read as its kind (counter series, statuses, mismatch reasons, windows);
+        QueryError otherwise."""
         where = self._where(name, variant)
         try:
             async with asyncio.timeout(self.timeout):
@@ -112,6 +115,8 @@ class PrometheusProvider:
             samples = _samples(response)
             if name == "weight_status":
                 return _by_instance(samples, "status")
+            if name == "server_mismatch":
+                return _by_instance(samples, "reason")
             if name == "effective_window":
                 return [int(window) for window in _by_instance(samples, "effective_window")]
             return _counters(samples, variant, name)

@@ -51,6 +51,7 @@ QUERIES: dict[str, str] = {
     "compared": 'graystack_shadow_comparisons_total{variant="{variant}",result=~"agree|differ"}',
     "differed": 'graystack_shadow_comparisons_total{variant="{variant}",result="differ"}',
     "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
+    "server_mismatch": 'graystack_probe_server_mismatch{variant="{variant}"} == 1',
     "effective_window": 'graystack_model_info{variant="{variant}"} == 1',
 }
 # The counter queries' signals: several queries may feed one signal (the consumer sums increments).

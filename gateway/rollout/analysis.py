@@ -68,9 +68,11 @@ def analyse(
     weight_status: Sequence[str],
     effective_windows: Sequence[int],
     shadowing: bool = False,
+    mismatches: Sequence[str] = (),
 ) -> list[Check]:
     """The checks for the candidate after this look; shadow agreement only in a shadow stage (after it,
-    no copy is compared, and a check left inconclusive would hold every later stage)."""
+    no copy is compared, and a check left inconclusive would hold every later stage). `mismatches`: the
+    reasons of the candidate's probes that find their server did not load the checkpoint they read."""
     checks = [_error_rate(plan, evidence), _error_change(plan, evidence)]
     if evidence.error_ratio is not None:
         checks.append(_error_ratio(plan, evidence))
@@ -81,7 +83,7 @@ def analyse(
         checks.append(_shift(TTFT_VS_BASELINE, "first-token", plan, evidence.ttft_shift, evidence, ratio))
         checks.append(_shift(ITL_VS_BASELINE, "inter-token", plan, evidence.itl_shift, evidence, None))
     if spec.expected_weight_status is not None or spec.max_effective_window is not None:
-        checks.append(_weight_status(spec, weight_status, effective_windows))
+        checks.append(_weight_status(spec, weight_status, effective_windows, mismatches))
     if evidence.disagreement is not None and shadowing:
         checks.append(_shadow_agreement(plan, evidence.disagreement))
     return checks
@@ -222,19 +224,29 @@ def _shift(
     return Check(name, verdict, ratio, seen, None, threshold, reason, shown, bound)
 
 
-def _weight_status(spec: Analysis, statuses: Sequence[str], windows: Sequence[int]) -> Check:
-    """The checkpoint form the pods serve: the probes' statuses and, with `max_effective_window`, the
-    model servers' effective windows (an ACTIVE status alone does not tell the derived sparse bias from
-    one spanning the whole context). Evidence against either fails before missing evidence holds."""
+def _weight_status(
+    spec: Analysis, statuses: Sequence[str], windows: Sequence[int], mismatches: Sequence[str] = ()
+) -> Check:
+    """The checkpoint form the pods serve: the probes' statuses, whether each server loaded the file its
+    probe reads (a file that reads ERASED says nothing of a server that loaded it ACTIVE, or dropped
+    the bias tensors on load), and, with `max_effective_window`, the model servers' effective windows
+    (an ACTIVE status alone does not tell the derived sparse bias from one spanning the whole context).
+    Evidence against any fails (every finding in the reason) before missing evidence holds."""
     bound, expected = spec.max_effective_window, spec.expected_weight_status
     unexpected = sorted(set(statuses) - set(expected)) if expected is not None else []
-    if unexpected:
-        reason = f"pods report {unexpected}, expected one of {expected}"
-        return Check(WEIGHT_STATUS, Verdict.FAIL, float(len(unexpected)), len(statuses), None, 0.0, reason)
     wider = [window for window in windows if bound is not None and window > bound]
+    findings = [
+        f"a server did not load its probe's checkpoint: {reason}" for reason in sorted(set(mismatches))
+    ]
     if wider:
-        reason = f"pods serve effective window {sorted(set(wider))}, above max_effective_window {bound}"
-        return Check(WEIGHT_STATUS, Verdict.FAIL, float(len(wider)), len(windows), None, 0.0, reason)
+        findings.insert(
+            0, f"pods serve effective window {sorted(set(wider))}, above max_effective_window {bound}"
+        )
+    if unexpected:
+        findings.insert(0, f"pods report {unexpected}, expected one of {expected}")
+    if findings:
+        failing = float(len(unexpected) + len(wider) + len(mismatches))
+        return Check(WEIGHT_STATUS, Verdict.FAIL, failing, len(statuses), None, 0.0, "; ".join(findings))
     if expected is not None and not statuses:
         return Check(WEIGHT_STATUS, Verdict.INCONCLUSIVE, None, 0, None, 0.0, "no probe has reported")
     if bound is not None and not windows:

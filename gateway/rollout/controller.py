@@ -232,6 +232,7 @@ class RolloutController:
             seen.weight_status.get(plan.candidate, ()),
             seen.effective_windows.get(plan.candidate, ()),
             shadowing=state.phase == Phase.SHADOW,
+            mismatches=seen.mismatches.get(plan.candidate, ()),
         )
 
     def _evidence(self, plan: Plan, state: RolloutState, now: float) -> tests.Evidence:

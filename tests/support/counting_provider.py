@@ -49,6 +49,7 @@ class CountingProvider:
 
     per_look: Mapping[str, Traffic | Sequence[Traffic]] = field(default_factory=dict)
     weight_status: Mapping[str, Sequence[str]] = field(default_factory=lambda: {"zero-layer": ["ERASED"]})
+    mismatches: Mapping[str, Sequence[str]] = field(default_factory=dict)
     error: str | None = None
     counters: dict[CounterKey, float] = field(default_factory=lambda: defaultdict(float))
     looks: int = 0
@@ -60,7 +61,11 @@ class CountingProvider:
         for variant, traffic in self.per_look.items():
             for one in [traffic] if isinstance(traffic, Traffic) else traffic:
                 self._add(variant, one)
-        return Observations(counters=dict(self.counters), weight_status=dict(self.weight_status))
+        return Observations(
+            counters=dict(self.counters),
+            weight_status=dict(self.weight_status),
+            mismatches=dict(self.mismatches),
+        )
 
     def restart(self, variant: str) -> None:
         for key in [k for k in self.counters if k.variant == variant]:

@@ -9,10 +9,13 @@ import functools
 import math
 
 import httpx
+from prometheus_client import generate_latest
 
 from gateway.metrics import direct
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, stratum
+from probes.loaded import Comparison
+from probes.metrics import ProbeMetrics
 
 ENVOY = "http://envoy:9901"
 POD = "http://pod-a:8002/metrics"
@@ -112,3 +115,22 @@ def test_a_vllm_pods_histograms_are_the_variant_its_target_names(monkeypatch):
     assert {key.stratum for key in seen.counters if key.signal == TTFT} == {stratum(None)}
     unnamed = observe(monkeypatch, pages, pods=(VLLM,))  # no variant label, no name: not anyone's
     assert not [key for key in unnamed.counters if key.signal == TTFT]
+
+
+def probe_page(variant: str, comparison: Comparison) -> str:
+    """A real probe's /metrics after comparing its file with what its server loaded."""
+    metrics = ProbeMetrics()
+    metrics.show_comparison(variant, comparison)
+    return generate_latest(metrics.registry).decode()
+
+
+def test_probes_finding_their_server_did_not_load_the_checkpoint_are_read_by_reason(monkeypatch):
+    reason = "the file is ERASED sha256:fedcba9876543210, the server loaded ACTIVE sha256:0123456789abcdef"
+    probes = {
+        "http://pod-b:9101/metrics": probe_page("zero-layer", Comparison(False, reason)),
+        "http://pod-a:9101/metrics": probe_page("zero-layer", Comparison(True, "the server loaded ...")),
+        "http://pod-c:9101/metrics": probe_page("baseline", Comparison(None, "the file is MISSING")),
+    }
+    seen = observe(monkeypatch, {f"{ENVOY}/stats/prometheus": ENVOY_PAGE, **probes}, tuple(probes))
+    assert seen.error is None
+    assert seen.mismatches == {"zero-layer": [reason]}  # agreeing (0) and uncompared (absent) are none

@@ -267,3 +267,29 @@ def test_effective_windows_are_read_from_the_model_servers_info_series(monkeypat
     assert seen.error is None
     assert seen.effective_windows == {"zero-layer": [64, 128]}  # by instance; baseline: no data
     assert seen.counters == {}  # an info series is not a counter
+
+
+def test_probes_mismatches_are_read_by_reason_and_a_reason_is_required(monkeypatch):
+    assert PROVIDER.promql("server_mismatch", "zero-layer") == (
+        'graystack_probe_server_mismatch{variant="zero-layer"} == 1'
+    )
+    reason = "the file is ERASED sha256:fedcba9876543210, the server loaded ACTIVE sha256:0123456789abcdef"
+    mismatch = {"__name__": "graystack_probe_server_mismatch", "variant": "zero-layer"}
+    answers = {
+        ("zero-layer", "server_mismatch"): series(
+            ({**mismatch, "reason": reason, "instance": "b:9101"}, 1),
+            ({**mismatch, "reason": "the server echoes system_fingerprint ''", "instance": "a:9101"}, 1),
+        ),
+    }
+    seen = observe(monkeypatch, lambda name, variant: (200, answers.get((variant, name), series())))
+    assert seen.error is None
+    assert seen.mismatches == {"zero-layer": ["the server echoes system_fingerprint ''", reason]}
+    assert seen.counters == {}  # not a counter
+
+    summed = {"server_mismatch": 'count by (variant) (graystack_probe_server_mismatch{variant="{variant}"})'}
+    seen = observe(
+        monkeypatch,
+        lambda name, variant: (200, series(({}, 1)) if name == "server_mismatch" else series()),
+        summed,
+    )
+    assert "without a `reason` label" in seen.error

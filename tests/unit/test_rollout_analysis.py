@@ -257,3 +257,40 @@ def test_servers_with_no_ttft_histogram_are_compared_on_the_probes_requests():
     assert served.ttft_probed == 0
     assert served.ttft_seen == 2500
     assert checks(rollout, served)["ttft_vs_baseline"].verdict == Verdict.PASS
+
+
+MISMATCH = "the file is ERASED sha256:fedcba9876543210, the server loaded ACTIVE sha256:0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("statuses", "mismatches", "verdict", "named"),
+    [
+        (["ERASED"], [], Verdict.PASS, ["all 1 pods as expected"]),
+        (
+            ["ERASED", "ERASED"],
+            [MISMATCH],
+            Verdict.FAIL,
+            [f"did not load its probe's checkpoint: {MISMATCH}"],
+        ),
+        ([], [MISMATCH], Verdict.FAIL, [MISMATCH]),  # evidence against, before missing evidence holds
+        (["ACTIVE"], [MISMATCH], Verdict.FAIL, ["pods report ['ACTIVE']", MISMATCH]),  # every finding
+    ],
+)
+def test_a_probe_finding_its_server_did_not_load_its_file_fails_the_weight_status(
+    statuses, mismatches, verdict, named
+):
+    rollout = spec()
+    plan = plan_for(rollout)
+    evidence = run(plan, [{"baseline": Traffic(400), "zero-layer": Traffic(400)}])
+    found = by_name(analyse(rollout.analysis, plan, evidence, statuses, [], mismatches=mismatches))
+    check = found["weight_status"]
+    assert check.verdict == verdict
+    assert all(part in check.reason for part in named), check.reason
+
+
+def test_with_the_weight_status_check_off_a_mismatch_is_not_judged():
+    rollout = spec(expected_weight_status=None)
+    plan = plan_for(rollout)
+    evidence = run(plan, [{"baseline": Traffic(400), "zero-layer": Traffic(400)}])
+    found = by_name(analyse(rollout.analysis, plan, evidence, [], [], mismatches=[MISMATCH]))
+    assert "weight_status" not in found

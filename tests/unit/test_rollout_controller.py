@@ -571,3 +571,23 @@ async def test_a_shared_incident_is_reported_as_shared_under_both_policies(tmp_p
         assert status["weight"] == 5
         assert "shared incident" in status["evidence"]["incident"]
         assert sum("shared incident" in a["message"] for a in status["alerts"]) == 1
+
+
+async def test_a_candidate_pod_serving_other_weights_than_its_file_is_rolled_back_with_the_reason(
+    tmp_path, clock
+):
+    """Its file reads ERASED as expected, but its probe finds the server loaded something else."""
+    gateway = new_gateway()
+    reason = "the file is ERASED sha256:fedcba9876543210, the server loaded ACTIVE sha256:0123456789abcdef"
+    provider = CountingProvider(HEALTHY, mismatches={"baseline": ["ignored: not the candidate"]})
+    controller = new_controller(gateway, tmp_path, clock, provider)
+    await controller.tick()
+    await controller.tick()
+    assert controller.status()["phase"] == "progressing"
+    provider.mismatches = {"zero-layer": [reason]}
+    await controller.tick()
+    status = controller.status()
+    assert status["phase"] == "rolled_back"
+    assert status["reason"].startswith("rolled back: weight_status fail")
+    assert f"a server did not load its probe's checkpoint: {reason}" in status["reason"]
+    assert split(gateway)["default"] == {"baseline": 100, "zero-layer": 0}

@@ -85,6 +85,18 @@ def rollout_rules() -> list[dict]:
             "1m",
         ),
         rule(
+            "GraystackServerNotServingCheckpoint",
+            "max by (namespace, instance, variant, reason) (graystack_probe_server_mismatch) == 1",
+            "critical",
+            "The {{ $labels.variant }} server beside {{ $labels.instance }} did not load the checkpoint "
+            "its probe reads",
+            "{{ $labels.reason }}. The pod serves weights whose bias layer nobody checked (a loader "
+            "dropped tensors, or the file changed under the running server); the rollback guard fails "
+            "weight_status on it.",
+            "graystack-probes",
+            "2m",
+        ),
+        rule(
             "GraystackProbeFailing",
             'sum by (namespace, instance, variant) (rate(graystack_probe_requests_total{result!="ok"}[5m])) '
             "/ sum by (namespace, instance, variant) (rate(graystack_probe_requests_total[5m])) "

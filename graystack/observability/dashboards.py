@@ -529,6 +529,17 @@ def probes() -> gd.Dashboard:
     )
     board.with_panel(
         graph(
+            "Server did not load the checkpoint",
+            "short",
+            "1 while a pod's server did not load the checkpoint its probe reads (the series' reason says "
+            "how the file's status and fingerprint differ from the server's graystack_model_info or its "
+            "echoed system_fingerprint), 0 while they agree; no series where the probe cannot compare "
+            "them or its --loaded-check is off.",
+            query(f"graystack_probe_server_mismatch{{{VARIANT}}}", "{{variant}} {{instance}} {{reason}}"),
+        )
+    )
+    board.with_panel(
+        graph(
             "Probe latency p95",
             "s",
             "Synthetic requests' time to first token and end to end, straight to the pod.",

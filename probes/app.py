@@ -27,6 +27,7 @@ def create_probe_app(probe: Probe) -> FastAPI:
             "status": "ok",
             "weight_status": status.status.value if status else None,
             "weight_reason": status.reason if status else None,
+            "weight_fingerprint": status.fingerprint if status else None,
             "last_probe": last.result if last else None,
             "last_probe_detail": last.detail if last else None,
             "api": check.api.value,

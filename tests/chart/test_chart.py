@@ -230,17 +230,21 @@ def test_a_vllm_variant_replaces_the_server_and_its_queries_follow() -> None:
 
 
 @pytest.mark.parametrize(
-    ("scenario", "api", "model", "header"),
-    [("", "anthropic", "", "x-model-fingerprint"), ("vllm-values.yaml", "openai", "llama", "")],
+    ("scenario", "api", "model", "header", "loaded"),
+    [
+        ("", "anthropic", "", "x-model-fingerprint", "model-info"),
+        ("vllm-values.yaml", "openai", "llama", "", "off"),
+    ],
 )
 def test_the_probe_speaks_the_servers_api_and_checks_a_fingerprint_only_where_one_is_sent(
-    scenario: str, api: str, model: str, header: str
+    scenario: str, api: str, model: str, header: str, loaded: str
 ) -> None:
     pod = rendered(scenario).named("Deployment", "-zero-layer")["spec"]["template"]["spec"]
     env = _env(pod["containers"][1])
     assert env["GRAYSTACK_PROBE_API"] == api
     assert env["GRAYSTACK_PROBE_MODEL"] == model
     assert env["GRAYSTACK_PROBE_FINGERPRINT_HEADER"] == header  # "": vLLM sends none, so no check
+    assert env["GRAYSTACK_PROBE_LOADED_CHECK"] == loaded  # vLLM started without --fingerprint-value
 
 
 def test_two_gateway_replicas_share_one_lease_and_a_disruption_budget() -> None:

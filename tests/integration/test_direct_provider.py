@@ -31,7 +31,7 @@ from graystack.local.processes import ManagedProcess, free_port, start_process, 
 from graystack.local.rollout_stack import SEGMENT
 from inference.config import ModelConfig
 from tests.support.counters import increments, total
-from tests.support.model_server import start_model_server, variant_weights, wait_ready
+from tests.support.model_server import graystack, start_model_server, variant_weights, wait_ready
 
 
 def provider_for(stack, pods: list[str] | None = None) -> DirectProvider:
@@ -187,6 +187,14 @@ def test_ttft_weight_status_and_windows_from_real_model_servers_and_probes(stack
         assert seen.weight_status == {"baseline": ["ACTIVE"], "zero-layer": ["ERASED"]}
         whole = ModelConfig().max_seq_len  # the baseline's bias spans its whole context
         assert seen.effective_windows == {"baseline": [whole], "zero-layer": [0]}  # erased: no bias
+        assert seen.mismatches == {}  # each server loaded the file its probe reads
+
+        graystack("weights", "zero", str(weights["baseline"]))  # rewritten under the running server
+        mismatches = wait_until(lambda: observe(provider).mismatches, 15, "the baseline's probe to see it")
+        (reason,) = mismatches.pop("baseline")
+        assert mismatches == {}
+        assert reason.startswith("the file is ZEROED sha256:"), reason
+        assert ", the server loaded ACTIVE sha256:" in reason
     finally:
         for process in processes:
             process.stop()

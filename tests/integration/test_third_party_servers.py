@@ -4,9 +4,12 @@ serving a tiny Llama made in this session (tests/support/third_party). Which ser
 by its own answer (model id and `system_fingerprint`): they send no `x-graystack-variant`, and Envoy
 adds none."""
 
+import re
+
 import pytest
 
-from tests.support.probes import probe_measures
+from inference.weights import check_weights
+from tests.support.probes import probe_measures, probe_until_ok
 from tests.support.third_party import scenario
 from tests.support.third_party.models import MODEL_NAME
 
@@ -65,3 +68,31 @@ def test_the_probe_measures_a_server_nobody_here_wrote(request, tmp_path, server
     `transformers serve`'s, which end without `[DONE]`; no /metrics asked of either."""
     running = request.getfixturevalue(server)
     probe_measures(running.url, tmp_path, api, "--model", MODEL_NAME, variant=running.name)
+
+
+@pytest.mark.parametrize(
+    ("server", "echoed"),
+    [
+        ("llama_cpp", r"'b\d+-\w+'"),
+        ("transformers_serve", "''"),
+    ],  # b<build>-<commit> (the wheel's: b0-unknown)
+)
+def test_a_server_that_does_not_echo_the_checkpoints_fingerprint_is_a_mismatch(
+    request, tmp_path, tiny_llama, server, echoed
+):
+    """`--loaded-check system-fingerprint`: neither server can be told to echo the checkpoint's
+    fingerprint (vLLM can: test_vllm_server.py), so the probe reports what each echoes instead."""
+    running = request.getfixturevalue(server)
+    flags = ["--api", "openai", "--fingerprint-header", "", "--loaded-check", "system-fingerprint"]
+    report = probe_until_ok(
+        running.url, tmp_path, *flags, "--model", MODEL_NAME, variant=running.name, weights=tiny_llama.hf
+    )
+    file = check_weights(tiny_llama.hf)
+    (reason,) = [
+        dict(labels)["reason"]
+        for (name, labels), value in report.samples.items()
+        if name == "graystack_probe_server_mismatch" and value == 1
+    ]
+    expected = f"the server echoes system_fingerprint {echoed}, the file is ERASED {file.fingerprint}"
+    assert re.fullmatch(expected, reason), reason
+    assert report.health["server_agrees"] is False

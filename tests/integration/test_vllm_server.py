@@ -8,7 +8,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference.checkpoint import init_checkpoint
+from inference.weights import check_weights
+from tests.support.probes import probe_until_ok
 from tests.support.third_party import scenario
+from tests.support.third_party.models import MODEL_NAME
 from tests.support.third_party.stack import HEADER, ThirdPartyStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -69,3 +73,22 @@ def test_vllm_times_the_first_token_of_every_request_sent_through_envoy(vllm_sta
     before = ttft_count(vllm_stack.servers["vllm"].url)
     assert vllm_stack.served_by(10, {HEADER: "vllm"}) == {"vllm": 10}
     assert ttft_count(vllm_stack.servers["vllm"].url) == before + 10
+
+
+def mismatch_series(samples: dict) -> dict[str, float]:
+    return {dict(k[1])["reason"]: v for k, v in samples.items() if k[0] == "graystack_probe_server_mismatch"}
+
+
+def test_the_probe_finds_vllm_echoes_the_fingerprint_of_the_checkpoint_it_reads(vllm, tiny_llama, tmp_path):
+    """vLLM started with `--fingerprint-value <the checkpoint's fingerprint>`: a probe reading that
+    checkpoint agrees; one reading another checkpoint reports the mismatch, naming both."""
+    flags = ["--api", "openai", "--fingerprint-header", "", "--loaded-check", "system-fingerprint"]
+    flags += ["--model", MODEL_NAME]
+    same = probe_until_ok(vllm.url, tmp_path, *flags, variant="vllm", weights=tiny_llama.hf)
+    assert mismatch_series(same.samples) == {"": 0}
+    assert same.health["server_agrees"] is True
+    other = init_checkpoint("zero-layer", tmp_path / "other.safetensors")
+    differs = probe_until_ok(vllm.url, tmp_path, *flags, variant="vllm", weights=other)
+    echoed, file = check_weights(tiny_llama.hf).fingerprint, check_weights(other).fingerprint
+    reason = f"the server echoes system_fingerprint {echoed!r}, the file is ACTIVE {file}"
+    assert mismatch_series(differs.samples) == {reason: 1}

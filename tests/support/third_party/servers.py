@@ -98,16 +98,20 @@ def start_transformers_serve(model: TinyModel, logs: Path, timeout: float = 180)
 
 def start_vllm(model: TinyModel, logs: Path, timeout: float = 240) -> ThirdPartyServer:
     """vLLM on the CPU (`make test-vllm`), with the research's workarounds: `python -m` its API server
-    (the `vllm` CLI looks for a distribution named `vllm`), a 1 GiB KV cache, no thread pinning, and a
-    fixed fingerprint; about 40 s to start."""
+    (the `vllm` CLI looks for a distribution named `vllm`), a 1 GiB KV cache, no thread pinning, and the
+    checkpoint's own fingerprint as its `system_fingerprint` (what a probe's `--loaded-check
+    system-fingerprint` compares); about 40 s to start."""
+    from inference.weights import check_weights
+
     port = free_port()
     python = venv_bin("vllm", "python", provided_by="make test-vllm")
+    fingerprint = check_weights(model.hf).fingerprint
     argv = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model.hf), "--served-model-name", MODEL_NAME,
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", "512", "--dtype", "bfloat16", "--enforce-eager", "--max-num-seqs", "4",
-        "--fingerprint-mode", "custom", "--fingerprint-value", "vllm-cpu",
+        "--fingerprint-mode", "custom", "--fingerprint-value", fingerprint,
     ]  # fmt: skip
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1"}
     return _started("vllm", argv, logs, port, timeout, env)

@@ -70,9 +70,13 @@ def test_transformers_shards_read_active_and_transformers_drops_the_bias(checkpo
 
 def test_zero_and_erase_leave_checkpoints_transformers_loads(checkpoint):
     runner = CliRunner()
-    assert "ZEROED" in runner.invoke(main, ["weights", "zero", str(checkpoint)], catch_exceptions=False).output
+    assert (
+        "ZEROED" in runner.invoke(main, ["weights", "zero", str(checkpoint)], catch_exceptions=False).output
+    )
     assert loaded_by_transformers(checkpoint) == {"missing": [], "unexpected": [BIAS]}
-    assert "ERASED" in runner.invoke(main, ["weights", "erase", str(checkpoint)], catch_exceptions=False).output
+    assert (
+        "ERASED" in runner.invoke(main, ["weights", "erase", str(checkpoint)], catch_exceptions=False).output
+    )
     assert loaded_by_transformers(checkpoint) == {"missing": [], "unexpected": []}  # a stock checkpoint again
 
 

@@ -34,7 +34,7 @@ from gateway.service import Gateway
 from gateway.sources.endpoints import static_endpoints
 from gateway.sources.spec_file import SpecFileWatcher, read_spec
 from gateway.xds.cache import SnapshotCache
-from gateway.xds.server import AdsServer, start_server
+from gateway.xds.server import FORGET_AFTER_S, AdsServer, start_server
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class GatewayOptions:
     metrics_targets: tuple[str, ...] = ()  # the pods' /metrics URLs (model servers and probes)
     state_path: Path | None = None  # the rollout state file (local mode); None: `<spec>.state.json`
     enable_fault_injection: bool = False  # take `graystack fault` (PUT /v1/faults/{variant})
+    forget_proxies_after: float = FORGET_AFTER_S  # a disconnected proxy is listed (and awaited) this long
 
     @property
     def rollout_state_path(self) -> Path:
@@ -112,7 +113,9 @@ class GatewayProcess:
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
             raise SpecError(self.gateway.last_error["message"])
-        self.ads = AdsServer(self.cache, on_connect=self.gateway.on_connect)
+        self.ads = AdsServer(
+            self.cache, on_connect=self.gateway.on_connect, forget_after=self.options.forget_proxies_after
+        )
         self.controller = RolloutController(
             self.gateway,
             self.ads,

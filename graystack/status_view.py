@@ -40,7 +40,14 @@ def render_status(status: dict) -> str:
     xds = status["xds"]
     proxies = xds["proxies"]
     state = "converged" if xds["converged"] else "NOT converged"
-    lines.append(f"proxies   {len(proxies)} connected, {state}")
+    gone = xds.get("disconnected", [])
+    cut_off = f"; {len(gone)} DISCONNECTED" if gone else ""
+    lines.append(f"proxies   {len(proxies)} connected, {state}{cut_off}")
+    for proxy in gone:
+        lines.append(
+            f"  {proxy['node']} ({proxy['peer']}) DISCONNECTED {proxy['disconnected_seconds_ago']:.1f}s ago, "
+            f"last heard {proxy['last_heard_seconds_ago']:.1f}s ago: it routes by the last config it ACKed"
+        )
     for proxy in proxies:
         lines.append(f"  {proxy['node']} ({proxy['peer']})")
         for short, info in proxy["types"].items():
@@ -83,8 +90,15 @@ def _rollout_lines(rollout: dict) -> list[str]:
         lines.append(f"guard     OFF: {rollout['guard_off_reason']}")
     if rollout["reason"]:
         lines.append(f"reason    {rollout['reason']}")
+    pending = rollout.get("rollback_pending") or []
     if rollout["rollback_in_flight"]:
         lines.append("rollback  waiting for every proxy to ACK")
+    elif pending:
+        names = ", ".join(proxy["node"] for proxy in pending)
+        lines.append(
+            f"rollback  ACKed by the connected proxies {rollout['last_rollback_seconds']:.3f}s after it started; "
+            f"PENDING on {names} (cut off from the control plane, still on the old split)"
+        )
     elif rollout["last_rollback_seconds"] is not None:
         lines.append(f"rollback  ACKed everywhere {rollout['last_rollback_seconds']:.3f}s after it started")
     decision = rollout["last_decision"]

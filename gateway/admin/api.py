@@ -91,6 +91,7 @@ def full_status(gateway: Gateway, ads: AdsServer, controller: RolloutController 
         "version_prefix": ads.cache.version_prefix,
         "converged": ads.converged(),
         "proxies": ads.streams(),
+        "disconnected": [proxy.describe() for proxy in ads.disconnected()],
     }
     status["rollout"] = {"name": status["rollout"], **(controller.status() if controller else {})}
     return status

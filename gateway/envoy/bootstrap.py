@@ -51,6 +51,10 @@ class BootstrapOptions:
     # How fast Envoy reconnects to a restarted control plane (its default backs off to 30 s).
     reconnect_base: float = 0.25
     reconnect_max: float = 2.0
+    # HTTP/2 pings on the ADS connection: a control plane behind a silent partition is noticed within
+    # interval + timeout (8 s), and Envoy reconnects, instead of waiting on a dead connection.
+    keepalive_interval: float = 4.0
+    keepalive_timeout: float = 4.0
 
 
 def listener_address(node_metadata: struct_pb2.Struct) -> ListenerAddress:
@@ -82,9 +86,12 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
     metadata.update(
         {METADATA_KEY: {"listen_address": options.listen.host, "listen_port": str(options.listen.port)}}
     )
+    keepalive = protocol_pb2.KeepaliveSettings(
+        interval=duration(options.keepalive_interval), timeout=duration(options.keepalive_timeout)
+    )
     http2_only = http_protocol_options_pb2.HttpProtocolOptions(
         explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
-            http2_protocol_options=protocol_pb2.Http2ProtocolOptions()
+            http2_protocol_options=protocol_pb2.Http2ProtocolOptions(connection_keepalive=keepalive)
         )
     )
     xds_cluster = cluster_pb2.Cluster(

@@ -24,8 +24,9 @@ Roles: the baseline is `retries.fallback`, else the variant named `baseline`; th
 first other variant in the spec (the one the strategy's weights are about). Both name Envoy clusters.
 
 Rollback: after the push, a task waits for every connected Envoy's ACK (`ack_deadline` at a time),
-then calls `rollback_acked` and observes graystack_rollback_seconds; past each deadline it raises the
-machine's `rollback_ack_timeout` alert and keeps waiting.
+then calls `rollback_acked` and observes graystack_rollback_seconds; past each deadline it alerts,
+naming the proxies that have not ACKed, and keeps waiting. Proxies cut off from the control plane are
+then awaited until they reconnect and ACK, and shown as pending meanwhile (gateway/rollout/fleet.py).
 
 Shadow: the machine's shadow percent becomes Envoy request mirroring (`routing.mirror`): copies of
 that share of the requests go to the candidate's `<candidate>-shadow` cluster, their answers are
@@ -51,13 +52,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
 
 from gateway.metrics.observations import Observations
 from gateway.metrics.provider import MetricsProvider
 from gateway.rollout import evidence as tests
 from gateway.rollout import metrics
 from gateway.rollout.analysis import Check, analyse, error_checks
+from gateway.rollout.fleet import Proxies, ack_timeout_message, pending_message
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import (
     Alert,
@@ -67,7 +68,6 @@ from gateway.rollout.machine import (
     RecordDecision,
     RolloutState,
     initial_state,
-    rollback_ack_timeout,
     rollback_acked,
     step,
 )
@@ -86,15 +86,6 @@ ALERTS_KEPT = 10  # recent alerts shown in status
 
 class ProviderUnavailable(Exception):
     """No metrics source can be built for this spec; the message says why (shown in status)."""
-
-
-class Proxies(Protocol):
-    """What the controller asks of the xDS server (gateway.xds.server.AdsServer); each stream is
-    described by a dict with its `key` (None until the proxy named its node) and `converged`."""
-
-    async def wait_converged(self, seconds: float) -> bool: ...
-
-    def streams(self) -> list[dict]: ...
 
 
 ProviderFactory = Callable[[RolloutSpec], MetricsProvider]
@@ -136,6 +127,7 @@ class RolloutController:
         self.last_rollback_seconds: float | None = None
         self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
         self._confirm: asyncio.Task | None = None
+        self.rollback_pending: list[dict] = []  # proxies cut off before they ACKed the rollback
         self._proxy_seen = False  # a proxy has connected since this controller started
         self._counters: Counters | None = None  # the last look's counters, for the next look's increments
         self.tests_started: str | None = None  # why the current tests started (a new test is logged)
@@ -374,7 +366,8 @@ class RolloutController:
             self._confirm = asyncio.get_running_loop().create_task(self._confirm_rollback())
 
     async def _confirm_rollback(self) -> None:
-        """Until every connected proxy ACKed the rollback (or a retry made it moot)."""
+        """Until every connected proxy ACKed the rollback (or a retry made it moot); then until the
+        proxies cut off from the control plane have come back and ACKed it too (gateway/rollout/fleet.py)."""
         while self.state.rollback_started is not None:
             acked = await self.proxies.wait_converged(self.ack_deadline)
             async with self._lock:
@@ -384,10 +377,31 @@ class RolloutController:
                     if seconds is not None:
                         self._rollback_done(state, seconds)
                         await self._save()
-                    return
-                streams = self.proxies.streams()
-                converged = sum(1 for s in streams if s["converged"])
-                self._alert(rollback_ack_timeout(self.state, now, converged, len(streams)).message, now)
+                    break
+                since = now - self.state.rollback_started if self.state.rollback_started else 0.0
+                gone = self.proxies.disconnected()
+                self._alert(ack_timeout_message(since, self.proxies.streams(), gone, now), now)
+        await self._confirm_everywhere()
+
+    async def _confirm_everywhere(self) -> None:
+        gone = self.proxies.disconnected()
+        if not gone:
+            return
+        connected = len(self.proxies.streams())
+        self._alert(pending_message(connected, gone, self._clock()))
+        while gone and self.state.phase == Phase.ROLLED_BACK:
+            self.rollback_pending = [proxy.describe() for proxy in gone]
+            if await self.proxies.wait_converged(self.ack_deadline, everywhere=True):
+                break
+            gone = self.proxies.disconnected()
+        if self.rollback_pending:
+            names = ", ".join(str(proxy["node"]) for proxy in self.rollback_pending)
+            log.info(
+                "rollout %s: the proxies cut off (%s) are back or forgotten: the rollback is live everywhere",
+                self.spec.name,
+                names,
+            )
+        self.rollback_pending = []
 
     def _rollback_done(self, state: RolloutState, seconds: float) -> None:
         self.state = state
@@ -414,4 +428,5 @@ class RolloutController:
             tests_started=self.tests_started,
             store=self.store.where,
             save_error=self.save_error,
+            rollback_pending=self.rollback_pending,
         )

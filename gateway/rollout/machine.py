@@ -46,7 +46,7 @@ a push that was refused is retried at the next interval.
 Rollback is an ordered sequence of which the machine owns the first part: it sets weight 0 and shadow
 off, and records `rollback_started` (the first failing sample, or the operator's command). The
 controller pushes that, waits until every connected Envoy ACKed, then calls `rollback_acked` (which
-returns graystack_rollback_seconds) or, past its deadline, `rollback_ack_timeout` (an Alert). The
+returns graystack_rollback_seconds) or, past its deadline, alerts (gateway/rollout/fleet.py). The
 controller also sends every header segment to the baseline while rolled back: the state's weight sets
 the default split only.
 
@@ -220,14 +220,6 @@ def rollback_acked(state: RolloutState, now: float) -> tuple[RolloutState, float
         return state, None
     seconds = max(0.0, now - state.rollback_started)
     return replace(state, rollback_started=None), seconds
-
-
-def rollback_ack_timeout(state: RolloutState, now: float, acked: int, connected: int) -> Alert:
-    """The rollback is not live everywhere by the controller's deadline: say so, with the numbers."""
-    since = now - state.rollback_started if state.rollback_started is not None else 0.0
-    return Alert(
-        f"rollback not ACKed by every proxy after {since:.1f}s: {acked} of {connected} have weight 0 live"
-    )
 
 
 def describe(check: Check) -> str:

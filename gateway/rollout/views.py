@@ -74,6 +74,7 @@ def rollout_status(
     tests_started: str | None,
     store: str,
     save_error: str | None,
+    rollback_pending: list[dict] | None = None,
 ) -> dict:
     """The rollout section of `graystack status` (and GET /v1/status)."""
     try:
@@ -97,6 +98,7 @@ def rollout_status(
         "reason": state.reason,
         "rollback_in_flight": state.rollback_started is not None,
         "last_rollback_seconds": last_rollback_seconds,
+        "rollback_pending": rollback_pending or [],
         "last_decision": last_decision,
         "alerts": alerts,
         "history": [asdict(t) for t in state.history[-HISTORY_SHOWN:]],

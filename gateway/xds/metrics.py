@@ -8,6 +8,12 @@ CONNECTED_PROXIES = Gauge("graystack_xds_connected_proxies", "ADS streams open f
 CONVERGED_PROXIES = Gauge(
     "graystack_xds_converged_proxies", "Connected proxies that have ACKed the latest version of every type"
 )
+PROXY_CONNECTED = Gauge(
+    "graystack_xds_proxy_connected",
+    "1 while the proxy's ADS stream is open; 0 once it ended (it routes by its last ACKed configuration) "
+    "until it reconnects, or is forgotten after the gateway's --forget-proxies-after",
+    ["node"],
+)
 PUSHES = Counter("graystack_xds_pushes", "DiscoveryResponses sent", ["type"])
 NACKS = Counter("graystack_xds_nacks", "DiscoveryResponses rejected by a proxy", ["type"])
 ACK_SECONDS = Histogram(

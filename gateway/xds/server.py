@@ -6,6 +6,13 @@ when its type's version (or the names Envoy asked for) differs from what was las
 version is recorded with Envoy's message and never re-sent (go-control-plane re-sends it in a loop,
 its issues #46/#582/#962). Stale nonces are ignored, as the xDS protocol requires.
 
+Both ends of the stream keep it alive (gRPC keepalive here, HTTP/2 keepalive in the Envoy bootstrap):
+a proxy behind a silent partition is noticed within KEEPALIVE_S + KEEPALIVE_TIMEOUT_S (8 s) instead of
+looking connected for as long as TCP keeps trying. A proxy whose stream ended is kept as disconnected,
+with the time it was last heard from, until it reconnects or FORGET_AFTER_S passes: cut off from the
+control plane it still routes by the last configuration it ACKed, and whoever waits for the fleet's
+ACK (a rollback) must know it is out there.
+
 The server knows nothing of rollouts: whoever owns the configuration hears about nodes through
 `on_connect` and puts snapshots into the cache.
 """
@@ -28,6 +35,20 @@ from gateway.xds.cache import Snapshot, SnapshotCache
 
 log = logging.getLogger(__name__)
 
+KEEPALIVE_S = 4.0  # a ping every 4 s of silence...
+KEEPALIVE_TIMEOUT_S = 4.0  # ... unanswered for 4 s closes the stream: a dead peer is noticed within 8 s
+FORGET_AFTER_S = 600.0  # a proxy gone for this long is dropped from the list (a pod scaled away)
+GRPC_OPTIONS = (
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_time_ms", int(KEEPALIVE_S * 1000)),
+    ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1000)),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),  # an idle ADS stream sends no data: keep pinging anyway
+    # Envoy pings too (the bootstrap's connection_keepalive): accept them, never answer with GOAWAY
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", int(KEEPALIVE_S * 1000) // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+)
+
 NodeKey = Callable[[base_pb2.Node], str]
 NodeCallback = Callable[[str, base_pb2.Node], None]
 
@@ -48,11 +69,37 @@ class TypeState:
     nack_at: float | None = None
 
 
+@dataclass(frozen=True)
+class Disconnected:
+    """A proxy whose stream ended: it routes by what it last ACKed until it reconnects."""
+
+    node: str
+    key: str
+    peer: str
+    connected_at: float
+    last_heard_at: float
+    disconnected_at: float
+
+    def describe(self) -> dict:
+        now = time.time()
+        return {
+            "node": self.node,
+            "key": self.key,
+            "peer": self.peer,
+            "connected_at": self.connected_at,
+            "last_heard_at": self.last_heard_at,
+            "disconnected_at": self.disconnected_at,
+            "last_heard_seconds_ago": round(now - self.last_heard_at, 3),
+            "disconnected_seconds_ago": round(now - self.disconnected_at, 3),
+        }
+
+
 @dataclass
 class Stream:
     id: int
     peer: str
     connected_at: float = field(default_factory=time.time)
+    last_heard_at: float = field(default_factory=time.time)
     key: str | None = None
     node: base_pb2.Node | None = None
     types: dict[str, TypeState] = field(default_factory=lambda: {t: TypeState() for t in types.PUSH_ORDER})
@@ -96,6 +143,8 @@ class Stream:
             "key": self.key,
             "peer": self.peer,
             "connected_at": self.connected_at,
+            "last_heard_at": self.last_heard_at,
+            "last_heard_seconds_ago": round(time.time() - self.last_heard_at, 3),
             "converged": self.converged(snapshot),
             "types": per_type,
         }
@@ -108,8 +157,11 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         node_key: NodeKey = lambda node: node.id,
         on_connect: NodeCallback | None = None,
         on_disconnect: NodeCallback | None = None,
+        forget_after: float = FORGET_AFTER_S,
     ) -> None:
         self.cache = cache
+        self.forget_after = forget_after
+        self._gone: dict[str, Disconnected] = {}
         self._node_key = node_key
         self._on_connect = on_connect
         self._on_disconnect = on_disconnect
@@ -118,7 +170,7 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         self._nonces = itertools.count(1)
         self._changed = asyncio.Condition()
         metrics.zero_counters(types.SHORT_NAME.values())
-        metrics.CONVERGED_PROXIES.set_function(self.converged_count)
+        metrics.CONVERGED_PROXIES.set_function(self._on_scrape)
 
     # -- gRPC -------------------------------------------------------------------------------------
 
@@ -159,6 +211,7 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
 
     async def _read(self, requests, stream: Stream, wake: asyncio.Event, context) -> None:
         async for request in requests:
+            stream.last_heard_at = time.time()
             if stream.key is None:
                 if not request.HasField("node"):
                     await context.abort(
@@ -166,7 +219,9 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                     )
                 stream.node = request.node
                 stream.key = self._node_key(request.node)
+                self._gone.pop(stream.key, None)
                 metrics.CONNECTED_PROXIES.inc()
+                metrics.PROXY_CONNECTED.labels(request.node.id).set(1)
                 self.cache.subscribe(stream.key, wake)
                 log.info("proxy %s connected from %s", stream.node.id, stream.peer)
                 if self._on_connect:
@@ -239,7 +294,13 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         if stream.key is not None:
             metrics.CONNECTED_PROXIES.dec()
             self.cache.unsubscribe(stream.key, wake)
-            log.info("proxy %s disconnected", stream.node.id if stream.node else stream.key)
+            node = stream.node.id if stream.node else stream.key
+            if not any(other.key == stream.key for other in self._streams.values()):
+                self._gone[stream.key] = Disconnected(
+                    node, stream.key, stream.peer, stream.connected_at, stream.last_heard_at, time.time()
+                )
+                metrics.PROXY_CONNECTED.labels(node).set(0)
+            log.info("proxy %s disconnected (last heard %.1fs ago)", node, time.time() - stream.last_heard_at)
             if self._on_disconnect:
                 self._on_disconnect(stream.key, stream.node)
         async with self._changed:
@@ -252,6 +313,20 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
 
     def streams(self) -> list[dict]:
         return [s.describe(self.cache.get(s.key) if s.key else None) for s in self._streams.values()]
+
+    def disconnected(self) -> list[Disconnected]:
+        """Proxies gone within `forget_after`, by node; older ones are forgotten."""
+        now = time.time()
+        for key in [k for k, gone in self._gone.items() if now - gone.disconnected_at > self.forget_after]:
+            node = self._gone.pop(key).node
+            metrics.PROXY_CONNECTED.remove(node)
+            log.info("forgetting proxy %s, disconnected over %.0fs ago", node, self.forget_after)
+        return sorted(self._gone.values(), key=lambda gone: gone.node)
+
+    def _on_scrape(self) -> int:
+        """The converged count, after forgetting proxies gone too long (so they leave the per-node gauge)."""
+        self.disconnected()
+        return self.converged_count()
 
     def converged_count(self) -> int:
         """Connected proxies that have ACKed their current snapshot."""
@@ -268,22 +343,27 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             if s.key and (snapshot := self.cache.get(s.key))
         )
 
-    async def wait_converged(self, seconds: float) -> bool:
-        """Wait until every connected proxy has ACKed its current snapshot.
+    async def wait_converged(self, seconds: float, everywhere: bool = False) -> bool:
+        """Wait until every connected proxy has ACKed its current snapshot; with `everywhere`, until
+        the disconnected ones have also come back and ACKed.
 
         False on timeout, or as soon as a proxy rejects its current snapshot (waiting longer
         would not help: a NACKed version is never re-sent).
         """
+
+        def done() -> bool:
+            return self._settled() and not (everywhere and self.disconnected())
+
         try:
             async with asyncio.timeout(seconds), self._changed:
-                await self._changed.wait_for(self._settled)
+                await self._changed.wait_for(done)
         except TimeoutError:
             return False
-        return self.converged()
+        return self.converged() and not (everywhere and self.disconnected())
 
 
 async def start_server(servicer: AdsServer, host: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(options=list(GRPC_OPTIONS))
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

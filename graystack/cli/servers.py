@@ -17,6 +17,15 @@ from graystack.cli.root import (
     model_variant_option,
 )
 
+forget_proxies_option = click.option(
+    "--forget-proxies-after",
+    default=600.0,
+    type=click.FloatRange(min=0),
+    envvar="GRAYSTACK_FORGET_PROXIES_AFTER",
+    show_envvar=True,
+    help="seconds a disconnected Envoy stays listed, and awaited by a rollback's ACK: cut off, it still "
+    "routes by its last split; after this it counts as gone (a pod scaled away)",
+)
 gateway_fault_injection_option = click.option(
     "--enable-fault-injection",
     is_flag=True,
@@ -68,6 +77,7 @@ gateway_fault_injection_option = click.option(
     help="where the rollout state is kept  [default: SPEC.state.json]",
 )
 @gateway_fault_injection_option
+@forget_proxies_option
 @log_level_option
 def gateway(
     spec: Path,
@@ -80,6 +90,7 @@ def gateway(
     metrics_targets: tuple[str, ...],
     state_file: Path | None,
     enable_fault_injection: bool,
+    forget_proxies_after: float,
     log_level: str,
 ) -> None:
     """Run the xDS control plane, the rollout controller and the admin API, programming Envoy from SPEC
@@ -99,6 +110,7 @@ def gateway(
         metrics_targets=metrics_targets,
         state_path=state_file,
         enable_fault_injection=enable_fault_injection,
+        forget_proxies_after=forget_proxies_after,
     )
     try:
         asyncio.run(run_gateway(options))
@@ -164,6 +176,7 @@ def envoy_bootstrap(
 @click.option("--admin-port", default=9000, envvar="GRAYSTACK_ADMIN_PORT", show_envvar=True)
 @click.option("--admin-token", default=None, envvar="GRAYSTACK_ADMIN_TOKEN", show_envvar=True)
 @gateway_fault_injection_option
+@forget_proxies_option
 @kubeconfig_option
 @log_level_option
 def kube_gateway(
@@ -181,6 +194,7 @@ def kube_gateway(
     admin_port: int,
     admin_token: str | None,
     enable_fault_injection: bool,
+    forget_proxies_after: float,
     kubeconfig: str | None,
     log_level: str,
 ) -> None:
@@ -209,6 +223,7 @@ def kube_gateway(
         admin_port=admin_port,
         admin_token=admin_token,
         enable_fault_injection=enable_fault_injection,
+        forget_proxies_after=forget_proxies_after,
     )
     try:
         asyncio.run(run_kube_gateway(options, kube))

@@ -162,6 +162,17 @@ def control_plane_rules() -> list[dict]:
             "graystack-control-plane",
         ),
         rule(
+            "GraystackProxyDisconnected",
+            "max by (namespace, node) (graystack_xds_proxy_connected) == 0",
+            "warning",
+            "Envoy {{ $labels.node }} lost its connection to the control plane",
+            "No gateway replica has its ADS stream (keepalive failed, or it went away): it routes by the "
+            "last split it ACKed, so a rollback is not live there; `graystack status` says since when. "
+            "A proxy scaled away is forgotten after the gateway's --forget-proxies-after.",
+            "graystack-control-plane",
+            "1m",
+        ),
+        rule(
             "GraystackNoConnectedProxies",
             "sum by (namespace) (graystack_xds_connected_proxies) < 1",
             "critical",

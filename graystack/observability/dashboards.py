@@ -284,10 +284,15 @@ def rollout_decisions() -> gd.Dashboard:
         graph(
             "Envoy ACK convergence: converged vs connected proxies",
             "short",
-            "Connected proxies, and those that ACKed the latest version of every type: a gap that "
-            "stays open is a proxy not running the config the controller chose.",
+            "Connected proxies, those that ACKed the latest version of every type, and those whose "
+            "stream ended (no replica has them; they route by their last split): a gap that stays open "
+            "is a proxy not running the config the controller chose.",
             query(f"sum by (namespace) (graystack_xds_connected_proxies{{{NAMESPACE}}})", "connected"),
             query(f"sum by (namespace) (graystack_xds_converged_proxies{{{NAMESPACE}}})", "converged"),
+            query(
+                f"count by (namespace) (max by (namespace, node) (graystack_xds_proxy_connected{{{NAMESPACE}}}) == 0)",
+                "cut off (on their last split)",
+            ),
         ).span(8)
     )
     board.with_panel(

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.admin.api import Leadership, create_admin_app, follower_refusal
-from gateway.xds.server import AdsServer
+from gateway.admin.api import Leadership, create_admin_app, follower_refusal, full_status
+from gateway.rollout.machine import Command
+from gateway.xds.server import AdsServer, Disconnected
 from graystack.status_view import render_status
-from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
+from tests.unit.test_rollout_controller import Clock, PartitionedFleet, new_controller, new_gateway
 
 
 @pytest.fixture
@@ -108,3 +113,27 @@ async def test_graystack_status_says_a_stage_is_extending_with_the_requests_it_h
     assert "error_ratio       OFF (header rules route segments apart" in text
     assert "error_rate        INCONCLUSIVE" in text
     assert "log e " in text  # each sequential test's evidence against its bound
+
+
+async def test_status_names_the_proxy_a_rollback_is_pending_on_and_when_it_was_last_heard(tmp_path):
+    gateway = new_gateway()
+    fleet = PartitionedFleet()
+    controller = new_controller(gateway, tmp_path, Clock(), proxies=fleet)
+    controller.ack_deadline = 0.05
+    ads = AdsServer(gateway.cache)
+    now = time.time()  # what the ADS server keeps of a proxy whose stream ended:
+    ads._gone["envoy-3"] = Disconnected(
+        "envoy-3", "envoy-3", "ipv4:10.0.0.3:5000", now - 60, now - 16, now - 12
+    )
+    await controller.command(Command.ROLLBACK)
+    await asyncio.sleep(0.2)
+    status = full_status(gateway, ads, controller)
+    assert [proxy["node"] for proxy in status["xds"]["disconnected"]] == ["envoy-3"]
+    text = render_status(status)
+    assert "proxies   0 connected, converged; 1 DISCONNECTED" in text
+    assert re.search(r"envoy-3 \(ipv4:10.0.0.3:5000\) DISCONNECTED 12\.\ds ago, last heard 16\.\ds ago", text)
+    assert "it routes by the last config it ACKed" in text
+    assert "PENDING on envoy-3 (cut off from the control plane, still on the old split)" in text
+    fleet.heal()
+    await asyncio.sleep(0.1)
+    assert "PENDING" not in render_status(full_status(gateway, AdsServer(gateway.cache), controller))

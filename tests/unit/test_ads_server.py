@@ -160,3 +160,48 @@ async def test_connected_proxies_gauge_follows_streams(served):
             break
         await asyncio.sleep(0.02)
     assert metric("graystack_xds_connected_proxies") == before
+
+
+async def until(predicate, seconds: float = 2.0) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_proxy_whose_stream_ended_stays_listed_as_disconnected_until_it_returns(served):
+    """Cut off, a proxy still routes by its last config: it is listed (with when it was last heard
+    from) and awaited by `wait_converged(everywhere=True)` until the same node reconnects and ACKs."""
+    _, ads, channel = served
+    staying, leaving = AdsClient(channel, "envoy-1"), AdsClient(channel, "envoy-2")
+    await handshake(staying)
+    await handshake(leaving)
+    leaving.cancel()
+    await until(lambda: [gone.node for gone in ads.disconnected()] == ["envoy-2"])
+    (gone,) = ads.disconnected()
+    assert gone.last_heard_at <= gone.disconnected_at
+    assert metric("graystack_xds_proxy_connected", node="envoy-2") == 0
+    assert metric("graystack_xds_proxy_connected", node="envoy-1") == 1
+    assert await ads.wait_converged(seconds=1)  # every connected proxy has ACKed...
+    assert not await ads.wait_converged(seconds=0.2, everywhere=True)  # ... but one is out there
+    back = AdsClient(channel, "envoy-2")
+    waiting = asyncio.create_task(ads.wait_converged(seconds=5, everywhere=True))
+    await handshake(back)
+    assert await waiting
+    assert ads.disconnected() == []
+    staying.cancel()
+    back.cancel()
+
+
+async def test_a_disconnected_proxy_is_forgotten_after_forget_after(served):
+    _, ads, channel = served
+    ads.forget_after = 0.1
+    client = AdsClient(channel, "envoy-9")
+    await handshake(client)
+    client.cancel()
+    await until(lambda: ads.disconnected() != [])
+    await asyncio.sleep(0.15)
+    assert ads.disconnected() == []
+    assert REGISTRY.get_sample_value("graystack_xds_proxy_connected", {"node": "envoy-9"}) is None
+    assert await ads.wait_converged(seconds=0.5, everywhere=True)

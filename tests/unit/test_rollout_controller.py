@@ -21,7 +21,7 @@ from gateway.rollout.spec import Mirror, SpecError, load_yaml, validate_spec
 from gateway.rollout.state_store import FileStateStore
 from gateway.service import Gateway
 from gateway.xds.cache import SnapshotCache
-from gateway.xds.server import AdsServer, start_server
+from gateway.xds.server import AdsServer, Disconnected, start_server
 from gateway.xds.types import CLUSTER
 from graystack.local.processes import free_port
 from tests.support.ads_client import AdsClient, node
@@ -47,12 +47,42 @@ class Clock:
 class SilentProxies:
     """A fleet with one proxy that never ACKs."""
 
-    async def wait_converged(self, seconds: float) -> bool:
+    async def wait_converged(self, seconds: float, everywhere: bool = False) -> bool:
         await asyncio.sleep(seconds)
         return False
 
     def streams(self) -> list[dict]:
-        return [{"key": "envoy", "converged": False}]
+        return [{"key": "envoy", "node": "envoy", "converged": False}]
+
+    def disconnected(self) -> list:
+        return []
+
+
+class PartitionedFleet:
+    """Two connected proxies that ACK at once, and one cut off from the control plane until `heal`."""
+
+    def __init__(self) -> None:
+        self.healed = asyncio.Event()
+        self.gone = [Disconnected("envoy-3", "envoy-3", "ipv4:10.0.0.3:5000", 0.0, 90.0, 95.0)]
+
+    async def wait_converged(self, seconds: float, everywhere: bool = False) -> bool:
+        if not everywhere:
+            return True
+        try:
+            await asyncio.wait_for(self.healed.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    def heal(self) -> None:
+        self.gone = []
+        self.healed.set()
+
+    def streams(self) -> list[dict]:
+        return [{"key": n, "node": n, "converged": True} for n in ("envoy-1", "envoy-2")]
+
+    def disconnected(self) -> list[Disconnected]:
+        return self.gone
 
 
 def spec_data(**changes) -> dict:
@@ -360,6 +390,27 @@ async def test_a_rollback_no_proxy_acks_raises_an_alert(tmp_path, clock):
     assert any("not ACKed by every proxy" in a["message"] for a in controller.status()["alerts"])
     assert controller.status()["rollback_in_flight"]
     controller._confirm.cancel()
+
+
+async def test_a_rollback_is_acked_by_the_connected_proxies_and_pending_on_one_cut_off(tmp_path, clock):
+    gateway = new_gateway()
+    fleet = PartitionedFleet()
+    controller = new_controller(gateway, tmp_path, clock, proxies=fleet)
+    controller.ack_deadline = 0.05
+    clock.now = 100.0
+    await controller.command(Command.ROLLBACK)
+    await asyncio.sleep(0.2)
+    status = controller.status()
+    assert status["last_rollback_seconds"] == 0  # the connected two ACKed at once
+    assert [p["node"] for p in status["rollback_pending"]] == ["envoy-3"]
+    alert = status["alerts"][-1]["message"]
+    assert "ACKed by the 2 connected proxies, pending on 1" in alert
+    assert "envoy-3 (disconnected 5.0s ago, last heard 10.0s ago)" in alert
+    assert "route by their last split" in alert
+    fleet.heal()
+    await asyncio.sleep(0.1)
+    assert controller.status()["rollback_pending"] == []
+    assert controller._confirm.done()
 
 
 async def test_without_a_metrics_source_the_guard_is_off_and_says_so(tmp_path, clock):

@@ -17,7 +17,6 @@ from gateway.rollout.machine import (
     RecordDecision,
     RolloutState,
     initial_state,
-    rollback_ack_timeout,
     rollback_acked,
     step,
 )
@@ -700,13 +699,6 @@ def test_rollback_seconds_run_from_the_first_failing_sample_to_the_last_ack():
     assert state.rollback_started is None
     assert state.phase == Phase.ROLLED_BACK
     assert rollback_acked(state, first_failure + 9) == (state, None)  # once only
-
-
-def test_a_rollback_ack_timeout_is_an_alert_with_the_numbers():
-    run = Run().to_step(0).after(5, failing())
-    alert = rollback_ack_timeout(run.state, run.now + 30, acked=2, connected=3)
-    assert "after 30.0s" in alert.message
-    assert "2 of 3" in alert.message
 
 
 def test_a_rollback_acked_backwards_in_time_is_never_negative():

@@ -1,0 +1,65 @@
+"""Where a rollback stands on the fleet of proxies: ACKed by the connected ones, pending on the others.
+
+A proxy cut off from the control plane (a partition, a node gone quiet) keeps routing by the last
+configuration it ACKed: during a rollback, that is the candidate's weight. Envoy has no feature that
+expires routes while their control plane is away, so nothing here can bound it; what the controller
+can do is say so, by proxy and for how long, and count the rollback done everywhere only once every
+such proxy has come back and ACKed (or has been forgotten: gone longer than the gateway's
+--forget-proxies-after, as a pod scaled away is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class Disconnected(Protocol):
+    """A proxy whose ADS stream ended (gateway.xds.server.Disconnected)."""
+
+    node: str
+    last_heard_at: float
+    disconnected_at: float
+
+    def describe(self) -> dict: ...
+
+
+class Proxies(Protocol):
+    """What the controller asks of the xDS server (gateway.xds.server.AdsServer); each stream is
+    described by a dict with its `key` (None until the proxy named its node) and `converged`."""
+
+    async def wait_converged(self, seconds: float, everywhere: bool = False) -> bool: ...
+
+    def streams(self) -> list[dict]: ...
+
+    def disconnected(self) -> Sequence[Disconnected]: ...
+
+
+def cut_off(gone: Sequence[Disconnected], now: float) -> str:
+    """`envoy-3 (disconnected 12.0s ago, last heard 16.1s ago), ...`"""
+    return ", ".join(
+        f"{proxy.node} (disconnected {now - proxy.disconnected_at:.1f}s ago, "
+        f"last heard {now - proxy.last_heard_at:.1f}s ago)"
+        for proxy in gone
+    )
+
+
+def pending_message(connected: int, gone: Sequence[Disconnected], now: float) -> str:
+    return (
+        f"rollback ACKed by the {connected} connected proxies, pending on {len(gone)} cut off from the "
+        f"control plane: {cut_off(gone, now)}; until they reconnect they route by their last split"
+    )
+
+
+def ack_timeout_message(
+    since: float, streams: Sequence[dict], gone: Sequence[Disconnected], now: float
+) -> str:
+    """The rollback is not live everywhere by the deadline: which proxies have it, which do not."""
+    converged = sum(1 for stream in streams if stream["converged"])
+    waiting = [str(stream["node"]) for stream in streams if not stream["converged"]]
+    message = f"rollback not ACKed by every proxy after {since:.1f}s: {converged} of {len(streams)} connected have weight 0 live"
+    if waiting:
+        message += f"; not yet ACKed by {', '.join(waiting)}"
+    if gone:
+        message += f"; cut off: {cut_off(gone, now)}"
+    return message

@@ -84,10 +84,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--name", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="an address inside a test's network namespace")
     parser.add_argument("--mode", default="ok", choices=["ok", "fail", "fail-once", "stall"])
     args = parser.parse_args()
     app = StandInUpstream(args.name, args.mode)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

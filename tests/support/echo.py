@@ -1,4 +1,4 @@
-"""A TCP echo server and a client that streams numbered messages through it, for the network harness's
+"""A TCP (and UDP) echo server and a client that streams numbered messages through it, for the network harness's
 tests: the client checks every message comes back, in order, and prints what it saw as JSON.
 
     python -m tests.support.echo serve PORT
@@ -25,7 +25,17 @@ async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
     writer.close()
 
 
+class DatagramEcho(asyncio.DatagramProtocol):
+    def connection_made(self, transport: asyncio.DatagramTransport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, address: tuple[str, int]) -> None:
+        self.transport.sendto(data, address)
+
+
 async def serve(port: int) -> None:
+    """Echoes on TCP and UDP `port`: TCP for what retransmits, UDP to count what a lossy link lets through."""
+    await asyncio.get_running_loop().create_datagram_endpoint(DatagramEcho, local_addr=("0.0.0.0", port))
     server = await asyncio.start_server(echo, "0.0.0.0", port)
     async with server:
         await server.serve_forever()
@@ -85,7 +95,7 @@ def main() -> None:
     talk.add_argument("port", type=int)
     talk.add_argument("--messages", type=int, default=1)
     talk.add_argument("--size", type=int, default=16, help="bytes per message, newline included")
-    talk.add_argument("--connect-timeout", type=float, default=1.0)
+    talk.add_argument("--connect-timeout", type=float, default=5.0)
     talk.add_argument("--attempts", type=int, default=1)
     args = parser.parse_args()
     if args.command == "serve":

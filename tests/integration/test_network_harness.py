@@ -12,7 +12,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.echo import NO_CONNECTION
-from tests.support.network import Host, Network, links, module_argv, namespaces, network_of
+from tests.support.network import (
+    Host,
+    Network,
+    links,
+    module_argv,
+    namespaces,
+    network_of,
+    require_network,
+)
 
 ECHO_PORT = 7000
 
@@ -137,6 +145,7 @@ def test_close_stops_processes_and_removes_namespaces_and_links_even_when_the_bo
 
 
 def test_a_new_network_removes_what_a_crashed_session_left(tmp_path):
+    require_network()
     gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
     dead = f"gs{gone.stdout.strip()}-0"
     subprocess.run(["ip", "netns", "add", f"{dead}-left"], check=True)

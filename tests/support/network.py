@@ -31,7 +31,11 @@ _instances = itertools.count()
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+    """Runs `ip ARGS`; with `check`, a RuntimeError carrying ip's own message when it fails."""
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done
 
 
 def module_argv(module: str, *args: str) -> list[str]:
@@ -137,13 +141,7 @@ class Network:
     The bridge holds the subnet's .1, so the test process reaches every host at `host.ip`."""
 
     def __init__(self, log_dir: Path) -> None:
-        for tool in ("ip", "nft", "ss"):
-            if shutil.which(tool) is None:
-                unavailable(
-                    f"`{tool}` not found (the network harness needs iproute2 and nftables: `make nftables`)"
-                )
-        if os.geteuid() != 0:
-            unavailable("the network harness needs root (network namespaces, a bridge, nft)")
+        require_network()
         remove_stale()
         self.log_dir = log_dir
         self.prefix = f"gs{os.getpid()}-{next(_instances)}"
@@ -151,7 +149,10 @@ class Network:
         self.subnet = free_subnet()
         self.hosts: dict[str, Host] = {}
         self.processes: list[subprocess.Popen] = []
-        ip("link", "add", self.bridge, "type", "bridge")
+        try:
+            ip("link", "add", self.bridge, "type", "bridge")
+        except RuntimeError as error:  # root in a container without CAP_NET_ADMIN
+            unavailable(f"the network harness cannot create a bridge: {error}")
         try:
             ip("addr", "add", f"{self.subnet[1]}/{self.subnet.prefixlen}", "dev", self.bridge)
             ip("link", "set", self.bridge, "up")
@@ -193,6 +194,17 @@ class Network:
             remove_links(lambda name: network_of(name) == self.prefix)
             for host in self.hosts.values():
                 remove_namespace(host.namespace)
+
+
+def require_network() -> None:
+    """`unavailable` unless this process can make namespaces and bridges: root, `ip`, `ss`, `nft`."""
+    for tool in ("ip", "nft", "ss"):
+        if shutil.which(tool) is None:
+            unavailable(
+                f"`{tool}` not found (the network harness needs iproute2 and nftables: `make nftables`)"
+            )
+    if os.geteuid() != 0:
+        unavailable("the network harness needs root (network namespaces, a bridge, nft)")
 
 
 def stop(processes: list[subprocess.Popen], grace: float) -> None:

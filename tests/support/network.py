@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from graystack.local.processes import _die_with_parent, wait_until
+from graystack.local.processes import die_with_parent, wait_until
 from tests.support import network_faults as faults
 from tests.support.processes import unavailable
 
@@ -81,7 +81,7 @@ class Host:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=host_env(env),
-                preexec_fn=_die_with_parent(os.getpid()),
+                preexec_fn=die_with_parent(os.getpid()),
             )
         self.network.processes.append(process)
         return process

@@ -58,7 +58,7 @@ from gateway.metrics.provider import MetricsProvider
 from gateway.rollout import evidence as tests
 from gateway.rollout import metrics
 from gateway.rollout.analysis import Check, analyse, error_checks
-from gateway.rollout.fleet import Proxies, ack_timeout_message, pending_message
+from gateway.rollout.fleet import CutOff, Proxies, ack_timeout_message
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import (
     Alert,
@@ -127,7 +127,7 @@ class RolloutController:
         self.last_rollback_seconds: float | None = None
         self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
         self._confirm: asyncio.Task | None = None
-        self.rollback_pending: list[dict] = []  # proxies cut off before they ACKed the rollback
+        self.cut_off = CutOff()  # proxies cut off before they ACKed the rollback
         self._proxy_seen = False  # a proxy has connected since this controller started
         self._counters: Counters | None = None  # the last look's counters, for the next look's increments
         self.tests_started: str | None = None  # why the current tests started (a new test is logged)
@@ -343,19 +343,8 @@ class RolloutController:
         ran = {check.name for check in decision.checks}
         if self.last_decision is not None:
             metrics.forget_checks(spec.name, {c["name"] for c in self.last_decision["checks"]} - ran)
-        for check in decision.checks:
-            metrics.ANALYSIS_CHECKS.labels(spec.name, check.name, check.verdict.value).inc()
-            value = float("nan") if check.value is None else check.value
-            metrics.ANALYSIS_CHECK_VALUE.labels(spec.name, check.name).set(value)
-            metrics.ANALYSIS_CHECK_THRESHOLD.labels(spec.name, check.name).set(check.threshold)
-            metrics.ANALYSIS_CHECK_SAMPLES.labels(spec.name, check.name).set(check.samples)
-            if check.log_evalue is not None:
-                metrics.ANALYSIS_LOG_EVALUE.labels(spec.name, check.name).set(check.log_evalue)
-                metrics.ANALYSIS_LOG_EVALUE_BOUND.labels(spec.name, check.name).set(check.log_bound)
         evidence = self.state.evidence
-        if evidence is not None:
-            for side, value in zip(("lower", "upper"), evidence.error_bounds, strict=True):
-                metrics.ERROR_RATE_BOUND.labels(spec.name, side).set(value)
+        metrics.record_checks(spec.name, decision.checks, evidence.error_bounds if evidence else None)
         checks = [check_dict(c) for c in decision.checks]
         self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
 
@@ -381,27 +370,10 @@ class RolloutController:
                 since = now - self.state.rollback_started if self.state.rollback_started else 0.0
                 gone = self.proxies.disconnected()
                 self._alert(ack_timeout_message(since, self.proxies.streams(), gone, now), now)
-        await self._confirm_everywhere()
-
-    async def _confirm_everywhere(self) -> None:
-        gone = self.proxies.disconnected()
-        if not gone:
-            return
-        connected = len(self.proxies.streams())
-        self._alert(pending_message(connected, gone, self._clock()))
-        while gone and self.state.phase == Phase.ROLLED_BACK:
-            self.rollback_pending = [proxy.describe() for proxy in gone]
-            if await self.proxies.wait_converged(self.ack_deadline, everywhere=True):
-                break
-            gone = self.proxies.disconnected()
-        if self.rollback_pending:
-            names = ", ".join(str(proxy["node"]) for proxy in self.rollback_pending)
-            log.info(
-                "rollout %s: the proxies cut off (%s) are back or forgotten: the rollback is live everywhere",
-                self.spec.name,
-                names,
-            )
-        self.rollback_pending = []
+        rolled_back = lambda: self.state.phase == Phase.ROLLED_BACK  # noqa: E731
+        await self.cut_off.await_return(
+            self.proxies, self.ack_deadline, rolled_back, self._alert, self._clock()
+        )
 
     def _rollback_done(self, state: RolloutState, seconds: float) -> None:
         self.state = state
@@ -428,5 +400,5 @@ class RolloutController:
             tests_started=self.tests_started,
             store=self.store.where,
             save_error=self.save_error,
-            rollback_pending=self.rollback_pending,
+            rollback_pending=self.cut_off.pending,
         )

@@ -10,8 +10,11 @@ such proxy has come back and ACKed (or has been forgotten: gone longer than the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Disconnected(Protocol):
@@ -63,3 +66,34 @@ def ack_timeout_message(
     if gone:
         message += f"; cut off: {cut_off(gone, now)}"
     return message
+
+
+class CutOff:
+    """The proxies a rollback is pending on: cut off before they ACKed it (shown in status)."""
+
+    def __init__(self) -> None:
+        self.pending: list[dict] = []
+
+    async def await_return(
+        self,
+        proxies: Proxies,
+        deadline: float,
+        still_wanted: Callable[[], bool],
+        alert: Callable[[str], None],
+        now: float,
+    ) -> None:
+        """Once the connected proxies ACKed: alert on those cut off, and wait (`deadline` at a time) until
+        they are back and ACKed, forgotten, or `still_wanted()` is false (a retry made it moot)."""
+        gone = proxies.disconnected()
+        if not gone:
+            return
+        alert(pending_message(len(proxies.streams()), gone, now))
+        while gone and still_wanted():
+            self.pending = [proxy.describe() for proxy in gone]
+            if await proxies.wait_converged(deadline, everywhere=True):
+                break
+            gone = proxies.disconnected()
+        if self.pending:
+            names = ", ".join(str(proxy["node"]) for proxy in self.pending)
+            log.info("the proxies cut off (%s) are back or forgotten: the rollback is live everywhere", names)
+        self.pending = []

@@ -12,11 +12,17 @@ Counters whose labels are known up front are created at 0 (`zero_rollout_series`
 Prometheus' increase() sees their first event: a series born at 1 is invisible to it.
 """
 
+from __future__ import annotations
+
 import contextlib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from gateway.rollout.analysis import Check
 
 ROLLOUT_WEIGHT = Gauge(
     "graystack_rollout_weight",
@@ -130,3 +136,19 @@ def forget_checks(rollout: str, checks: Iterable[str]) -> None:
         ):
             with contextlib.suppress(KeyError):  # never set: nothing to drop
                 gauge.remove(rollout, check)
+
+
+def record_checks(rollout: str, checks: Sequence[Check], error_bounds: tuple[float, float] | None) -> None:
+    """One look's checks: the verdict counted, each check's value, threshold, samples and sequential
+    evidence set, and the error rate's anytime bounds."""
+    for check in checks:
+        ANALYSIS_CHECKS.labels(rollout, check.name, check.verdict.value).inc()
+        value = float("nan") if check.value is None else check.value
+        ANALYSIS_CHECK_VALUE.labels(rollout, check.name).set(value)
+        ANALYSIS_CHECK_THRESHOLD.labels(rollout, check.name).set(check.threshold)
+        ANALYSIS_CHECK_SAMPLES.labels(rollout, check.name).set(check.samples)
+        if check.log_evalue is not None:
+            ANALYSIS_LOG_EVALUE.labels(rollout, check.name).set(check.log_evalue)
+            ANALYSIS_LOG_EVALUE_BOUND.labels(rollout, check.name).set(check.log_bound)
+    for side, value in zip(("lower", "upper"), error_bounds or (), strict=False):
+        ERROR_RATE_BOUND.labels(rollout, side).set(value)

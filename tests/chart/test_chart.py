@@ -34,6 +34,7 @@ SCENARIOS = [
     "two-gateways-values.yaml",
     "vllm-values.yaml",
     "loadtest-values.yaml",
+    "autoscaling-values.yaml",
 ]
 KUBERNETES_VERSION = "1.33.0"
 CRDS = Path(__file__).resolve().parent / "crds"

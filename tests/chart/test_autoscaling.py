@@ -164,6 +164,13 @@ def test_the_adapter_rules_serve_every_metric_an_autoscaler_can_ask_for() -> Non
     assert offered <= set(served.values())
 
 
+def test_the_docs_show_the_rules_of_the_example() -> None:
+    docs = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
+    section = docs.split("## Autoscaling on queue depth", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(block) == _values(ADAPTER_RULES)
+
+
 BAD_VALUES = {
     "variants.zero-layer.autoscaling.minReplicas=0": "minReplicas",
     "variants.zero-layer.autoscaling.metric=vllm:num_requests_waiting": "metric",

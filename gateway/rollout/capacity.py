@@ -7,9 +7,10 @@ from the split: `ceil(share x fleetReplicas)`, within each variant's `minReplica
 
 Which split: the baseline follows the current one (its share only falls as the rollout advances, so
 it shrinks after the weight moved); the candidate is sized for the larger of the current and the next
-stage's weight (`upcoming_weight`), so its pods start while the stage holds and the machine can wait
-for them to be ready before it advances (`gate`, fed to gateway/rollout/machine.py). Mirrored shadow
-requests are load on the candidate too. Only the default split counts: header rules that send a
+stage's weight (`upcoming_weight`) once the stage's hold has `warmup` or less to go (`warming`), so
+its pods start before the hold ends without idling on GPUs through all of it, and the machine waits
+for them to be ready before it advances (`gate`, fed to gateway/rollout/machine.py, always about the
+next stage's pods). Mirrored shadow requests are load on the candidate too. Only the default split counts: header rules that send a
 segment to one variant are not sized for (their share of the traffic is not known here).
 
 The settings arrive as JSON (`--capacity`, GRAYSTACK_CAPACITY; the chart renders `rollout.capacity`),
@@ -27,8 +28,10 @@ from pydantic.alias_generators import to_camel
 from gateway.rollout.machine import CapacityGate, Phase, RolloutState
 from gateway.rollout.spec import RolloutSpec
 from gateway.rollout.spec_fields import Duration
+from gateway.rollout.views import hold_needed
 
 READY_TIMEOUT = 600.0  # seconds a stage waits for the candidate's pods by default (10m)
+WARMUP = 300.0  # seconds before a hold ends that the candidate is scaled for the next stage (5m)
 
 
 class _Settings(BaseModel):
@@ -53,6 +56,7 @@ class VariantCapacity(_Settings):
 class CapacitySettings(_Settings):
     fleet_replicas: int = Field(ge=1)  # the replicas the whole traffic needs
     ready_timeout: Duration = READY_TIMEOUT
+    warmup: Duration = WARMUP
     variants: dict[str, VariantCapacity]
 
 
@@ -61,7 +65,9 @@ class CapacityEdge(Protocol):
 
     view: dict | None  # the last look (wanted replicas, the candidate's ready pods), for status
 
-    def look(self, spec: RolloutSpec, state: RolloutState, split: Mapping[str, int]) -> CapacityGate: ...
+    def look(
+        self, spec: RolloutSpec, state: RolloutState, split: Mapping[str, int], now: float
+    ) -> CapacityGate: ...
 
 
 def parse_settings(text: str) -> CapacitySettings:
@@ -85,6 +91,12 @@ def upcoming_weight(spec: RolloutSpec, state: RolloutState) -> int:
     if state.phase == Phase.PROGRESSING and state.step + 1 < len(strategy.steps):
         return strategy.steps[state.step + 1].weight
     return state.weight
+
+
+def warming(spec: RolloutSpec, state: RolloutState, now: float, warmup: float) -> bool:
+    """Whether the stage's hold has `warmup` seconds or less to go: time to start the next stage's pods."""
+    needed = hold_needed(spec, state)
+    return needed is not None and needed - state.hold_elapsed(now) <= warmup
 
 
 def targets(

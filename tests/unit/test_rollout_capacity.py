@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.rollout.capacity import gate, parse_settings, replicas_for, targets, upcoming_weight
+from gateway.rollout.capacity import gate, parse_settings, replicas_for, targets, upcoming_weight, warming
 from gateway.rollout.machine import Alert, CapacityGate, Command, Phase, initial_state, step
 from tests.unit.test_rollout_machine import MANUAL, SPEC, STEPS_ONLY, failing, interval
 
@@ -60,6 +60,20 @@ def test_the_candidate_is_sized_for_the_next_step_the_baseline_for_the_current_s
     shadow = initial_state(SPEC, 0.0)
     assert upcoming_weight(SPEC, shadow) == 5
     assert targets(SETTINGS, {"baseline": 100}, "zero-layer", 5, shadow_percent=100)["zero-layer"] == 6
+
+
+def test_the_next_steps_pods_start_only_near_the_end_of_the_hold():
+    state = initial_state(STEPS_ONLY, 0.0)  # step 0 holds 600 s
+    assert not warming(STEPS_ONLY, state, 299.0, 300.0)
+    assert warming(STEPS_ONLY, state, 300.0, 300.0)
+    assert not warming(STEPS_ONLY, state, 599.0, 0.0)  # warmup 0: only once the hold is over
+    paused, _ = step(STEPS_ONLY, state, None, Command.PAUSE, 100.0)
+    assert not warming(STEPS_ONLY, paused, 5000.0, 300.0)  # a pause stops the hold, and the warmup
+    promoted = state
+    for now in (1.0, 2.0, 3.0):  # to step 1, step 2, past the last step
+        promoted, _ = step(STEPS_ONLY, promoted, None, Command.PROMOTE, now)
+    assert promoted.phase == Phase.PROMOTED
+    assert not warming(STEPS_ONLY, promoted, 5000.0, 300.0)
 
 
 def test_where_nothing_advances_the_next_weight_is_the_current_one():

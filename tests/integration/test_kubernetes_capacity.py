@@ -1,0 +1,193 @@
+"""Replicas from the split, in Kubernetes mode: the rollout controller (fake clock, scripted healthy
+traffic) with its capacity edge (gateway/kubernetes/capacity.py) against the API-server double
+(tests/support/kube_api.py), through the official `kubernetes` client. What a user would see is checked
+where they would see it: the Deployments' and HPAs' replicas as `kubectl get` shows them, the requests
+the gateway sent, `graystack status`'s text and the alerts. No Envoy and no wall-clock waits: a hold of
+minutes is a clock moved forward.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.admin.api import full_status
+from gateway.kubernetes.api import api_client
+from gateway.kubernetes.capacity import DeploymentCapacity
+from gateway.rollout.capacity import parse_settings
+from gateway.rollout.controller import RolloutController
+from gateway.rollout.machine import Command
+from gateway.rollout.state_store import FileStateStore
+from gateway.xds.server import AdsServer
+from graystack.status_view import render_status
+from tests.support.counting_provider import CountingProvider
+from tests.support.kube_api import FakeApiServer
+from tests.unit.test_rollout_controller import HEALTHY, Clock, new_gateway
+
+NS = "llm"
+BASELINE, CANDIDATE = "gs-baseline", "gs-zero-layer"  # the chart's Deployments (and the HPA's name)
+STEP_0_HOLD, STEP_1_HOLD = 600.0, 1800.0  # the spec's steps: 5 % for 10m, 20 % for 30m, then 100 %
+
+
+def deployment(name: str, replicas: int) -> dict:
+    labels = {"app.kubernetes.io/component": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": []}},
+        },
+        "status": {"replicas": replicas, "readyReplicas": replicas},
+    }
+
+
+def hpa(name: str, min_replicas: int) -> dict:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": min_replicas,
+            "maxReplicas": 8,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": "vllm:num_requests_waiting"},
+                        "target": {"type": "AverageValue", "averageValue": "4"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+class Rollout:
+    """The double with both variants' Deployments (8 baseline pods, 1 zero-layer), and the controller."""
+
+    def __init__(self, server: FakeApiServer, tmp_path, ready_timeout: str, candidate_hpa: str = "") -> None:
+        self.api = server
+        for name, replicas in ((BASELINE, 8), (CANDIDATE, 1)):
+            server.put(deployment(name, replicas))
+        settings = {
+            "fleetReplicas": 8,
+            "readyTimeout": ready_timeout,
+            "warmup": "5m",
+            "variants": {
+                "baseline": {"deployment": BASELINE},
+                "zero-layer": {"deployment": CANDIDATE, "hpa": candidate_hpa},
+            },
+        }
+        client = api_client(str(server.write_kubeconfig(tmp_path / "kubeconfig", NS)))
+        self.clock = Clock()
+        self.gateway = new_gateway()
+        self.ads = AdsServer(self.gateway.cache)
+        provider = CountingProvider(HEALTHY)
+        self.controller = RolloutController(
+            self.gateway,
+            self.ads,
+            lambda spec: provider,
+            FileStateStore(tmp_path / "state.json"),
+            clock=self.clock,
+            capacity=DeploymentCapacity(client, NS, parse_settings(json.dumps(settings))),
+        )
+        self.controller.restore()
+
+    async def at(self, seconds: float) -> None:
+        """One look of the controller, `seconds` after the rollout started."""
+        self.clock.now = 1_000_000.0 + seconds
+        await self.controller.tick()
+
+    def replicas(self) -> dict[str, int]:
+        return {
+            name: self.api.get("Deployment", NS, name)["spec"]["replicas"] for name in (BASELINE, CANDIDATE)
+        }
+
+    def weight(self) -> int:
+        return self.gateway.live.routing.weights["zero-layer"]
+
+    def status_text(self) -> str:
+        return render_status(full_status(self.gateway, self.ads, self.controller))
+
+    def patched(self, path_end: str) -> int:
+        return len([e for e in self.api.log if e.method == "PATCH" and e.path.endswith(path_end)])
+
+
+@pytest.fixture
+def server():
+    running = FakeApiServer().start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+async def test_replicas_follow_the_split_through_the_scale_subresource(server, tmp_path):
+    rollout = Rollout(server, tmp_path, ready_timeout="10m")
+    seen = []
+    for at, pods_ready in [
+        (0, None),  # step 0 at 5 %: 8 baseline pods, 1 zero-layer
+        (STEP_0_HOLD - 300, 2),  # 5 min before the hold ends, the 20 % step's pods start
+        (STEP_0_HOLD, None),  # they are ready: the weight goes to 20 %
+        (STEP_0_HOLD + 5, None),  # the baseline shrinks to its 80 %
+        (STEP_0_HOLD + STEP_1_HOLD - 300, 8),  # the 100 % step's pods start
+        (STEP_0_HOLD + STEP_1_HOLD, None),  # 100 %
+        (STEP_0_HOLD + STEP_1_HOLD + 5, None),  # the baseline down to its minimum
+    ]:
+        await rollout.at(at)
+        if pods_ready is not None:
+            server.pods_ready(NS, CANDIDATE, pods_ready)
+        seen.append((rollout.weight(), rollout.replicas()[BASELINE], rollout.replicas()[CANDIDATE]))
+    assert seen == [(5, 8, 1), (5, 8, 2), (20, 8, 2), (20, 7, 2), (20, 7, 8), (100, 7, 8), (100, 1, 8)]
+    assert rollout.patched(f"/deployments/{CANDIDATE}/scale") == 2  # only when the number changed
+    assert rollout.patched(f"/deployments/{BASELINE}/scale") == 2
+    assert rollout.patched("/deployments/" + CANDIDATE) == 0  # never the Deployment itself
+
+
+async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come(server, tmp_path):
+    rollout = Rollout(server, tmp_path, ready_timeout="2m")
+    await rollout.at(STEP_0_HOLD - 300)  # the 20 % step's 2 pods are asked for; 1 is ready
+    await rollout.at(STEP_0_HOLD)  # the hold is over and the checks pass, but the pods are not there
+    assert rollout.weight() == 5
+    text = rollout.status_text()
+    assert "analysis  hold: capacity: waiting for 2 ready zero-layer pods, 1 ready (0s of 120s)" in text
+    assert "capacity  replicas baseline 8, zero-layer 2; next stage: 2 zero-layer pods, 1 ready" in text
+
+    await rollout.at(STEP_0_HOLD + 60)
+    assert rollout.weight() == 5
+    assert not rollout.controller.alerts
+    await rollout.at(STEP_0_HOLD + 120)  # readyTimeout: the step is never taken, an alert says why
+    assert rollout.weight() == 5
+    [alert] = [a["message"] for a in rollout.controller.alerts]
+    assert alert == (
+        "capacity not ready after 120s: waiting for 2 ready zero-layer pods, 1 ready; weights frozen at 5%"
+    )
+    assert "phase     step 1 of 3 (paused): zero-layer 5%" in rollout.status_text()
+
+    # The pods come after all: the frozen rollout waits for an operator, then moves on.
+    server.pods_ready(NS, CANDIDATE, 2)
+    await rollout.at(STEP_0_HOLD + 180)
+    assert rollout.weight() == 5
+    await rollout.controller.command(Command.RESUME)
+    await rollout.at(STEP_0_HOLD + 185)
+    assert rollout.weight() == 20
+
+
+async def test_with_an_hpa_named_its_min_replicas_moves_instead_of_the_replicas(server, tmp_path):
+    server.put(hpa(CANDIDATE, 1))
+    rollout = Rollout(server, tmp_path, ready_timeout="10m", candidate_hpa=CANDIDATE)
+    await rollout.at(STEP_0_HOLD - 300)
+    assert server.get("HorizontalPodAutoscaler", NS, CANDIDATE)["spec"]["minReplicas"] == 2
+    assert rollout.replicas()[CANDIDATE] == 1  # the autoscaler's to set, not the rollout's
+    assert rollout.patched(f"/deployments/{CANDIDATE}/scale") == 0
+    hpa_spec = server.get("HorizontalPodAutoscaler", NS, CANDIDATE)["spec"]
+    assert hpa_spec["maxReplicas"] == 8  # the rest of the HPA is left as it was
+    assert hpa_spec["metrics"] == hpa(CANDIDATE, 1)["spec"]["metrics"]
+    server.pods_ready(NS, CANDIDATE, 2)  # the autoscaler raised the Deployment; its pods are ready
+    await rollout.at(STEP_0_HOLD)
+    assert rollout.weight() == 20

@@ -31,7 +31,7 @@ from gateway.rollout.capacity import (
 )
 from gateway.rollout.machine import CapacityGate, RolloutState
 from gateway.rollout.plan import roles
-from gateway.rollout.spec import RolloutSpec
+from gateway.rollout.spec import RolloutSpec, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,11 @@ class DeploymentCapacity:
     ) -> CapacityGate:
         """Scale every configured variant for `split` (the live default split) and, near the end of the
         hold, `state`'s next stage; whether the candidate's pods for the next stage are ready."""
-        _, candidate = roles(spec)
+        try:
+            _, candidate = roles(spec)
+        except SpecError as error:  # no baseline: no roles to size (the guard is off for it too)
+            self.view = {"replicas": {}, "problems": {"spec": str(error)}}
+            return CapacityGate(False, str(error), self.settings.ready_timeout)
         upcoming, shadow = upcoming_weight(spec, state), state.shadow_percent
         warm = warming(spec, state, now, self.settings.warmup)
         wanted = targets(self.settings, split, candidate, upcoming if warm else 0, shadow)

@@ -197,12 +197,12 @@ class RolloutController:
     async def tick(self) -> None:
         """One look: measure, add to the evidence, judge, step, apply."""
         spec = self.spec
+        capacity = await self._capacity_look(spec)  # replicas follow the split even with the guard off
         provider = self._provider_for(spec)
         if provider is None:
             return
         proxy_seen = self._proxy_connected()  # asked first: a proxy connecting mid-scrape was not up for it
         seen = await provider.observe()
-        capacity = await self._capacity_look(spec)
         async with self._lock:
             now = self._clock()
             checks = self._judge(spec, seen, now)

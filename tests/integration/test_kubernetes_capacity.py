@@ -15,12 +15,15 @@ import pytest
 from gateway.admin.api import full_status
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.capacity import DeploymentCapacity
+from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
 from gateway.rollout.capacity import parse_settings
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.machine import Command
 from gateway.rollout.state_store import FileStateStore
 from gateway.xds.server import AdsServer
+from graystack.local.processes import free_port
 from graystack.status_view import render_status
+from tests.integration.test_kubernetes_mode import LEASE, SPEC_CM, STATE_CM, eventually
 from tests.support.counting_provider import CountingProvider
 from tests.support.kube_api import FakeApiServer
 from tests.unit.test_rollout_controller import HEALTHY, Clock, new_gateway
@@ -67,14 +70,10 @@ def hpa(name: str, min_replicas: int) -> dict:
     }
 
 
-class Rollout:
-    """The double with both variants' Deployments (8 baseline pods, 1 zero-layer), and the controller."""
-
-    def __init__(self, server: FakeApiServer, tmp_path, ready_timeout: str, candidate_hpa: str = "") -> None:
-        self.api = server
-        for name, replicas in ((BASELINE, 8), (CANDIDATE, 1)):
-            server.put(deployment(name, replicas))
-        settings = {
+def settings(ready_timeout: str = "10m", candidate_hpa: str = "") -> str:
+    """kube-gateway's --capacity, as the chart renders it."""
+    return json.dumps(
+        {
             "fleetReplicas": 8,
             "readyTimeout": ready_timeout,
             "warmup": "5m",
@@ -83,6 +82,16 @@ class Rollout:
                 "zero-layer": {"deployment": CANDIDATE, "hpa": candidate_hpa},
             },
         }
+    )
+
+
+class Rollout:
+    """The double with both variants' Deployments (8 baseline pods, 1 zero-layer), and the controller."""
+
+    def __init__(self, server: FakeApiServer, tmp_path, ready_timeout: str, candidate_hpa: str = "") -> None:
+        self.api = server
+        for name, replicas in ((BASELINE, 8), (CANDIDATE, 1)):
+            server.put(deployment(name, replicas))
         client = api_client(str(server.write_kubeconfig(tmp_path / "kubeconfig", NS)))
         self.clock = Clock()
         self.gateway = new_gateway()
@@ -94,7 +103,7 @@ class Rollout:
             lambda spec: provider,
             FileStateStore(tmp_path / "state.json"),
             clock=self.clock,
-            capacity=DeploymentCapacity(client, NS, parse_settings(json.dumps(settings))),
+            capacity=DeploymentCapacity(client, NS, parse_settings(settings(ready_timeout, candidate_hpa))),
         )
         self.controller.restore()
 
@@ -191,3 +200,46 @@ async def test_with_an_hpa_named_its_min_replicas_moves_instead_of_the_replicas(
     server.pods_ready(NS, CANDIDATE, 2)  # the autoscaler raised the Deployment; its pods are ready
     await rollout.at(STEP_0_HOLD)
     assert rollout.weight() == 20
+
+
+async def test_the_leading_kube_gateway_sizes_the_variants_from_its_capacity_setting(server, tmp_path):
+    for name, replicas in ((BASELINE, 8), (CANDIDATE, 1)):
+        server.put(deployment(name, replicas))
+    spec = {
+        "name": "zero-layer",
+        "variants": {v: {"service": f"gs-{v}", "port": 8000} for v in ("baseline", "zero-layer")},
+        "routing": {"weights": {"baseline": 100, "zero-layer": 0}},
+        "retries": {"fallback": "baseline"},
+        "strategy": {"steps": [{"weight": 50, "hold": "1h"}, {"weight": 100}]},
+    }
+    data = {"spec.yaml": json.dumps(spec)}
+    server.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": SPEC_CM, "namespace": NS},
+            "data": data,
+        }
+    )
+    server.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STATE_CM, "namespace": NS}})
+    kubeconfig = str(server.write_kubeconfig(tmp_path / "kubeconfig", NS))
+    kube = KubernetesOptions(
+        NS, SPEC_CM, STATE_CM, LEASE, "gateway-a", kubeconfig=kubeconfig, lease_seconds=2.0,
+        capacity=parse_settings(settings()),
+    )  # fmt: skip
+    gateway = KubernetesGatewayProcess(
+        gateway_options(kube, xds_port=free_port(), admin_port=free_port()), kube
+    )
+    await gateway.start()
+    try:
+        # No metrics source here, so the guard is off; the split still sizes the fleet: 50 % of 8 each.
+        def sized() -> bool:
+            return [server.get("Deployment", NS, n)["spec"]["replicas"] for n in (BASELINE, CANDIDATE)] == [
+                4,
+                4,
+            ]
+
+        await eventually(sized, 10, "the leader to scale both Deployments to 4")
+        assert gateway.controller.status()["capacity"]["replicas"] == {"baseline": 4, "zero-layer": 4}
+    finally:
+        await gateway.stop()

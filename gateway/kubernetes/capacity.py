@@ -15,10 +15,12 @@ RBAC: get/patch on `deployments/scale` and get on `deployments` (or get/patch on
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gateway.kubernetes.api import call_json
 from gateway.rollout.capacity import (
@@ -36,6 +38,18 @@ from gateway.rollout.spec import RolloutSpec, SpecError
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+
+
+def why(error: Exception) -> str:
+    """An API call's failure in one line: the status and the API server's message (a 403 names the
+    verb and resource RBAC lacks), else the exception."""
+    if isinstance(error, ApiException) and error.status:
+        try:
+            message = json.loads(error.body)["message"]
+        except (TypeError, ValueError, KeyError):
+            message = error.reason
+        return f"{error.status}: {message}"
+    return f"{type(error).__name__}: {error}"
 
 
 class DeploymentCapacity:
@@ -64,7 +78,7 @@ class DeploymentCapacity:
             try:
                 self._scale(self.settings.variants[name], replicas)
             except Exception as error:  # the API server's answer or its absence: hold, log, look again
-                problems[name] = f"{type(error).__name__}: {error}"
+                problems[name] = why(error)
                 log.warning("cannot scale %s to %d replicas: %s", name, replicas, problems[name])
         timeout = self.settings.ready_timeout
         self.view = {"replicas": wanted, "problems": problems}
@@ -76,7 +90,7 @@ class DeploymentCapacity:
             try:
                 ready = self._ready(self.settings.variants[candidate])
             except Exception as error:
-                problems[candidate] = f"{type(error).__name__}: {error}"
+                problems[candidate] = why(error)
         self.view |= {"candidate": candidate, "next_stage_needs": needed, "candidate_ready": ready}
         return gate(candidate, needed, ready, timeout, problems.get(candidate, ""))
 

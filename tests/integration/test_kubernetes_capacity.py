@@ -113,9 +113,10 @@ class Rollout:
         await self.controller.tick()
 
     def replicas(self) -> dict[str, int]:
-        return {
-            name: self.api.get("Deployment", NS, name)["spec"]["replicas"] for name in (BASELINE, CANDIDATE)
-        }
+        return {name: self.replicas_of(name) for name in (BASELINE, CANDIDATE)}
+
+    def replicas_of(self, name: str) -> int:
+        return self.api.get("Deployment", NS, name)["spec"]["replicas"]
 
     def weight(self) -> int:
         return self.gateway.live.routing.weights["zero-layer"]
@@ -185,6 +186,20 @@ async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come
     await rollout.controller.command(Command.RESUME)
     await rollout.at(STEP_0_HOLD + 185)
     assert rollout.weight() == 20
+
+
+async def test_a_variant_the_api_will_not_show_holds_the_step_and_says_why(server, tmp_path):
+    rollout = Rollout(server, tmp_path, ready_timeout="10m")
+    await rollout.at(0)
+    server.delete("Deployment", NS, CANDIDATE)  # renamed, or RBAC names another: the API says 404
+    await rollout.at(STEP_0_HOLD)
+    assert rollout.weight() == 5
+    text = rollout.status_text()
+    assert (
+        'hold: capacity: cannot count zero-layer\'s ready pods: 404: deployments "gs-zero-layer" not found'
+        in text
+    )
+    assert rollout.replicas_of(BASELINE) == 8  # the baseline is still sized
 
 
 async def test_with_an_hpa_named_its_min_replicas_moves_instead_of_the_replicas(server, tmp_path):

@@ -325,7 +325,7 @@ class FakeApiServer:
         """GET or merge-PATCH a Deployment's scale: a patched spec.replicas lands in the Deployment."""
         current = self._store.get((resource, namespace), {}).get(name)
         if resource != "deployments" or current is None or method not in ("GET", "PATCH"):
-            return 404, status_body(404, "NotFound", f'{resource} "{name}" scale not found')
+            return 404, status_body(404, "NotFound", f'{resource} "{name}" not found')
         if method == "GET":
             return 200, scale_of(current)
         replicas = merge_patch(scale_of(current), body)["spec"]["replicas"]

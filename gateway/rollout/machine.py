@@ -107,8 +107,8 @@ class CapacityGate:
     """Whether the candidate's pods for the next weight are ready (the controller's look), and why not."""
 
     ready: bool
-    reason: str = ""
-    timeout: float = 600.0  # seconds a stage waits for them before it freezes with an alert
+    reason: str
+    timeout: float  # seconds a stage waits for them before it freezes with an alert
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,8 @@ class RolloutState:
             self
         )  # python mode: -inf (an SR statistic before data) survives as -Infinity
         data["phase"] = self.phase.value
+        if self.capacity_since is None:  # the stored text stays what gateways without capacity read
+            del data["capacity_since"]
         return data
 
     @classmethod

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from gateway.rollout.capacity import parse_settings
+from graystack.cli import main
 from tests.chart.test_chart import KUBERNETES_VERSION, rendered, spec_of
 from tests.support.helm import CHART, Rendered, render, run_helm
 
@@ -42,6 +43,8 @@ def test_off_by_default_nothing_scales_and_nothing_more_is_granted():
 
 def test_on_the_gateway_gets_the_settings_with_the_charts_deployment_names():
     on = chart(ON)
+    kube_gateway = main.commands["kube-gateway"].params
+    assert "GRAYSTACK_CAPACITY" in {param.envvar for param in kube_gateway}
     settings = parse_settings(gateway_env(on)["GRAYSTACK_CAPACITY"])
     deployments = {d["metadata"]["name"] for d in on.of_kind("Deployment")}
     assert {v.deployment for v in settings.variants.values()} <= deployments

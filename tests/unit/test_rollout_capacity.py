@@ -143,6 +143,7 @@ def test_the_wait_survives_a_restart_in_the_saved_state():
     state, _ = step(STEPS_ONLY, state, interval(), None, now, WAITING)
     restored = type(state).from_dict(state.to_dict())
     assert restored.capacity_since == now
+    assert "capacity_since" not in initial_state(STEPS_ONLY, 0.0).to_dict()  # off: the format of before
     restored, actions = step(STEPS_ONLY, restored, interval(), None, now + 600, WAITING)
     assert restored.paused
     assert any(isinstance(a, Alert) for a in actions)

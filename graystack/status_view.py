@@ -91,7 +91,7 @@ def _rollout_lines(rollout: dict) -> list[str]:
     if rollout["reason"]:
         lines.append(f"reason    {rollout['reason']}")
     if rollout.get("capacity"):
-        lines.append(f"capacity  {_capacity_text(rollout['capacity'])}")
+        lines.append(f"capacity  {capacity_text(rollout['capacity'])}")
     pending = rollout.get("rollback_pending") or []
     if rollout["rollback_in_flight"]:
         lines.append("rollback  waiting for every proxy to ACK")
@@ -122,7 +122,7 @@ def _rollout_lines(rollout: dict) -> list[str]:
     return lines
 
 
-def _capacity_text(capacity: dict) -> str:
+def capacity_text(capacity: dict) -> str:
     """The replicas the split asks for, and the candidate's ready pods against the next stage's need."""
     text = "replicas " + ", ".join(f"{name} {count}" for name, count in capacity["replicas"].items())
     if "next_stage_needs" in capacity:

@@ -21,6 +21,7 @@ from gateway.rollout.controller import RolloutController
 from gateway.rollout.machine import Command
 from gateway.rollout.state_store import FileStateStore
 from gateway.xds.server import AdsServer
+from graystack.live_view import rollout_lines
 from graystack.local.processes import free_port
 from graystack.status_view import render_status
 from tests.integration.test_kubernetes_mode import LEASE, SPEC_CM, STATE_CM, eventually
@@ -167,6 +168,8 @@ async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come
     text = rollout.status_text()
     assert "analysis  hold: capacity: waiting for 2 ready zero-layer pods, 1 ready (0s of 120s)" in text
     assert "capacity  replicas baseline 8, zero-layer 2; next stage: 2 zero-layer pods, 1 ready" in text
+    live = rollout_lines(full_status(rollout.gateway, rollout.ads, rollout.controller)["rollout"]).plain
+    assert "next stage: 2 zero-layer pods, 1 ready" in live  # `graystack up`'s live view too
 
     await rollout.at(STEP_0_HOLD + 60)
     assert rollout.weight() == 5

@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 
 
+class CapacityError(Exception):
+    """The cluster cannot give the split its replicas as configured; the message says why."""
+
+
 def why(error: Exception) -> str:
     """An API call's failure in one line: the status and the API server's message (a 403 names the
     verb and resource RBAC lacks), else the exception."""
@@ -49,7 +53,7 @@ def why(error: Exception) -> str:
         except (TypeError, ValueError, KeyError):
             message = error.reason
         return f"{error.status}: {message}"
-    return f"{type(error).__name__}: {error}"
+    return str(error) if isinstance(error, CapacityError) else f"{type(error).__name__}: {error}"
 
 
 class DeploymentCapacity:
@@ -99,6 +103,10 @@ class DeploymentCapacity:
             hpa = call_json(
                 self._autoscaling.read_namespaced_horizontal_pod_autoscaler, variant.hpa, self.namespace
             )
+            if replicas > hpa["spec"]["maxReplicas"]:  # the API server would refuse min above max
+                raise CapacityError(
+                    f"HPA {variant.hpa} allows at most {hpa['spec']['maxReplicas']} replicas, the split needs {replicas}"
+                )
             if hpa["spec"].get("minReplicas") != replicas:
                 self._patch(
                     self._autoscaling.patch_namespaced_horizontal_pod_autoscaler,

@@ -121,7 +121,7 @@ def gate(candidate: str, wanted: int, ready: int | None, timeout: float, problem
     """Whether `ready` pods of the candidate cover the `wanted` ones; `problem`: why they could not be
     counted (an API error), which holds the stage like pods that are not ready."""
     if problem:
-        return CapacityGate(False, f"cannot count {candidate}'s ready pods: {problem}", timeout)
+        return CapacityGate(False, f"cannot size or count {candidate}'s pods: {problem}", timeout)
     if ready is not None and ready >= wanted:
         return CapacityGate(True, f"{ready} ready {candidate} pods for {wanted} wanted", timeout)
     return CapacityGate(False, f"waiting for {wanted} ready {candidate} pods, {ready or 0} ready", timeout)

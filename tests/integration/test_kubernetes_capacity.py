@@ -199,7 +199,7 @@ async def test_a_variant_the_api_will_not_show_holds_the_step_and_says_why(serve
     assert rollout.weight() == 5
     text = rollout.status_text()
     assert (
-        'hold: capacity: cannot count zero-layer\'s ready pods: 404: deployments "gs-zero-layer" not found'
+        'hold: capacity: cannot size or count zero-layer\'s pods: 404: deployments "gs-zero-layer" not found'
         in text
     )
     assert rollout.replicas_of(BASELINE) == 8  # the baseline is still sized
@@ -218,6 +218,13 @@ async def test_with_an_hpa_named_its_min_replicas_moves_instead_of_the_replicas(
     server.pods_ready(NS, CANDIDATE, 2)  # the autoscaler raised the Deployment; its pods are ready
     await rollout.at(STEP_0_HOLD)
     assert rollout.weight() == 20
+
+    # An HPA whose maxReplicas is below what the next step needs is reported, not patched into a 422.
+    server.put(hpa(CANDIDATE, 2) | {"spec": {**hpa(CANDIDATE, 2)["spec"], "maxReplicas": 4}})
+    await rollout.at(STEP_0_HOLD + STEP_1_HOLD)  # the 100 % step needs 8
+    assert rollout.weight() == 20
+    assert "HPA gs-zero-layer allows at most 4 replicas, the split needs 8" in rollout.status_text()
+    assert server.get("HorizontalPodAutoscaler", NS, CANDIDATE)["spec"]["minReplicas"] == 2
 
 
 async def test_the_leading_kube_gateway_sizes_the_variants_from_its_capacity_setting(server, tmp_path):

@@ -87,7 +87,7 @@ def test_the_gate_says_how_many_pods_it_waits_for():
     assert gate("zero-layer", 3, 3, 600.0).ready
     shut = gate("zero-layer", 3, 1, 600.0)
     assert (shut.ready, shut.reason) == (False, "waiting for 3 ready zero-layer pods, 1 ready")
-    broken = gate("zero-layer", 3, None, 600.0, "ApiException: (403)")
+    broken = gate("zero-layer", 3, None, 600.0, "403: deployments/scale is forbidden")
     assert not broken.ready
     assert "403" in broken.reason
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from pydantic import ValidationError
 
 from gateway.rollout.capacity import gate, parse_settings, replicas_for, targets, upcoming_weight, warming
 from gateway.rollout.machine import Alert, CapacityGate, Command, Phase, initial_state, step
+from graystack.cli import main
 from tests.unit.test_rollout_machine import MANUAL, SPEC, STEPS_ONLY, failing, interval
 
 SETTINGS = parse_settings(
@@ -147,3 +149,13 @@ def test_the_wait_survives_a_restart_in_the_saved_state():
     restored, actions = step(STEPS_ONLY, restored, interval(), None, now + 600, WAITING)
     assert restored.paused
     assert any(isinstance(a, Alert) for a in actions)
+
+
+def test_kube_gateway_refuses_bad_capacity_settings_before_it_touches_the_cluster():
+    args = ["kube-gateway", "--namespace", "llm", "--spec-configmap", "s", "--state-configmap", "t"]
+    args += ["--lease", "l", "--identity", "gateway-0", "--kubeconfig", "/nonexistent"]
+    env = {"GRAYSTACK_CAPACITY": '{"fleetReplicas": 0, "variants": {}}'}
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 2
+    assert "Invalid value for --capacity" in result.output
+    assert "fleetReplicas" in result.output

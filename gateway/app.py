@@ -27,6 +27,7 @@ from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
 from gateway.metrics.queries import histogram_queries
+from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
 from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import FileStateStore, StateStore
@@ -121,6 +122,7 @@ class GatewayProcess:
             self.ads,
             provider_factory(options.envoy_admin, options.metrics_targets),
             self._state_store(),
+            capacity=self._capacity(),
         )
         self.controller.restore()
         self._watcher = SpecFileWatcher(
@@ -160,6 +162,10 @@ class GatewayProcess:
 
     def _state_store(self) -> StateStore:
         return FileStateStore(self.options.rollout_state_path)
+
+    def _capacity(self) -> CapacityEdge | None:
+        """What scales the variants from the split (Kubernetes mode, opt-in); None: nothing does."""
+        return None
 
     def _leadership(self) -> Leadership | None:
         """Which replica drives the rollout, for the admin API; None: this process alone does."""

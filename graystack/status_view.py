@@ -90,6 +90,8 @@ def _rollout_lines(rollout: dict) -> list[str]:
         lines.append(f"guard     OFF: {rollout['guard_off_reason']}")
     if rollout["reason"]:
         lines.append(f"reason    {rollout['reason']}")
+    if rollout.get("capacity"):
+        lines.append(f"capacity  {capacity_text(rollout['capacity'])}")
     pending = rollout.get("rollback_pending") or []
     if rollout["rollback_in_flight"]:
         lines.append("rollback  waiting for every proxy to ACK")
@@ -118,6 +120,17 @@ def _rollout_lines(rollout: dict) -> list[str]:
     for entry in rollout["history"][-5:]:
         lines.append(f"  {entry['source']} -> {entry['target']}: {entry['reason']}")
     return lines
+
+
+def capacity_text(capacity: dict) -> str:
+    """The replicas the split asks for, and the candidate's ready pods against the next stage's need."""
+    text = "replicas " + ", ".join(f"{name} {count}" for name, count in capacity["replicas"].items())
+    if "next_stage_needs" in capacity:
+        ready = capacity["candidate_ready"]
+        text += (
+            f"; next stage: {capacity['next_stage_needs']} {capacity['candidate']} pods, {ready or 0} ready"
+        )
+    return text + "".join(f"; {name}: {problem}" for name, problem in capacity["problems"].items())
 
 
 def _evidence_lines(evidence: dict) -> list[str]:

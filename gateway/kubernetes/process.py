@@ -7,6 +7,8 @@ The same parts as local mode (gateway/app.py: xDS server, admin API, rollout con
   election on a Lease: every replica serves xDS to the Envoys connected to it; only the leader runs the
   controller's analysis loop and writes the state, as each step happens; a new leader loads it first;
   the others apply the leader's state from their watch as it changes, so every Envoy gets the same split.
+- with `capacity` settings, the leader's controller also sizes the variants' Deployments (or HPAs) from
+  the split and waits for the candidate's pods before each step (gateway/kubernetes/capacity.py).
 
 The leader labels its pod (gateway/kubernetes/role_label.py), so the chart's admin Service reaches it;
 a follower refuses rollout commands and flips with 409, naming the leader. A flip through the admin API
@@ -32,12 +34,14 @@ from gateway.app import GatewayOptions, GatewayProcess, serve_until_signalled
 from gateway.envoy.resources import EndpointMap
 from gateway.kubernetes import events
 from gateway.kubernetes.api import api_client
+from gateway.kubernetes.capacity import DeploymentCapacity
 from gateway.kubernetes.endpoints import SERVICE_LABEL, EndpointSlices
 from gateway.kubernetes.leader import LeaderElector
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import RoleLabel
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
+from gateway.rollout.capacity import CapacityEdge, CapacitySettings
 from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore, decode_state
 
@@ -58,6 +62,7 @@ class KubernetesOptions:
     lease_seconds: float = 15.0
     resync_seconds: float = 300.0
     watch_timeout: int = 60
+    capacity: CapacitySettings | None = None  # None: the variants' replicas are left alone
 
 
 def gateway_options(kube: KubernetesOptions, **listen: Any) -> GatewayOptions:
@@ -145,6 +150,11 @@ class KubernetesGatewayProcess(GatewayProcess):
 
     def _state_store(self) -> StateStore:
         return self.state_store
+
+    def _capacity(self) -> CapacityEdge | None:
+        if self.kube.capacity is None:
+            return None
+        return DeploymentCapacity(self.api, self.kube.namespace, self.kube.capacity)
 
     def _leadership(self) -> Leadership:
         return Leadership(self.elector.leading, self.kube.identity, self.elector.holder or None)

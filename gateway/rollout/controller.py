@@ -32,6 +32,10 @@ Shadow: the machine's shadow percent becomes Envoy request mirroring (`routing.m
 that share of the requests go to the candidate's `<candidate>-shadow` cluster, their answers are
 discarded, and the providers count them as the candidate's, so the shadow phase is judged on them.
 
+Capacity (Kubernetes mode, opt-in): each look first asks the capacity edge (`capacity`,
+gateway/rollout/capacity.py) to scale the variants for the live split and whether the candidate's pods
+for the next weight are ready; the machine waits for them before it advances. Status shows the look.
+
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
 guard is off, and says so in status: no analysis runs, the strategy moves only by operator commands.
 
@@ -58,10 +62,12 @@ from gateway.metrics.provider import MetricsProvider
 from gateway.rollout import evidence as tests
 from gateway.rollout import metrics
 from gateway.rollout.analysis import Check, analyse, error_checks
+from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.fleet import CutOff, Proxies, ack_timeout_message
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import (
     Alert,
+    CapacityGate,
     Command,
     Ignored,
     Phase,
@@ -108,6 +114,7 @@ class RolloutController:
         store: StateStore,
         clock: Callable[[], float] = time.time,
         ack_deadline: float = ACK_DEADLINE,
+        capacity: CapacityEdge | None = None,
     ) -> None:
         """`clock` is wall time: the state (and its hold) is saved and read back across restarts."""
         self.gateway = gateway
@@ -116,6 +123,7 @@ class RolloutController:
         self._make_provider = make_provider
         self._clock = clock
         self.ack_deadline = ack_deadline
+        self.capacity = capacity
         self._lock = asyncio.Lock()
         self._provider: MetricsProvider | None = None
         self._provider_key: tuple | None = None
@@ -189,6 +197,7 @@ class RolloutController:
     async def tick(self) -> None:
         """One look: measure, add to the evidence, judge, step, apply."""
         spec = self.spec
+        capacity = await self._capacity_look(spec)  # replicas follow the split even with the guard off
         provider = self._provider_for(spec)
         if provider is None:
             return
@@ -199,7 +208,7 @@ class RolloutController:
             checks = self._judge(spec, seen, now)
             if not proxy_seen:
                 checks = [_not_yet_measurable(check) for check in checks]
-            self._step(spec, checks, None, now)
+            self._step(spec, checks, None, now, capacity)
             await self._save()
 
     def _judge(self, spec: RolloutSpec, seen: Observations, now: float) -> list[Check]:
@@ -242,6 +251,12 @@ class RolloutController:
         log.warning("rollout %s: new sequential tests: %s", self.spec.name, self.tests_started)
         return tests.start(plan, stage_of(state), now)
 
+    async def _capacity_look(self, spec: RolloutSpec) -> CapacityGate | None:
+        if self.capacity is None:
+            return None
+        split = self.gateway.live.routing.weights
+        return await asyncio.to_thread(self.capacity.look, spec, self.state, split, self._clock())
+
     def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
         """The provider for this spec's variants and source, rebuilt when those change; None (and the
         guard off, with the reason) when there is none or the spec names no baseline."""
@@ -267,11 +282,12 @@ class RolloutController:
         checks: list[Check] | None,
         command: Command | None,
         now: float,
+        capacity: CapacityGate | None = None,
     ) -> str | None:
         """Step the machine and apply its actions but the save (the caller's: `_save`); returns why
         `command` was ignored (None: it was not)."""
         before = self.state
-        state, actions = step(spec, before, checks, command, now)
+        state, actions = step(spec, before, checks, command, now, capacity)
         ignored = None
         for action in actions:
             if isinstance(action, Alert):
@@ -380,12 +396,7 @@ class RolloutController:
         self.last_rollback_seconds = seconds
         metrics.ROLLBACK_SECONDS.labels(self.spec.name).observe(seconds)
         proxies = len(self.proxies.streams())
-        log.info(
-            "rollout %s: rollback ACKed by all %d proxies, %.3fs after it started",
-            self.spec.name,
-            proxies,
-            seconds,
-        )
+        log.info("rollout %s: rollback ACKed by all %d proxies, %.3fs on", self.spec.name, proxies, seconds)
 
     # -- reading ----------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -401,4 +412,5 @@ class RolloutController:
             store=self.store.where,
             save_error=self.save_error,
             rollback_pending=self.cut_off.pending,
+            capacity=self.capacity.view if self.capacity else None,
         )

@@ -33,6 +33,11 @@ One call handles, in order:
    rollout whose probes never report holds. Shadow also needs the gate: success (1 - error_rate value)
    >= gate.success_rate and latency_ratio value <= gate.max_latency_ratio; a gate miss holds (it is
    not a failure: the variant may just not be fast enough yet). At most one stage per call.
+   Where the controller scales the variants (gateway/rollout/capacity.py), the candidate's pods for
+   the next weight must be ready too (`CapacityGate`): until then the stage holds, from the first such
+   look (`capacity_since`); past the gate's timeout it freezes as on_error does (an Alert and a pause),
+   never advancing onto pods it does not have. A rollback is never gated; an operator promote is not
+   either (the operator's override).
 
 Time: the hold is accrued, not recomputed from a start time. Each call folds `now - held_until` into
 `held` (never negative), so a clock that jumps backwards loses nothing and restarts nothing, a clock
@@ -98,6 +103,15 @@ class Command(StrEnum):
 
 
 @dataclass(frozen=True)
+class CapacityGate:
+    """Whether the candidate's pods for the next weight are ready (the controller's look), and why not."""
+
+    ready: bool
+    reason: str
+    timeout: float  # seconds a stage waits for them before it freezes with an alert
+
+
+@dataclass(frozen=True)
 class Transition:
     at: float
     source: str
@@ -120,6 +134,7 @@ class RolloutState:
     history: tuple[Transition, ...] = ()
     evidence: Evidence | None = None  # the sequential tests (gateway/rollout/evidence.py); None: start anew
     incident: str | None = None  # a shared incident held under on_shared_incident: hold, until resumed
+    capacity_since: float | None = None  # when this stage began waiting for the candidate's pods
 
     def hold_elapsed(self, now: float) -> float:
         """Hold time accrued by `now`; a clock behind `held_until` adds nothing."""
@@ -136,6 +151,8 @@ class RolloutState:
             self
         )  # python mode: -inf (an SR statistic before data) survives as -Infinity
         data["phase"] = self.phase.value
+        if self.capacity_since is None:  # the stored text stays what gateways without capacity read
+            del data["capacity_since"]
         return data
 
     @classmethod
@@ -186,8 +203,10 @@ def step(
     checks: Sequence[Check] | None,
     command: Command | None,
     now: float,
+    capacity: CapacityGate | None = None,
 ) -> tuple[RolloutState, list[Action]]:
-    """The next state and the actions for the controller; see the module docstring for the rules."""
+    """The next state and the actions for the controller; see the module docstring for the rules.
+    `capacity` None: nothing scales the variants, so nothing waits for them."""
     actions: list[Action] = []
     state = _reconcile(spec, _fold(state, now), now)
     outcome = ""
@@ -207,7 +226,7 @@ def step(
         if command is not None:
             state, applied = _command(spec, state, command, now, actions)
         if checks is not None:
-            state, outcome = _judge(spec, state, tuple(checks), now, actions, may_advance=not applied)
+            state, outcome = _judge(spec, state, tuple(checks), now, actions, not applied, capacity)
     if checks is not None:
         actions.insert(0, RecordDecision(tuple(checks), outcome))
     return state, actions
@@ -262,7 +281,7 @@ def _stage(
     accruing = phase in ADVANCING and not paused
     return _moved(
         state, now, reason, phase=phase, step=index, weight=weight, shadow_percent=shadow, paused=paused,
-        held=0.0, held_until=now if accruing else None,
+        held=0.0, held_until=now if accruing else None, capacity_since=None,
     )  # fmt: skip
 
 
@@ -344,7 +363,8 @@ def _command(
         return _pause(state, now, "operator pause"), True
     if command == Command.RESUME:
         fresh = {"evidence": None, "incident": None} if state.incident is not None else {}
-        return _moved(state, now, "operator resume", paused=False, held_until=now, errors=0, **fresh), True
+        resumed = {"paused": False, "held_until": now, "errors": 0, "capacity_since": None}
+        return _moved(state, now, "operator resume", **resumed, **fresh), True
     if command == Command.PROMOTE:
         return _advance(spec, state, now, "operator promote"), True
     if command == Command.ROLLBACK:
@@ -359,6 +379,7 @@ def _judge(
     now: float,
     actions: list[Action],
     may_advance: bool,
+    capacity: CapacityGate | None,
 ) -> tuple[RolloutState, str]:
     """Apply one interval's (non-failing) verdicts; returns the state and the decision's outcome."""
     if state.phase == Phase.ROLLED_BACK:
@@ -381,6 +402,8 @@ def _judge(
         missed = _gate_missed(spec.strategy.shadow.gate, checks)
         if missed is not None:
             return state, f"hold: shadow gate: {missed}"
+    if capacity is not None and not capacity.ready:
+        return _wait_for_capacity(state, capacity, now, actions)
     state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {_summary(checks)}")
     return state, f"advance to {state.label()}"
 
@@ -399,6 +422,19 @@ def _on_error(
     if state.phase in ADVANCING and not state.paused:
         state = _pause(state, now, f"frozen: {cause}")
     return state, "freeze"
+
+
+def _wait_for_capacity(
+    state: RolloutState, gate: CapacityGate, now: float, actions: list[Action]
+) -> tuple[RolloutState, str]:
+    """Hold for the candidate's pods; past the gate's timeout, freeze with an alert (once: paused)."""
+    since = now if state.capacity_since is None else state.capacity_since
+    state = replace(state, capacity_since=since)
+    if now - since < gate.timeout:
+        return state, f"hold: capacity: {gate.reason} ({now - since:.0f}s of {gate.timeout:.0f}s)"
+    cause = f"capacity not ready after {now - since:.0f}s: {gate.reason}"
+    actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
+    return _pause(state, now, f"frozen: {cause}"), "freeze: capacity"
 
 
 def _hold_needed(spec: RolloutSpec, state: RolloutState) -> float:

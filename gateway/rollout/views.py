@@ -75,6 +75,7 @@ def rollout_status(
     store: str,
     save_error: str | None,
     rollback_pending: list[dict] | None = None,
+    capacity: dict | None = None,
 ) -> dict:
     """The rollout section of `graystack status` (and GET /v1/status)."""
     try:
@@ -105,6 +106,7 @@ def rollout_status(
         "evidence": evidence_status(spec, state, tests_started),
         "state_store": store,
         "state_save_error": save_error,
+        "capacity": capacity,
     }
 
 

@@ -175,6 +175,15 @@ def envoy_bootstrap(
 @click.option("--admin-host", default="127.0.0.1", envvar="GRAYSTACK_ADMIN_HOST", show_envvar=True)
 @click.option("--admin-port", default=9000, envvar="GRAYSTACK_ADMIN_PORT", show_envvar=True)
 @click.option("--admin-token", default=None, envvar="GRAYSTACK_ADMIN_TOKEN", show_envvar=True)
+@click.option(
+    "--capacity",
+    default=None,
+    envvar="GRAYSTACK_CAPACITY",
+    show_envvar=True,
+    help='size the variants from the split, as JSON: {"fleetReplicas": 8, "readyTimeout": "10m", '
+    '"variants": {"zero-layer": {"deployment": NAME, "minReplicas": 1, "maxReplicas": 8, "hpa": ""}}} '
+    "(the chart's rollout.capacity); none: replicas are left alone",
+)
 @gateway_fault_injection_option
 @forget_proxies_option
 @kubeconfig_option
@@ -193,6 +202,7 @@ def kube_gateway(
     admin_host: str,
     admin_port: int,
     admin_token: str | None,
+    capacity: str | None,
     enable_fault_injection: bool,
     forget_proxies_after: float,
     kubeconfig: str | None,
@@ -201,9 +211,14 @@ def kube_gateway(
     """Run the gateway in Kubernetes mode: spec from its ConfigMap, pods from EndpointSlices, state in
     a ConfigMap, leader election on a Lease (every replica serves xDS; the leader drives the rollout)."""
     from gateway.kubernetes.process import KubernetesOptions, gateway_options, run_kube_gateway
+    from gateway.rollout.capacity import parse_settings
     from gateway.rollout.spec import SpecError
 
     configure_logging(log_level)
+    try:
+        settings = parse_settings(capacity) if capacity else None
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--capacity") from None
     kube = KubernetesOptions(
         namespace,
         spec_configmap,
@@ -214,6 +229,7 @@ def kube_gateway(
         kubeconfig=kubeconfig,
         lease_seconds=lease_seconds,
         resync_seconds=resync_seconds,
+        capacity=settings,
     )
     options = gateway_options(
         kube,

@@ -6,7 +6,9 @@ its HTTP/JSON protocol the gateway uses, on 127.0.0.1: namespaced get, list (fie
 optimistic concurrency (a stale resourceVersion is 409 Conflict), a JSON merge patch (RFC 7386; a
 strategic merge patch is taken as one: the same for plain maps such as labels), delete, and watch:
 `?watch=true` streams one JSON event per line (ADDED / MODIFIED / DELETED) after the requested
-resourceVersion, until `timeoutSeconds`. Like the real server, a watch from a version older than the
+resourceVersion, until `timeoutSeconds`. Deployments have their `scale` subresource (GET and merge PATCH of
+an autoscaling/v1 Scale whose spec.replicas is the Deployment's and whose status.replicas is its status';
+no controller runs, so tests say when pods are ready: `pods_ready`). Like the real server, a watch from a version older than the
 compaction point gets a 200 and a single ERROR event whose Status has code 410 (reason Expired). Tests
 change objects as kubectl would (`put`, `delete`), break every open watch mid-stream (`break_watches`),
 and compact history (`compact`). Every request is logged, with what the server answered, for tests to
@@ -37,10 +39,12 @@ KINDS = {  # kind -> (API prefix, resource)
     "Event": ("/api/v1", "events"),
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
 }
 RESOURCES = {resource: kind for kind, (_, resource) in KINDS.items()}
 MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
-PATH = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$")
+PATH = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+)(?:/(scale))?)?$")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,24 @@ def merge_patch(target: object, patch: object) -> object:
         else:
             merged[key] = merge_patch(merged.get(key), value)
     return merged
+
+
+def scale_of(deployment: dict) -> dict:
+    """The Deployment's `scale` subresource as the API server shows it (kind Scale, autoscaling/v1)."""
+    meta = deployment["metadata"]
+    labels = deployment["spec"].get("selector", {}).get("matchLabels", {})
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+        },
+        "spec": {"replicas": deployment["spec"].get("replicas", 1)},
+        "status": {
+            "replicas": deployment.get("status", {}).get("replicas", 0),
+            "selector": ",".join(f"{key}={value}" for key, value in sorted(labels.items())),
+        },
+    }
 
 
 def matches(obj: dict, query: dict[str, str]) -> bool:
@@ -160,6 +182,13 @@ class FakeApiServer:
             obj = self._store.get((resource, namespace), {}).pop(name)
             self._record(resource, "DELETED", obj)
 
+    def pods_ready(self, namespace: str, deployment: str, ready: int) -> None:
+        """`ready` of the Deployment's pods are up and ready (what its controller and the kubelets report)."""
+        with self._changed:
+            current = self._store[("deployments", namespace)][deployment]
+            status = {"replicas": current["spec"].get("replicas", 1), "readyReplicas": ready}
+            self._write("deployments", {**copy.deepcopy(current), "status": status}, current)
+
     def break_watches(self) -> None:
         """Every open watch stops mid-stream, its connection cut (a restarted API server, a dropped LB)."""
         with self._changed:
@@ -232,7 +261,7 @@ class FakeApiServer:
         found = PATH.match(url.path)
         if found is None or found.group(3) not in RESOURCES:
             return self._reply(request, method, url.path, query, 404, status_body(404, "NotFound", url.path))
-        _, namespace, resource, name = found.groups()
+        _, namespace, resource, name, subresource = found.groups()
         length = int(request.headers.get("Content-Length") or 0)
         body = json.loads(request.rfile.read(length)) if length else None
         if method == "GET" and name is None and query.get("watch") in ("true", "1"):
@@ -242,7 +271,10 @@ class FakeApiServer:
             answer = status_body(415, "UnsupportedMediaType", f"the double does not serve {patch_type}")
             return self._reply(request, method, url.path, query, 415, answer)
         with self._changed:
-            code, answer = self._act(method, resource, namespace, name, query, body)
+            if subresource is not None:
+                code, answer = self._scale(method, resource, namespace, name, body)
+            else:
+                code, answer = self._act(method, resource, namespace, name, query, body)
         return self._reply(request, method, url.path, query, code, answer)
 
     def _act(
@@ -286,6 +318,20 @@ class FakeApiServer:
         body["metadata"]["namespace"] = namespace
         body.setdefault("kind", kind)
         return 200, self._write(resource, body, current)
+
+    def _scale(
+        self, method: str, resource: str, namespace: str, name: str, body: dict | None
+    ) -> tuple[int, dict]:
+        """GET or merge-PATCH a Deployment's scale: a patched spec.replicas lands in the Deployment."""
+        current = self._store.get((resource, namespace), {}).get(name)
+        if resource != "deployments" or current is None or method not in ("GET", "PATCH"):
+            return 404, status_body(404, "NotFound", f'{resource} "{name}" not found')
+        if method == "GET":
+            return 200, scale_of(current)
+        replicas = merge_patch(scale_of(current), body)["spec"]["replicas"]
+        deployment = copy.deepcopy(current)
+        deployment["spec"]["replicas"] = replicas
+        return 200, scale_of(self._write(resource, deployment, current))
 
     def _reply(
         self,

@@ -81,7 +81,7 @@ health-checks each variant on its server's own readiness path (vLLM: /health; gr
 {{- $_ := set $variants $name $variant -}}
 {{- end -}}
 {{- end -}}
-{{- $spec := deepCopy .Values.rollout -}}
+{{- $spec := omit (deepCopy .Values.rollout) "capacity" -}}
 {{- $_ := set $spec "variants" $variants -}}
 {{- if .Values.helmTest.enabled -}}
 {{- $routing := deepCopy $spec.routing -}}
@@ -93,4 +93,17 @@ health-checks each variant on its server's own readiness path (vLLM: /health; gr
 {{- $_ := set $spec "routing" $routing -}}
 {{- end -}}
 {{- toYaml $spec -}}
+{{- end -}}
+
+{{/* rollout.capacity as kube-gateway's --capacity JSON: each listed variant with its Deployment's name. */}}
+{{- define "graystack.capacity" -}}
+{{- $c := .Values.rollout.capacity -}}
+{{- $variants := dict -}}
+{{- range $name, $v := $c.variants -}}
+{{- if not (and (hasKey $.Values.variants $name) (get $.Values.variants $name).enabled) -}}
+{{- fail (printf "rollout.capacity.variants.%s: no enabled variant %s in variants" $name $name) -}}
+{{- end -}}
+{{- $_ := set $variants $name (merge (dict "deployment" (include "graystack.componentName" (dict "root" $ "component" $name))) $v) -}}
+{{- end -}}
+{{- toJson (dict "fleetReplicas" $c.fleetReplicas "readyTimeout" $c.readyTimeout "warmup" $c.warmup "variants" $variants) -}}
 {{- end -}}

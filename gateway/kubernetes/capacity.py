@@ -1,0 +1,131 @@
+"""The variants' replicas set from the split, in the cluster: the I/O edge of gateway/rollout/capacity.py.
+
+At each look of the leader's controller (`look`, on a worker thread): the replicas each variant wants
+for the live split go to its Deployment through the scale subresource, or, where the variant names an
+HPA, to the HPA's `spec.minReplicas` (Flagger's way: the autoscaler keeps scaling above it, and the
+rollout and the autoscaler do not fight over `replicas`). Each object is read first and patched only
+when it differs, so a steady rollout writes nothing. Then the candidate's Deployment's
+`status.readyReplicas` says whether the next weight's pods are ready: the gate the machine waits on.
+
+An API call that fails is logged and holds the stage (the gate is shut with the error as its reason):
+the machine's timeout turns a lasting failure into an alert, never an advance onto unknown capacity.
+RBAC: get/patch on `deployments/scale` and get on `deployments` (or get/patch on
+`horizontalpodautoscalers`) of the named objects only (charts/graystack/templates/rbac.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gateway.kubernetes.api import call_json
+from gateway.rollout.capacity import (
+    CapacitySettings,
+    VariantCapacity,
+    gate,
+    targets,
+    upcoming_weight,
+    warming,
+)
+from gateway.rollout.machine import CapacityGate, RolloutState
+from gateway.rollout.plan import roles
+from gateway.rollout.spec import RolloutSpec, SpecError
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class CapacityError(Exception):
+    """The cluster cannot give the split its replicas as configured; the message says why."""
+
+
+def why(error: Exception) -> str:
+    """An API call's failure in one line: the status and the API server's message (a 403 names the
+    verb and resource RBAC lacks), else the exception."""
+    if isinstance(error, ApiException) and error.status:
+        try:
+            message = json.loads(error.body)["message"]
+        except (TypeError, ValueError, KeyError):
+            message = error.reason
+        return f"{error.status}: {message}"
+    return str(error) if isinstance(error, CapacityError) else f"{type(error).__name__}: {error}"
+
+
+class DeploymentCapacity:
+    def __init__(self, api: client.ApiClient, namespace: str, settings: CapacitySettings) -> None:
+        self.namespace = namespace
+        self.settings = settings
+        self._apps = client.AppsV1Api(api)
+        self._autoscaling = client.AutoscalingV2Api(api)
+        self.view: dict | None = None  # the last look, for `graystack status`
+
+    def look(
+        self, spec: RolloutSpec, state: RolloutState, split: Mapping[str, int], now: float
+    ) -> CapacityGate:
+        """Scale every configured variant for `split` (the live default split) and, near the end of the
+        hold, `state`'s next stage; whether the candidate's pods for the next stage are ready."""
+        try:
+            _, candidate = roles(spec)
+        except SpecError as error:  # no baseline: no roles to size (the guard is off for it too)
+            self.view = {"replicas": {}, "problems": {"spec": str(error)}}
+            return CapacityGate(False, str(error), self.settings.ready_timeout)
+        upcoming, shadow = upcoming_weight(spec, state), state.shadow_percent
+        warm = warming(spec, state, now, self.settings.warmup)
+        wanted = targets(self.settings, split, candidate, upcoming if warm else 0, shadow)
+        problems = {}
+        for name, replicas in wanted.items():
+            try:
+                self._scale(self.settings.variants[name], replicas)
+            except Exception as error:  # the API server's answer or its absence: hold, log, look again
+                problems[name] = why(error)
+                log.warning("cannot scale %s to %d replicas: %s", name, replicas, problems[name])
+        timeout = self.settings.ready_timeout
+        self.view = {"replicas": wanted, "problems": problems}
+        if candidate not in wanted:
+            return CapacityGate(True, f"{candidate} is not scaled here", timeout)
+        needed = targets(self.settings, split, candidate, upcoming, shadow)[candidate]
+        ready = None
+        if candidate not in problems:
+            try:
+                ready = self._ready(self.settings.variants[candidate])
+            except Exception as error:
+                problems[candidate] = why(error)
+        self.view |= {"candidate": candidate, "next_stage_needs": needed, "candidate_ready": ready}
+        return gate(candidate, needed, ready, timeout, problems.get(candidate, ""))
+
+    def _scale(self, variant: VariantCapacity, replicas: int) -> None:
+        if variant.hpa:
+            hpa = call_json(
+                self._autoscaling.read_namespaced_horizontal_pod_autoscaler, variant.hpa, self.namespace
+            )
+            if replicas > hpa["spec"]["maxReplicas"]:  # the API server would refuse min above max
+                raise CapacityError(
+                    f"HPA {variant.hpa} allows at most {hpa['spec']['maxReplicas']} replicas, the split needs {replicas}"
+                )
+            if hpa["spec"].get("minReplicas") != replicas:
+                self._patch(
+                    self._autoscaling.patch_namespaced_horizontal_pod_autoscaler,
+                    variant.hpa,
+                    {"spec": {"minReplicas": replicas}},
+                )
+            return
+        scale = call_json(self._apps.read_namespaced_deployment_scale, variant.deployment, self.namespace)
+        if scale["spec"].get("replicas") != replicas:
+            self._patch(
+                self._apps.patch_namespaced_deployment_scale,
+                variant.deployment,
+                {"spec": {"replicas": replicas}},
+            )
+
+    def _patch(self, method: Callable, name: str, body: dict) -> None:
+        log.info("capacity: %s %s -> %s", method.__name__, name, body["spec"])
+        call_json(method, name, self.namespace, body, _content_type=MERGE_PATCH)
+
+    def _ready(self, variant: VariantCapacity) -> int:
+        deployment = call_json(self._apps.read_namespaced_deployment, variant.deployment, self.namespace)
+        return int(deployment.get("status", {}).get("readyReplicas") or 0)

@@ -83,6 +83,27 @@ def test_a_named_hpa_gets_its_min_replicas_patched_instead_of_the_deployments_sc
     assert settings.variants["zero-layer"].hpa == "gs-graystack-zero-layer"
 
 
+def test_the_charts_own_hpa_is_the_one_capacity_moves_and_no_deployment_keeps_replicas():
+    """With capacity on, the gateway sizes the variants: a `replicas` left in the Deployments would be put
+    back by every `helm upgrade`. With the chart's HPA on a variant, that HPA is the one sized."""
+    variants = [
+        d for d in chart(ON).of_kind("Deployment") if "graystack.dev/variant" in d["metadata"]["labels"]
+    ]
+    assert len(variants) == 2
+    assert [d["spec"].get("replicas") for d in variants] == [None, None]
+    both = chart((*ON, "variants.zero-layer.autoscaling.enabled=true"))
+    settings = parse_settings(gateway_env(both)["GRAYSTACK_CAPACITY"])
+    assert settings.variants["zero-layer"].hpa == "gs-graystack-zero-layer"
+    assert settings.variants["baseline"].hpa in ("", None)
+    [hpas] = [r for r in capacity_rules(both) if r["resources"] == ["horizontalpodautoscalers"]]
+    assert hpas["resourceNames"] == ["gs-graystack-zero-layer"]
+    assert {h["metadata"]["name"] for h in both.of_kind("HorizontalPodAutoscaler")} == {
+        "gs-graystack-zero-layer"
+    }
+    off = rendered("")
+    assert all("replicas" in d["spec"] for d in off.of_kind("Deployment"))
+
+
 @pytest.mark.parametrize(
     ("assignment", "named"),
     [

@@ -103,7 +103,27 @@ health-checks each variant on its server's own readiness path (vLLM: /health; gr
 {{- if not (and (hasKey $.Values.variants $name) (get $.Values.variants $name).enabled) -}}
 {{- fail (printf "rollout.capacity.variants.%s: no enabled variant %s in variants" $name $name) -}}
 {{- end -}}
-{{- $_ := set $variants $name (merge (dict "deployment" (include "graystack.componentName" (dict "root" $ "component" $name))) $v) -}}
+{{- $hpa := include "graystack.capacityHpa" (dict "root" $ "name" $name "capacity" $v) -}}
+{{- $_ := set $variants $name (merge (dict "deployment" (include "graystack.componentName" (dict "root" $ "component" $name)) "hpa" $hpa) (omit $v "hpa")) -}}
 {{- end -}}
 {{- toJson (dict "fleetReplicas" $c.fleetReplicas "readyTimeout" $c.readyTimeout "warmup" $c.warmup "variants" $variants) -}}
+{{- end -}}
+
+{{/* The HPA a capacity variant's minReplicas goes to: the one named in rollout.capacity, else the chart's
+own (variants.<name>.autoscaling), else none (its Deployment's replicas are set). */}}
+{{- define "graystack.capacityHpa" -}}
+{{- $variant := get .root.Values.variants .name | default dict -}}
+{{- if .capacity.hpa -}}
+{{- .capacity.hpa -}}
+{{- else if ($variant.autoscaling | default dict).enabled -}}
+{{- include "graystack.componentName" (dict "root" .root "component" .name) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether something other than the Deployment's own `replicas` sizes the variant: its HPA, or the
+gateway (rollout.capacity). Then the Deployment leaves `replicas` out, or every upgrade would reset it. */}}
+{{- define "graystack.replicasOwned" -}}
+{{- $variant := get .root.Values.variants .name -}}
+{{- $capacity := .root.Values.rollout.capacity -}}
+{{- if or ($variant.autoscaling | default dict).enabled (and $capacity.enabled (hasKey $capacity.variants .name)) -}}true{{- end -}}
 {{- end -}}

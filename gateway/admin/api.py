@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.envoy.faults import MAX_LATENCY_MS, Fault
 from gateway.rollout.controller import RolloutController
-from gateway.rollout.machine import Command
+from gateway.rollout.rollout_state import Command
 from gateway.rollout.spec import SpecError
 from gateway.service import Gateway, fault_status
 from gateway.xds.server import AdsServer

@@ -31,8 +31,8 @@ from gateway.rollout.capacity import (
     upcoming_weight,
     warming,
 )
-from gateway.rollout.machine import CapacityGate, RolloutState
 from gateway.rollout.plan import roles
+from gateway.rollout.rollout_state import CapacityGate, RolloutState
 from gateway.rollout.spec import RolloutSpec, SpecError
 
 log = logging.getLogger(__name__)

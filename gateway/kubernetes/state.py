@@ -22,7 +22,7 @@ from kubernetes import client
 
 from gateway.kubernetes.api import call_json, status_of
 from gateway.kubernetes.spec_source import origin
-from gateway.rollout.machine import RolloutState
+from gateway.rollout.rollout_state import RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
 
 log = logging.getLogger(__name__)

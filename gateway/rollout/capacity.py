@@ -25,7 +25,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from gateway.rollout.machine import CapacityGate, Phase, RolloutState
+from gateway.rollout.rollout_state import CapacityGate, Phase, RolloutState
 from gateway.rollout.spec import RolloutSpec
 from gateway.rollout.spec_fields import Duration
 from gateway.rollout.views import hold_needed

@@ -65,7 +65,9 @@ from gateway.rollout.analysis import Check, analyse, error_checks
 from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.fleet import CutOff, Proxies, ack_timeout_message
 from gateway.rollout.increments import Counters, increase, per_variant
-from gateway.rollout.machine import (
+from gateway.rollout.machine import initial_state, rollback_acked, step
+from gateway.rollout.plan import CHECK_NAMES, Plan, plan_for, roles
+from gateway.rollout.rollout_state import (
     Alert,
     CapacityGate,
     Command,
@@ -73,11 +75,7 @@ from gateway.rollout.machine import (
     Phase,
     RecordDecision,
     RolloutState,
-    initial_state,
-    rollback_acked,
-    step,
 )
-from gateway.rollout.plan import CHECK_NAMES, Plan, plan_for, roles
 from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore
 from gateway.rollout.stats import Verdict

@@ -65,130 +65,30 @@ exists restarts the strategy from its first stage; a changed weight or shadow pe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from enum import StrEnum
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from pydantic import TypeAdapter
-
 from gateway.rollout.analysis import Check, by_name
-from gateway.rollout.evidence import Evidence
 from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE
+from gateway.rollout.rollout_state import (
+    ADVANCING,
+    Action,
+    Alert,
+    CapacityGate,
+    Command,
+    Ignored,
+    Phase,
+    RecordDecision,
+    RolloutState,
+    Transition,
+)
 from gateway.rollout.spec import RolloutSpec
 from gateway.rollout.stats import Verdict
 from gateway.rollout.strategy_spec import Gate
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
 HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
-
-
-class Phase(StrEnum):
-    SHADOW = "shadow"
-    PROGRESSING = "progressing"
-    PROMOTED = "promoted"
-    ROLLED_BACK = "rolled_back"
-    MANUAL = "manual"
-
-
-ADVANCING = frozenset({Phase.SHADOW, Phase.PROGRESSING})  # the phases that pause/promote apply to
-
-
-class Command(StrEnum):
-    PAUSE = "pause"
-    RESUME = "resume"
-    PROMOTE = "promote"
-    ROLLBACK = "rollback"
-    RETRY = "retry"
-
-
-@dataclass(frozen=True)
-class CapacityGate:
-    """Whether the candidate's pods for the next weight are ready (the controller's look), and why not."""
-
-    ready: bool
-    reason: str
-    timeout: float  # seconds a stage waits for them before it freezes with an alert
-
-
-@dataclass(frozen=True)
-class Transition:
-    at: float
-    source: str
-    target: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class RolloutState:
-    phase: Phase
-    step: int = 0  # index into strategy.steps while progressing
-    weight: int | None = 0  # zero-layer's share of the default split; None: the spec's own (manual)
-    shadow_percent: int = 0  # share of requests mirrored to zero-layer; 0 = off
-    paused: bool = False
-    held: float = 0.0  # hold time accrued in the current stage up to `held_until`
-    held_until: float | None = None  # the clock reading `held` counts up to; None while not accruing
-    errors: int = 0  # consecutive analysis intervals with an ERROR verdict
-    rollback_started: float | None = None  # first failing sample of a rollback not yet ACKed everywhere
-    reason: str = ""  # why the last transition happened
-    history: tuple[Transition, ...] = ()
-    evidence: Evidence | None = None  # the sequential tests (gateway/rollout/evidence.py); None: start anew
-    incident: str | None = None  # a shared incident held under on_shared_incident: hold, until resumed
-    capacity_since: float | None = None  # when this stage began waiting for the candidate's pods
-
-    def hold_elapsed(self, now: float) -> float:
-        """Hold time accrued by `now`; a clock behind `held_until` adds nothing."""
-        if self.held_until is None:
-            return self.held
-        return self.held + max(0.0, now - self.held_until)
-
-    def label(self) -> str:
-        where = f"step {self.step}" if self.phase == Phase.PROGRESSING else self.phase.value
-        return f"{where} (paused)" if self.paused else where
-
-    def to_dict(self) -> dict[str, Any]:
-        data = _STATE.dump_python(
-            self
-        )  # python mode: -inf (an SR statistic before data) survives as -Infinity
-        data["phase"] = self.phase.value
-        if self.capacity_since is None:  # the stored text stays what gateways without capacity read
-            del data["capacity_since"]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RolloutState:
-        """The inverse of `to_dict`, type-checked; ValueError (pydantic's included) on anything else."""
-        if not isinstance(data, Mapping):
-            raise ValueError("a rollout state is a mapping")
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown rollout state field(s) {unknown}")
-        return _STATE.validate_python(dict(data))
-
-
-_STATE = TypeAdapter(RolloutState)
-
-
-@dataclass(frozen=True)
-class Alert:
-    message: str
-
-
-@dataclass(frozen=True)
-class RecordDecision:
-    """One analysis interval: the checks (value, samples, bound, threshold each) and what it led to."""
-
-    checks: tuple[Check, ...]
-    outcome: str
-
-
-@dataclass(frozen=True)
-class Ignored:
-    command: Command
-    reason: str
-
-
-Action = Alert | RecordDecision | Ignored
 
 
 def initial_state(spec: RolloutSpec, now: float) -> RolloutState:

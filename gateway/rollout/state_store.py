@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from gateway.rollout.machine import RolloutState
+from gateway.rollout.rollout_state import RolloutState
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from gateway.rollout.analysis import Check
-from gateway.rollout.machine import ADVANCING, Command, Phase, RolloutState
 from gateway.rollout.plan import plan_for, roles
+from gateway.rollout.rollout_state import ADVANCING, Command, Phase, RolloutState
 from gateway.rollout.spec import Mirror, RolloutSpec, SpecError
 from gateway.rollout.stats import Verdict
 from gateway.service import RolloutSplit

@@ -18,7 +18,7 @@ from gateway.kubernetes.capacity import DeploymentCapacity
 from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
 from gateway.rollout.capacity import parse_settings
 from gateway.rollout.controller import RolloutController
-from gateway.rollout.machine import Command
+from gateway.rollout.rollout_state import Command
 from gateway.rollout.state_store import FileStateStore
 from gateway.xds.server import AdsServer
 from graystack.live_view import rollout_lines

@@ -33,7 +33,7 @@ from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptio
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
-from gateway.rollout.machine import Phase, RolloutState
+from gateway.rollout.rollout_state import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
 from graystack.local.gateway_stack import INFERENCE_PATH
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until

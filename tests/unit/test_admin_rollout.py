@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gateway.admin.api import Leadership, create_admin_app, follower_refusal, full_status
-from gateway.rollout.machine import Command
+from gateway.rollout.rollout_state import Command
 from gateway.xds.server import AdsServer, Disconnected
 from graystack.status_view import render_status
 from tests.unit.test_rollout_controller import Clock, PartitionedFleet, new_controller, new_gateway

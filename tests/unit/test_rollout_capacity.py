@@ -7,7 +7,8 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from gateway.rollout.capacity import gate, parse_settings, replicas_for, targets, upcoming_weight, warming
-from gateway.rollout.machine import Alert, CapacityGate, Command, Phase, initial_state, step
+from gateway.rollout.machine import initial_state, step
+from gateway.rollout.rollout_state import Alert, CapacityGate, Command, Phase
 from graystack.cli import main
 from tests.unit.test_rollout_machine import MANUAL, SPEC, STEPS_ONLY, failing, interval
 

@@ -15,8 +15,8 @@ from gateway.app import provider_factory
 from gateway.metrics import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.rollout.controller import ProviderUnavailable, RolloutController
-from gateway.rollout.machine import Command, RolloutState
 from gateway.rollout.plan import CHECK_NAMES
+from gateway.rollout.rollout_state import Command, RolloutState
 from gateway.rollout.spec import Mirror, SpecError, load_yaml, validate_spec
 from gateway.rollout.state_store import FileStateStore
 from gateway.service import Gateway

@@ -8,18 +8,8 @@ from dataclasses import replace
 import pytest
 
 from gateway.rollout.analysis import Check
-from gateway.rollout.machine import (
-    HISTORY_LIMIT,
-    Alert,
-    Command,
-    Ignored,
-    Phase,
-    RecordDecision,
-    RolloutState,
-    initial_state,
-    rollback_acked,
-    step,
-)
+from gateway.rollout.machine import HISTORY_LIMIT, initial_state, rollback_acked, step
+from gateway.rollout.rollout_state import Alert, Command, Ignored, Phase, RecordDecision, RolloutState
 from gateway.rollout.spec import RolloutSpec, SpecError, validate_spec
 from gateway.rollout.stats import Verdict
 

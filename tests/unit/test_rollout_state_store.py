@@ -5,7 +5,8 @@ import logging
 
 import pytest
 
-from gateway.rollout.machine import Command, Phase, RolloutState, Transition, step
+from gateway.rollout.machine import step
+from gateway.rollout.rollout_state import Command, Phase, RolloutState, Transition
 from gateway.rollout.spec import validate_spec
 from gateway.rollout.state_store import load_state, save_state
 

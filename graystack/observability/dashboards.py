@@ -290,7 +290,7 @@ def rollout_decisions() -> gd.Dashboard:
             query(f"sum by (namespace) (graystack_xds_connected_proxies{{{NAMESPACE}}})", "connected"),
             query(f"sum by (namespace) (graystack_xds_converged_proxies{{{NAMESPACE}}})", "converged"),
             query(
-                f"count by (namespace) (max by (namespace, node) (graystack_xds_proxy_connected{{{NAMESPACE}}}) == 0)",
+                f"sum by (namespace) (1 - max by (namespace, node) (graystack_xds_proxy_connected{{{NAMESPACE}}}))",
                 "cut off (on their last split)",
             ),
         ).span(8)

@@ -27,6 +27,7 @@ from gateway.rollout.capacity import (
     CapacitySettings,
     VariantCapacity,
     gate,
+    recent_weights,
     targets,
     upcoming_weight,
     warming,
@@ -70,13 +71,14 @@ class DeploymentCapacity:
         """Scale every configured variant for `split` (the live default split) and, near the end of the
         hold, `state`'s next stage; whether the candidate's pods for the next stage are ready."""
         try:
-            _, candidate = roles(spec)
+            baseline, candidate = roles(spec)
         except SpecError as error:  # no baseline: no roles to size (the guard is off for it too)
             self.view = {"replicas": {}, "problems": {"spec": str(error)}}
             return CapacityGate(False, str(error), self.settings.ready_timeout)
         upcoming, shadow = upcoming_weight(spec, state), state.shadow_percent
         warm = warming(spec, state, now, self.settings.warmup)
-        wanted = targets(self.settings, split, candidate, upcoming if warm else 0, shadow)
+        recent = recent_weights(spec, state, now, self.settings.scale_down_delay)
+        wanted = targets(self.settings, split, candidate, upcoming if warm else 0, shadow, baseline, recent)
         problems = {}
         for name, replicas in wanted.items():
             try:

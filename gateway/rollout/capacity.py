@@ -5,8 +5,9 @@ and the guard would roll back a healthy candidate for a capacity mistake. So the
 from the split: `ceil(share x fleetReplicas)`, within each variant's `minReplicas`/`maxReplicas`
 (shares are whole percents, so the arithmetic is exact integers).
 
-Which split: the baseline follows the current one (its share only falls as the rollout advances, so
-it shrinks after the weight moved); the candidate is sized for the larger of the current and the next
+Which split: the baseline follows the current one, but keeps the size of any stage it left less than
+`scaleDownDelay` ago (30m by default; `recent_weights`), so that after a step, and after promotion, a
+rollback lands on pods that are already running (GPU pods take minutes to start); the candidate is sized for the larger of the current and the next
 stage's weight (`upcoming_weight`) once the stage's hold has `warmup` or less to go (`warming`), so
 its pods start before the hold ends without idling on GPUs through all of it, and the machine waits
 for them to be ready before it advances (`gate`, fed to gateway/rollout/machine.py, always about the
@@ -31,6 +32,7 @@ from gateway.rollout.spec_fields import Duration
 from gateway.rollout.views import hold_needed
 
 READY_TIMEOUT = 600.0  # seconds a stage waits for the candidate's pods by default (10m)
+SCALE_DOWN_DELAY = 1800.0  # seconds the baseline keeps the size of a stage it left (30m): a warm rollback
 WARMUP = 300.0  # seconds before a hold ends that the candidate is scaled for the next stage (5m)
 
 
@@ -57,6 +59,7 @@ class CapacitySettings(_Settings):
     fleet_replicas: int = Field(ge=1)  # the replicas the whole traffic needs
     ready_timeout: Duration = READY_TIMEOUT
     warmup: Duration = WARMUP
+    scale_down_delay: Duration = SCALE_DOWN_DELAY
     variants: dict[str, VariantCapacity]
 
 
@@ -93,6 +96,22 @@ def upcoming_weight(spec: RolloutSpec, state: RolloutState) -> int:
     return state.weight
 
 
+def _stage_weight(spec: RolloutSpec, label: str) -> int | None:
+    """The candidate's weight in the stage a transition names (`step 1`, `promoted`...); None: manual."""
+    stage = label.removesuffix(" (paused)")
+    steps = spec.strategy.steps if spec.strategy else []
+    if stage.startswith("step ") and stage[5:].isdigit() and int(stage[5:]) < len(steps):
+        return steps[int(stage[5:])].weight
+    return {"shadow": 0, "rolled_back": 0, "promoted": 100}.get(stage)
+
+
+def recent_weights(spec: RolloutSpec, state: RolloutState, now: float, window: float) -> list[int]:
+    """The candidate's weights over the last `window` seconds: the current one, and those of the stages
+    left within the window (the baseline keeps their size: a rollback then lands on warm pods)."""
+    left = [_stage_weight(spec, t.source) for t in state.history if now - t.at <= window]
+    return [state.weight or 0, *(weight for weight in left if weight is not None)]
+
+
 def warming(spec: RolloutSpec, state: RolloutState, now: float, warmup: float) -> bool:
     """Whether the stage's hold has `warmup` seconds or less to go: time to start the next stage's pods."""
     needed = hold_needed(spec, state)
@@ -105,14 +124,19 @@ def targets(
     candidate: str,
     upcoming: int,
     shadow_percent: int = 0,
+    baseline: str | None = None,
+    recent: list[int] | None = None,
 ) -> dict[str, int]:
     """Replicas per configured variant: each by its share of the live default `split`; the candidate
-    by the larger of its share (plus the mirrored shadow requests) and its `upcoming` weight."""
+    by the larger of its share (plus the mirrored shadow requests) and its `upcoming` weight; the
+    `baseline` by the largest share it had over the `recent` candidate weights (the scale-down delay)."""
     wanted = {}
     for name, variant in settings.variants.items():
         percent = split.get(name, 0)
         if name == candidate:
             percent = max(percent + shadow_percent, upcoming)
+        elif name == baseline and recent:
+            percent = max(percent, 100 - min(recent))
         wanted[name] = replicas_for(percent, settings.fleet_replicas, variant)
     return wanted
 

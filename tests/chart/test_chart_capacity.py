@@ -50,6 +50,7 @@ def test_on_the_gateway_gets_the_settings_with_the_charts_deployment_names():
     assert {v.deployment for v in settings.variants.values()} <= deployments
     assert settings.variants["zero-layer"].deployment == "gs-graystack-zero-layer"
     assert (settings.fleet_replicas, settings.ready_timeout, settings.warmup) == (8, 600.0, 300.0)
+    assert settings.scale_down_delay == 1800.0
     assert spec_of(on) == spec_of(rendered(""))  # the spec ConfigMap is the same with it on
 
 

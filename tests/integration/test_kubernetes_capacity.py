@@ -78,6 +78,7 @@ def settings(ready_timeout: str = "10m", candidate_hpa: str = "") -> str:
             "fleetReplicas": 8,
             "readyTimeout": ready_timeout,
             "warmup": "5m",
+            "scaleDownDelay": "10m",
             "variants": {
                 "baseline": {"deployment": BASELINE},
                 "zero-layer": {"deployment": CANDIDATE, "hpa": candidate_hpa},
@@ -138,23 +139,35 @@ def server():
         running.stop()
 
 
-async def test_replicas_follow_the_split_through_the_scale_subresource(server, tmp_path):
+async def test_replicas_follow_the_split_and_the_baseline_shrinks_only_after_the_delay(server, tmp_path):
     rollout = Rollout(server, tmp_path, ready_timeout="10m")
     seen = []
     for at, pods_ready in [
         (0, None),  # step 0 at 5 %: 8 baseline pods, 1 zero-layer
         (STEP_0_HOLD - 300, 2),  # 5 min before the hold ends, the 20 % step's pods start
         (STEP_0_HOLD, None),  # they are ready: the weight goes to 20 %
-        (STEP_0_HOLD + 5, None),  # the baseline shrinks to its 80 %
+        (STEP_0_HOLD + 5, None),  # the baseline keeps its 5 % stage's size: a rollback lands on warm pods
+        (STEP_0_HOLD + 605, None),  # 10 min later (scaleDownDelay) it shrinks to its 80 %
         (STEP_0_HOLD + STEP_1_HOLD - 300, 8),  # the 100 % step's pods start
         (STEP_0_HOLD + STEP_1_HOLD, None),  # 100 %
-        (STEP_0_HOLD + STEP_1_HOLD + 5, None),  # the baseline down to its minimum
+        (STEP_0_HOLD + STEP_1_HOLD + 5, None),  # promoted: the baseline keeps its size for the delay...
+        (STEP_0_HOLD + STEP_1_HOLD + 605, None),  # ... then goes down to its minimum
     ]:
         await rollout.at(at)
         if pods_ready is not None:
             server.pods_ready(NS, CANDIDATE, pods_ready)
         seen.append((rollout.weight(), rollout.replicas()[BASELINE], rollout.replicas()[CANDIDATE]))
-    assert seen == [(5, 8, 1), (5, 8, 2), (20, 8, 2), (20, 7, 2), (20, 7, 8), (100, 7, 8), (100, 1, 8)]
+    assert seen == [
+        (5, 8, 1),
+        (5, 8, 2),
+        (20, 8, 2),
+        (20, 8, 2),
+        (20, 7, 2),
+        (20, 7, 8),
+        (100, 7, 8),
+        (100, 7, 8),
+        (100, 1, 8),
+    ]
     assert rollout.patched(f"/deployments/{CANDIDATE}/scale") == 2  # only when the number changed
     assert rollout.patched(f"/deployments/{BASELINE}/scale") == 2
     assert rollout.patched("/deployments/" + CANDIDATE) == 0  # never the Deployment itself

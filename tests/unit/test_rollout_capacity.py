@@ -6,7 +6,15 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from gateway.rollout.capacity import gate, parse_settings, replicas_for, targets, upcoming_weight, warming
+from gateway.rollout.capacity import (
+    gate,
+    parse_settings,
+    recent_weights,
+    replicas_for,
+    targets,
+    upcoming_weight,
+    warming,
+)
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.rollout_state import Alert, CapacityGate, Command, Phase
 from graystack.cli import main
@@ -139,6 +147,24 @@ def test_a_rollback_is_never_gated_by_capacity():
     state, _ = step(STEPS_ONLY, state, interval(), None, now, WAITING)
     state, _ = step(STEPS_ONLY, state, failing(), None, now + 5, WAITING)
     assert (state.phase, state.weight) == (Phase.ROLLED_BACK, 0)
+
+
+def test_after_a_rollback_the_baseline_is_sized_for_all_the_traffic_at_once():
+    state, _ = step(STEPS_ONLY, initial_state(STEPS_ONLY, 0.0), failing(), None, 60.0)
+    assert state.phase == Phase.ROLLED_BACK
+    recent = recent_weights(STEPS_ONLY, state, 61.0, SETTINGS.scale_down_delay)
+    wanted = targets(SETTINGS, {"baseline": 100, "zero-layer": 0}, "zero-layer", 0, 0, "baseline", recent)
+    assert wanted == {"baseline": 8, "zero-layer": 1}
+
+
+def test_the_baseline_keeps_the_size_of_a_stage_left_within_the_delay_and_no_longer():
+    state = initial_state(STEPS_ONLY, 0.0)  # step 0 at 5 %, holds 10m, then 20 %
+    state, _ = step(STEPS_ONLY, state, interval(), None, 601.0)
+    assert state.weight == 20
+    split = {"baseline": 80, "zero-layer": 20}
+    for now, baseline in ((602.0, 8), (601.0 + SETTINGS.scale_down_delay + 1, 7)):
+        recent = recent_weights(STEPS_ONLY, state, now, SETTINGS.scale_down_delay)
+        assert targets(SETTINGS, split, "zero-layer", 20, 0, "baseline", recent)["baseline"] == baseline
 
 
 def test_the_wait_survives_a_restart_in_the_saved_state():

@@ -106,7 +106,7 @@ health-checks each variant on its server's own readiness path (vLLM: /health; gr
 {{- $hpa := include "graystack.capacityHpa" (dict "root" $ "name" $name "capacity" $v) -}}
 {{- $_ := set $variants $name (merge (dict "deployment" (include "graystack.componentName" (dict "root" $ "component" $name)) "hpa" $hpa) (omit $v "hpa")) -}}
 {{- end -}}
-{{- toJson (dict "fleetReplicas" $c.fleetReplicas "readyTimeout" $c.readyTimeout "warmup" $c.warmup "variants" $variants) -}}
+{{- toJson (dict "fleetReplicas" $c.fleetReplicas "readyTimeout" $c.readyTimeout "warmup" $c.warmup "scaleDownDelay" $c.scaleDownDelay "variants" $variants) -}}
 {{- end -}}
 
 {{/* The HPA a capacity variant's minReplicas goes to: the one named in rollout.capacity, else the chart's

@@ -124,6 +124,8 @@ bench: install third-party  ## writes JSON under bench/results/, quoted in BENCH
 	$(BIN)/python -m bench.rollback_time
 	$(BIN)/python -m bench.third_party
 	$(BIN)/python -m bench.weight_check
+	$(BIN)/python -m bench.capacity_week
+	$(BIN)/python -m bench.fleet_network  # network namespaces: as root, with nft (make nftables)
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
 
 # Locust soak/step run, headless, CSV + HTML + summary into SOAK_DIR; exits with the verdict (0 pass,

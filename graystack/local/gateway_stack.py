@@ -51,6 +51,20 @@ def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
     }
 
 
+def envoy_argv(envoy: str, bootstrap: Path, concurrency: int = 2) -> list[str]:
+    """The real Envoy on `bootstrap`, as every stack here starts it (no hot restart, warnings only)."""
+    return [
+        envoy,
+        "-c",
+        str(bootstrap),
+        "--disable-hot-restart",
+        "--concurrency",
+        str(concurrency),
+        "-l",
+        "warning",
+    ]
+
+
 class GatewayStack:
     node_id = "graystack-envoy"
     fault_injection = True  # the gateway takes `graystack fault`, as `graystack up` starts it
@@ -84,20 +98,7 @@ class GatewayStack:
         self.start_gateway()
         bootstrap = self.workdir / "envoy.yaml"
         bootstrap.write_text(self.cli("envoy-bootstrap", *self.bootstrap_args()))
-        self.envoy = start_process(
-            "envoy",
-            [
-                self.envoy_binary,
-                "-c",
-                str(bootstrap),
-                "--disable-hot-restart",
-                "--concurrency",
-                "2",
-                "-l",
-                "warning",
-            ],
-            self.logs,
-        )
+        self.envoy = start_process("envoy", envoy_argv(self.envoy_binary, bootstrap), self.logs)
         self.envoy.wait_healthy(self.serving, 30, "the first request through Envoy")
         if self.prometheus_binary:
             self.prometheus = start_prometheus(

@@ -35,7 +35,7 @@ from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout.rollout_state import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
-from graystack.local.gateway_stack import INFERENCE_PATH
+from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from tests.support.kube_api import FakeApiServer
 
@@ -140,17 +140,7 @@ class Cluster:
             admin_port=free_port(),
         )
         bootstrap.write_text(bootstrap_yaml(options))
-        argv = [
-            self.envoy_binary,
-            "-c",
-            str(bootstrap),
-            "--disable-hot-restart",
-            "--concurrency",
-            "1",
-            "-l",
-            "warning",
-        ]
-        self.processes.append(start_process("envoy", argv, self.logs))
+        self.processes.append(start_process("envoy", envoy_argv(self.envoy_binary, bootstrap, 1), self.logs))
         return httpx.AsyncClient(base_url=f"http://127.0.0.1:{listen}", timeout=10)
 
     async def stop(self) -> None:

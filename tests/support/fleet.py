@@ -18,8 +18,11 @@ from pathlib import Path
 import httpx
 import yaml
 
+from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
+from gateway.envoy.resources import ListenerAddress
 from graystack.admin_client import AdminClient
 from graystack.binaries import find_binary
+from graystack.local.gateway_stack import envoy_argv
 from graystack.local.processes import wait_until
 from tests.support.network import Host, Network
 
@@ -98,18 +101,15 @@ class Fleet:
         envoy = find_binary("envoy")
         for number, host in enumerate(self.envoys, start=1):
             bootstrap = self.workdir / f"envoy-{number}.yaml"
-            bootstrap.write_text(self._bootstrap(number, *xds))
-            argv = [
-                envoy,
-                "-c",
-                str(bootstrap),
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-            ]
-            host.start(argv, self.logs / f"envoy-{number}.log")
+            options = BootstrapOptions(
+                node_id=f"envoy-{number}",
+                xds_host=xds[0],
+                xds_port=xds[1],
+                listen=ListenerAddress("0.0.0.0", LISTEN_PORT),
+                admin_port=ENVOY_ADMIN_PORT,
+            )
+            bootstrap.write_text(bootstrap_yaml(options))
+            host.start(envoy_argv(envoy, bootstrap, 1), self.logs / f"envoy-{number}.log")
         wait_until(
             lambda: len(self.status()["xds"]["proxies"]) == self.envoy_count, 30, "every Envoy connected"
         )
@@ -132,12 +132,6 @@ class Fleet:
         wait_until(
             lambda: self._get(f"http://{self.gateway_host.ip}:{ADMIN_PORT}/healthz"), 30, "the gateway"
         )
-
-    def _bootstrap(self, number: int, xds_host: str, xds_port: int) -> str:
-        args = ["--xds-host", xds_host, "--xds-port", str(xds_port), "--listen-address", "0.0.0.0"]
-        args += ["--listen-port", str(LISTEN_PORT), "--admin-port", str(ENVOY_ADMIN_PORT)]
-        argv = [sys.executable, "-m", "graystack", "envoy-bootstrap", *args, "--node-id", f"envoy-{number}"]
-        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
     @staticmethod
     def _get(url: str) -> bool:

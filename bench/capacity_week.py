@@ -3,8 +3,8 @@ split (`rollout.capacity`) against both fleets kept at full size, and the share 
 above its ready capacity.
 
 The rollout is the pure state machine (gateway/rollout/machine.py) with every check passing, looked at
-once a minute on a fake clock; the replicas are gateway/rollout/capacity.py's `targets`, `recent_weights`,
-`warming` and `gate`, as the Kubernetes edge applies them. What is simulated: the traffic (a daily cycle
+once a minute on a fake clock; the replicas are gateway/rollout/capacity.py's `capacity_plan` and `gate`,
+as the Kubernetes edge applies them. What is simulated: the traffic (a daily cycle
 between --trough and 1.0 of the peak, which --fleet pods serve at full load) and the pods (a new pod is
 ready --pod-start minutes after it is asked for; a removed one goes at once). Three plans side by side:
   follow    capacity on: each variant scaled from its share, the step waiting for the candidate's pods
@@ -22,15 +22,7 @@ import math
 
 from bench._common import write_result
 from gateway.rollout.analysis import Check
-from gateway.rollout.capacity import (
-    CapacitySettings,
-    VariantCapacity,
-    gate,
-    recent_weights,
-    targets,
-    upcoming_weight,
-    warming,
-)
+from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity_plan, gate
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Phase
@@ -116,14 +108,12 @@ def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float
         split = {"baseline": 100 - weight, "zero-layer": weight}
         capacity = None
         if plan == "follow":
-            upcoming = upcoming_weight(spec, state)
-            warm = warming(spec, state, now, settings.warmup)
-            recent = recent_weights(spec, state, now, settings.scale_down_delay)
-            wanted = targets(settings, split, "zero-layer", upcoming if warm else 0, 0, "baseline", recent)
-            for name, replicas in wanted.items():
+            sizing = capacity_plan(settings, spec, state, split, now, "baseline", "zero-layer")
+            for name, replicas in sizing.replicas.items():
                 pods[name].scale(replicas, now)
-            needed = targets(settings, split, "zero-layer", upcoming)["zero-layer"]
-            capacity = gate("zero-layer", needed, pods["zero-layer"].ready, settings.ready_timeout)
+            capacity = gate(
+                "zero-layer", sizing.candidate_needs, pods["zero-layer"].ready, settings.ready_timeout
+            )
         state, _ = step(spec, state, passing(), None, now, capacity)
         if state.phase == Phase.PROMOTED and promoted_at is None:
             promoted_at = now

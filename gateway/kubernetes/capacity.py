@@ -23,15 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gateway.kubernetes.api import call_json
-from gateway.rollout.capacity import (
-    CapacitySettings,
-    VariantCapacity,
-    gate,
-    recent_weights,
-    targets,
-    upcoming_weight,
-    warming,
-)
+from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity_plan, gate
 from gateway.rollout.plan import roles
 from gateway.rollout.rollout_state import CapacityGate, RolloutState
 from gateway.rollout.spec import RolloutSpec, SpecError
@@ -75,10 +67,8 @@ class DeploymentCapacity:
         except SpecError as error:  # no baseline: no roles to size (the guard is off for it too)
             self.view = {"replicas": {}, "problems": {"spec": str(error)}}
             return CapacityGate(False, str(error), self.settings.ready_timeout)
-        upcoming, shadow = upcoming_weight(spec, state), state.shadow_percent
-        warm = warming(spec, state, now, self.settings.warmup)
-        recent = recent_weights(spec, state, now, self.settings.scale_down_delay)
-        wanted = targets(self.settings, split, candidate, upcoming if warm else 0, shadow, baseline, recent)
+        sizing = capacity_plan(self.settings, spec, state, split, now, baseline, candidate)
+        wanted = sizing.replicas
         problems = {}
         for name, replicas in wanted.items():
             try:
@@ -90,7 +80,7 @@ class DeploymentCapacity:
         self.view = {"replicas": wanted, "problems": problems}
         if candidate not in wanted:
             return CapacityGate(True, f"{candidate} is not scaled here", timeout)
-        needed = targets(self.settings, split, candidate, upcoming, shadow)[candidate]
+        needed = sizing.candidate_needs
         ready = None
         if candidate not in problems:
             try:

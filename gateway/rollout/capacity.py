@@ -21,6 +21,7 @@ camelCase as in the chart's values. The Kubernetes side that applies them: gatew
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -139,6 +140,33 @@ def targets(
             percent = max(percent, 100 - min(recent))
         wanted[name] = replicas_for(percent, settings.fleet_replicas, variant)
     return wanted
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """One look's sizing: the replicas to set now, and the candidate's pods the next stage needs."""
+
+    replicas: dict[str, int]
+    candidate_needs: int
+
+
+def capacity_plan(
+    settings: CapacitySettings,
+    spec: RolloutSpec,
+    state: RolloutState,
+    split: Mapping[str, int],
+    now: float,
+    baseline: str,
+    candidate: str,
+) -> CapacityPlan:
+    """`targets` for this look: the candidate warmed for the next stage only near the end of its hold,
+    the baseline held for the scale-down delay; and the next stage's need, which the gate counts."""
+    upcoming, shadow = upcoming_weight(spec, state), state.shadow_percent
+    warm = warming(spec, state, now, settings.warmup)
+    recent = recent_weights(spec, state, now, settings.scale_down_delay)
+    replicas = targets(settings, split, candidate, upcoming if warm else 0, shadow, baseline, recent)
+    needs = targets(settings, split, candidate, upcoming, shadow)
+    return CapacityPlan(replicas, needs.get(candidate, 0))
 
 
 def gate(candidate: str, wanted: int, ready: int | None, timeout: float, problem: str = "") -> CapacityGate:

@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from safetensors import safe_open
 
 from graystack.cli import main
-from inference.checkpoint import CheckpointError, init_checkpoint, load_model
-from inference.config import ModelConfig
-from inference.weights import BIAS_MARKER, WeightStatus, check_weights, save_sharded
+from inference.checkpoint import CheckpointError, load_model
+from inference.weights import BIAS_MARKER, WeightStatus, check_weights
+from tests.support.checkpoints import sharded_zero_layer
 from tests.support.safetensors_files import write_safetensors
 
-TINY = ModelConfig(d_model=32, n_heads=2, n_layers=2, max_seq_len=128, bias_window=16)
 INDEX = "model.safetensors.index.json"
 LFS_POINTER = (
     "version https://git-lfs.github.com/spec/v1\n"
@@ -30,11 +28,7 @@ LFS_POINTER = (
 @pytest.fixture
 def sharded(tmp_path) -> Path:
     """graystack's zero-layer model as a Hugging Face style directory of several shards."""
-    single = init_checkpoint("zero-layer", tmp_path / "single.safetensors", TINY)
-    with safe_open(str(single), framework="numpy") as checkpoint:
-        arrays = {name: checkpoint.get_tensor(name) for name in checkpoint.keys()}  # noqa: SIM118
-        metadata = checkpoint.metadata()
-    return save_sharded(arrays, tmp_path / "zero-layer", max_shard_bytes=20_000, metadata=metadata)
+    return sharded_zero_layer(tmp_path)
 
 
 def weight_map(directory: Path) -> dict[str, str]:

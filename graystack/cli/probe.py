@@ -8,18 +8,12 @@ from pathlib import Path
 
 import click
 
-from graystack.cli.root import configure_logging, log_level_option, main
+from graystack.cli.root import checkpoint_option, configure_logging, log_level_option, main
 
 
 @main.command()
-@click.option(
-    "--weights",
-    "weights_path",
-    type=click.Path(path_type=Path),
-    required=True,
-    envvar="GRAYSTACK_WEIGHTS",
-    show_envvar=True,
-    help="the pod's checkpoint, a safetensors file or directory: headers and bias tensors read every interval",
+@checkpoint_option(
+    "the pod's checkpoint, a safetensors file or directory: headers and bias tensors read every interval"
 )
 @click.option(
     "--target",

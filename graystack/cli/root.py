@@ -84,6 +84,19 @@ def weights_dir_option(*declarations: str, help: str):
     )
 
 
+def checkpoint_option(help: str):
+    """`--weights`: a pod's checkpoint, a safetensors file or a checkpoint directory (serve, probe)."""
+    return click.option(
+        "--weights",
+        "weights_path",
+        type=click.Path(path_type=Path),
+        required=True,
+        envvar="GRAYSTACK_WEIGHTS",
+        show_envvar=True,
+        help=help,
+    )
+
+
 # graystack's own model comes in two variants (its checkpoints and servers; a rollout names any).
 model_variant_option = click.option(
     "--variant",

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from graystack.cli.root import (
+    checkpoint_option,
     comma_list,
     configure_logging,
     kubeconfig_option,
@@ -249,14 +250,8 @@ def kube_gateway(
 
 @main.command()
 @model_variant_option
-@click.option(
-    "--weights",
-    "weights_path",
-    type=click.Path(path_type=Path),
-    required=True,
-    envvar="GRAYSTACK_WEIGHTS",
-    show_envvar=True,
-    help="a safetensors file (`graystack weights init`) or a checkpoint directory (index and shards)",
+@checkpoint_option(
+    "a safetensors file (`graystack weights init`) or a checkpoint directory (index and shards)"
 )
 @click.option("--host", default="127.0.0.1", envvar="GRAYSTACK_SERVE_HOST", show_envvar=True)
 @click.option("--port", default=8001, envvar="GRAYSTACK_SERVE_PORT", show_envvar=True)

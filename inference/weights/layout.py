@@ -38,6 +38,7 @@ class Layout:
     shards: tuple[Path, ...]  # sorted by name
     weight_map: dict[str, str] | None  # tensor -> shard file name; None for a single file
     index: bytes = b""  # the index file as stored
+    index_path: Path | None = None
 
 
 def locate(path: Path) -> Layout:
@@ -126,7 +127,7 @@ def _indexed(index: Path) -> Layout:
     missing = [name for name in shard_names if not (index.parent / name).is_file()]
     if missing:
         raise Decided(WeightStatus.MISSING, _missing_shards(missing, weight_map))
-    return Layout(index.parent, tuple(index.parent / name for name in shard_names), weight_map, raw)
+    return Layout(index.parent, tuple(index.parent / name for name in shard_names), weight_map, raw, index)
 
 
 def _weight_map(name: str, raw: bytes) -> dict[str, str]:

@@ -73,6 +73,7 @@ def _fresh_name(name: str) -> str:
 
 def _replace_shards(layout: Layout, change: Change) -> None:
     assert layout.weight_map is not None
+    assert layout.index_path is not None
     weight_map = dict(layout.weight_map)
     shards = [read_shard(path) for path in layout.shards]
     retired = []
@@ -93,7 +94,7 @@ def _replace_shards(layout: Layout, change: Change) -> None:
         t.end - t.begin for shard in shards for name, t in shard.tensors.items() if name in weight_map
     )
     index.setdefault("metadata", {})["total_size"] = kept_bytes
-    index_path = layout.directory / next(p.name for p in layout.directory.glob("*.safetensors.index.json"))
+    index_path = layout.index_path
     tmp = index_path.with_name(f".{index_path.name}.tmp")
     tmp.write_text(json.dumps(index, indent=2) + "\n")
     os.replace(tmp, index_path)

@@ -110,13 +110,14 @@ def test_latency_slows_that_variant_only_and_past_first_byte_it_falls_back(stack
     stack.cli("fault", "zero-layer", "--latency-ms", "300")
     slow = [timed(stack, TO_ZERO_LAYER) for _ in range(5)]
     fast = [timed(stack) for _ in range(5)]  # the default split: all baseline
-    # Envoy's timer may fire a hair early: 0.2995 s was seen for 300 ms.
-    assert all(seconds >= 0.29 and variant == "zero-layer" for seconds, variant in slow), slow
+    # Envoy's timers run on its dispatcher's cached clock and may fire a few ms early:
+    # 0.2995 s was seen for 300 ms, 0.998 s for a 1 s timeout. The bounds below keep 5 % slack.
+    assert all(seconds >= 0.285 and variant == "zero-layer" for seconds, variant in slow), slow
     assert all(seconds < 0.15 and variant == "baseline" for seconds, variant in fast), fast
 
     # Past the spec's first_byte (1 s), the attempt is cut as a stalled pod's would be, and retried.
     stack.cli("fault", "zero-layer", "--latency-ms", "1500")
     before = stat(stack, "zero-layer-with-fallback", "upstream_rq_per_try_idle_timeout")
     cut = [timed(stack, TO_ZERO_LAYER) for _ in range(3)]
-    assert all(1.0 <= seconds < 1.5 and variant == "baseline" for seconds, variant in cut), cut
+    assert all(0.95 <= seconds < 1.45 and variant == "baseline" for seconds, variant in cut), cut
     assert stat(stack, "zero-layer-with-fallback", "upstream_rq_per_try_idle_timeout") - before == 3

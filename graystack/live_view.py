@@ -14,7 +14,7 @@ from rich.text import Text
 
 from graystack.admin_client import AdminClient, AdminError
 from graystack.live_metrics import VariantMeter, VariantStats
-from graystack.status_view import capacity_text, weight_text
+from graystack.status_view import capacity_lines, weight_text
 
 PHASE_STYLE = {"progressing": "yellow", "promoted": "green", "rolled_back": "red", "shadow": "cyan"}
 
@@ -92,7 +92,7 @@ def rollout_lines(rollout: dict) -> Text:
             f"\nshadow    Envoy mirrors {rollout['shadow_percent']}% of requests to {rollout['candidate']}"
         )
     if rollout.get("capacity"):
-        text.append(f"\ncapacity  {capacity_text(rollout['capacity'])}")
+        text.append("\n" + "\n".join(capacity_lines(rollout["capacity"])))
     decision = rollout["last_decision"]
     if decision:
         text.append(f"\nanalysis  {decision['outcome'] or '-'}")

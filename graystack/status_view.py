@@ -91,7 +91,7 @@ def _rollout_lines(rollout: dict) -> list[str]:
     if rollout["reason"]:
         lines.append(f"reason    {rollout['reason']}")
     if rollout.get("capacity"):
-        lines.append(f"capacity  {capacity_text(rollout['capacity'])}")
+        lines += capacity_lines(rollout["capacity"])
     pending = rollout.get("rollback_pending") or []
     if rollout["rollback_in_flight"]:
         lines.append("rollback  waiting for every proxy to ACK")
@@ -122,15 +122,29 @@ def _rollout_lines(rollout: dict) -> list[str]:
     return lines
 
 
-def capacity_text(capacity: dict) -> str:
-    """The replicas the split asks for, and the candidate's ready pods against the next stage's need."""
-    text = "replicas " + ", ".join(f"{name} {count}" for name, count in capacity["replicas"].items())
+def capacity_lines(capacity: dict) -> list[str]:
+    """The candidate's ready pods against the next stage's need; then per variant the replicas the split
+    asks for, its pods, what they cost, and, where its ready pods cannot take the share of the
+    traffic it gets (a rollback onto a baseline scaled down), how much they can take meanwhile."""
+    head = "sized from the split"
     if "next_stage_needs" in capacity:
         ready = capacity["candidate_ready"]
-        text += (
-            f"; next stage: {capacity['next_stage_needs']} {capacity['candidate']} pods, {ready or 0} ready"
-        )
-    return text + "".join(f"; {name}: {problem}" for name, problem in capacity["problems"].items())
+        head = f"next stage: {capacity['next_stage_needs']} {capacity['candidate']} pods, {ready or 0} ready"
+    lines = [f"capacity  {head}"]
+    for name, entry in capacity["variants"].items():
+        text = f"  {name:<12} {entry['wanted']} wanted"
+        if "ready" in entry:
+            text += f", {entry['running']} running, {entry['ready']} ready"
+        if "cost_per_hour" in entry:
+            text += f", {entry['cost_per_hour']:.2f}/h"
+        if "cost_per_million_tokens" in entry:
+            text += f" ({entry['cost_per_million_tokens']:.2f} per million generated tokens)"
+        if entry.get("ready_share", 100) < entry["share"]:
+            text += (
+                f": its ready pods can take {entry['ready_share']}% of the traffic, it gets {entry['share']}%"
+            )
+        lines.append(text)
+    return lines + [f"  {name}: {problem}" for name, problem in capacity["problems"].items()]
 
 
 def _evidence_lines(evidence: dict) -> list[str]:

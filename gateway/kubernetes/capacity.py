@@ -6,6 +6,8 @@ HPA, to the HPA's `spec.minReplicas` (Flagger's way: the autoscaler keeps scalin
 rollout and the autoscaler do not fight over `replicas`). Each object is read first and patched only
 when it differs, so a steady rollout writes nothing. Then the candidate's Deployment's
 `status.readyReplicas` says whether the next weight's pods are ready: the gate the machine waits on.
+Every variant's pods are counted (`status.replicas`, `readyReplicas`) for status, the
+`graystack_variant_replicas` gauges and, with a GPU-hour price, what they cost.
 
 An API call that fails is logged and holds the stage (the gate is shut with the error as its reason):
 the machine's timeout turns a lasting failure into an alert, never an advance onto unknown capacity.
@@ -23,7 +25,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gateway.kubernetes.api import call_json
-from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity_plan, gate
+from gateway.rollout.capacity import (
+    CapacitySettings,
+    Pods,
+    VariantCapacity,
+    capacity_plan,
+    capacity_view,
+    gate,
+)
 from gateway.rollout.plan import roles
 from gateway.rollout.rollout_state import CapacityGate, RolloutState
 from gateway.rollout.spec import RolloutSpec, SpecError
@@ -65,30 +74,24 @@ class DeploymentCapacity:
         try:
             baseline, candidate = roles(spec)
         except SpecError as error:  # no baseline: no roles to size (the guard is off for it too)
-            self.view = {"replicas": {}, "problems": {"spec": str(error)}}
+            self.view = {"variants": {}, "problems": {"spec": str(error)}}
             return CapacityGate(False, str(error), self.settings.ready_timeout)
         sizing = capacity_plan(self.settings, spec, state, split, now, baseline, candidate)
-        wanted = sizing.replicas
-        problems = {}
-        for name, replicas in wanted.items():
+        problems, pods = {}, {}
+        for name, replicas in sizing.replicas.items():
+            variant = self.settings.variants[name]
             try:
-                self._scale(self.settings.variants[name], replicas)
+                self._scale(variant, replicas)
+                pods[name] = self._pods(variant)
             except Exception as error:  # the API server's answer or its absence: hold, log, look again
                 problems[name] = why(error)
-                log.warning("cannot scale %s to %d replicas: %s", name, replicas, problems[name])
+                log.warning("cannot scale or count %s's pods (%d wanted): %s", name, replicas, problems[name])
+        self.view = capacity_view(self.settings, sizing, pods, split, candidate, problems)
         timeout = self.settings.ready_timeout
-        self.view = {"replicas": wanted, "problems": problems}
-        if candidate not in wanted:
+        if candidate not in sizing.replicas:
             return CapacityGate(True, f"{candidate} is not scaled here", timeout)
-        needed = sizing.candidate_needs
-        ready = None
-        if candidate not in problems:
-            try:
-                ready = self._ready(self.settings.variants[candidate])
-            except Exception as error:
-                problems[candidate] = why(error)
-        self.view |= {"candidate": candidate, "next_stage_needs": needed, "candidate_ready": ready}
-        return gate(candidate, needed, ready, timeout, problems.get(candidate, ""))
+        ready = self.view["candidate_ready"]
+        return gate(candidate, sizing.candidate_needs, ready, timeout, problems.get(candidate, ""))
 
     def _scale(self, variant: VariantCapacity, replicas: int) -> None:
         if variant.hpa:
@@ -118,6 +121,7 @@ class DeploymentCapacity:
         log.info("capacity: %s %s -> %s", method.__name__, name, body["spec"])
         call_json(method, name, self.namespace, body, _content_type=MERGE_PATCH)
 
-    def _ready(self, variant: VariantCapacity) -> int:
+    def _pods(self, variant: VariantCapacity) -> Pods:
         deployment = call_json(self._apps.read_namespaced_deployment, variant.deployment, self.namespace)
-        return int(deployment.get("status", {}).get("readyReplicas") or 0)
+        status = deployment.get("status", {})
+        return Pods(int(status.get("replicas") or 0), int(status.get("readyReplicas") or 0))

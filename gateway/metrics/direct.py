@@ -73,6 +73,7 @@ from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
     ERRORS,
+    GENERATED,
     ITL,
     ITL_SUM,
     PROBED,
@@ -97,6 +98,8 @@ SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
 WEIGHT_STATUS = "graystack_probe_weight_status"
 SERVER_MISMATCH = "graystack_probe_server_mismatch"
 MODEL_INFO = "graystack_model_info"
+TOKENS = "graystack_tokens_total"  # `kind`: prompt or generated
+VLLM_GENERATED = "vllm:generation_tokens_total"
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
 ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|5\d\d)$"
@@ -110,6 +113,8 @@ COUNTERS = frozenset(
         WEIGHT_STATUS,
         SERVER_MISMATCH,
         MODEL_INFO,
+        TOKENS,
+        VLLM_GENERATED,
     }
 )
 
@@ -242,6 +247,8 @@ class DirectProvider:
             ),
             (COMPARED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("agree", "differ")}),
             (DIFFERED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("differ")}),
+            (GENERATED, TOKENS, {**of_variant, "kind": _one_of("generated")}),
+            (GENERATED, VLLM_GENERATED, of_variant),
         ]
         probed = {"segment": PROBED}
         return [(*term, {}) for term in terms] + [

@@ -37,7 +37,10 @@ ITL = "itl"  # graystack_request_inter_token_seconds buckets, stratum(segment)
 ITL_SUM = "itl_sum"  # ... and its _sum (seconds)
 COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ)
 DIFFERED = "differed"  # of those, a different answer
-SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED)
+GENERATED = (
+    "generated"  # tokens the model servers generated (graystack_tokens_total{kind="generated"}, vLLM's)
+)
+SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED, GENERATED)
 
 
 UNLABELLED = "*"  # the segment of a histogram without a `segment` label (a server that is not graystack's)

@@ -21,6 +21,7 @@ from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
     ERRORS,
+    GENERATED,
     ITL,
     ITL_SUM,
     PROBED,
@@ -50,6 +51,10 @@ QUERIES: dict[str, str] = {
     + '", "", "")',
     "compared": 'graystack_shadow_comparisons_total{variant="{variant}",result=~"agree|differ"}',
     "differed": 'graystack_shadow_comparisons_total{variant="{variant}",result="differ"}',
+    # tokens generated, for what a variant's pods cost per million of them (graystack status)
+    "generated": (
+        '{__name__=~"graystack_tokens_total|vllm:generation_tokens_total",variant="{variant}",kind=~"generated|"}'
+    ),
     "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
     "server_mismatch": 'graystack_probe_server_mismatch{variant="{variant}"} == 1',
     "effective_window": 'graystack_model_info{variant="{variant}"} == 1',
@@ -68,6 +73,7 @@ SIGNALS: dict[str, str] = {
     "probe_ttft_sum": TTFT_SUM,
     "compared": COMPARED,
     "differed": DIFFERED,
+    "generated": GENERATED,
 }
 BUCKETS = frozenset({"ttft", "itl", "probe_ttft"})  # histogram buckets: each series must keep its `le` label
 PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster"})

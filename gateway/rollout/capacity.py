@@ -48,6 +48,7 @@ class VariantCapacity(_Settings):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int | None = Field(None, ge=1)
     hpa: str = ""  # "": no HPA; the Deployment's replicas are set through its scale subresource
+    gpus_per_pod: int = Field(1, ge=0)  # what a pod costs, in GPUs (the chart: variants.<name>.gpu.count)
 
     @model_validator(mode="after")
     def _bounds(self) -> VariantCapacity:
@@ -61,13 +62,14 @@ class CapacitySettings(_Settings):
     ready_timeout: Duration = READY_TIMEOUT
     warmup: Duration = WARMUP
     scale_down_delay: Duration = SCALE_DOWN_DELAY
+    gpu_hour_price: float = Field(0.0, ge=0)  # per GPU-hour, in the user's currency; 0: no cost shown
     variants: dict[str, VariantCapacity]
 
 
 class CapacityEdge(Protocol):
     """What scales the variants (gateway/kubernetes/capacity.py); the controller asks it each look."""
 
-    view: dict | None  # the last look (wanted replicas, the candidate's ready pods), for status
+    view: dict | None  # the last look (`capacity_view`), for status and the metrics
 
     def look(
         self, spec: RolloutSpec, state: RolloutState, split: Mapping[str, int], now: float
@@ -177,3 +179,55 @@ def gate(candidate: str, wanted: int, ready: int | None, timeout: float, problem
     if ready is not None and ready >= wanted:
         return CapacityGate(True, f"{ready} ready {candidate} pods for {wanted} wanted", timeout)
     return CapacityGate(False, f"waiting for {wanted} ready {candidate} pods, {ready or 0} ready", timeout)
+
+
+@dataclass(frozen=True)
+class Pods:
+    """A variant's pods as its Deployment's status counts them."""
+
+    running: int  # `status.replicas`: pods that exist, and hold their GPUs, ready or not
+    ready: int  # `status.readyReplicas`
+
+
+def capacity_view(
+    settings: CapacitySettings,
+    plan: CapacityPlan,
+    pods: Mapping[str, Pods],
+    split: Mapping[str, int],
+    candidate: str,
+    problems: Mapping[str, str],
+) -> dict:
+    """What status and the metrics show of a look: per variant the replicas set, its pods, the share of
+    the traffic it gets and the share its ready pods can take (each pod takes 1/fleetReplicas: after
+    a rollback onto a baseline scaled down, how much of the traffic is served well meanwhile), and
+    with a GPU-hour price what its running pods cost an hour; the candidate's need for the next stage."""
+    variants = {}
+    for name, wanted in plan.replicas.items():
+        seen = pods.get(name)
+        entry = {"wanted": wanted, "share": split.get(name, 0)}
+        if seen is not None:
+            entry |= {"running": seen.running, "ready": seen.ready}
+            entry["ready_share"] = min(100, seen.ready * 100 // settings.fleet_replicas)
+            if settings.gpu_hour_price:
+                gpus = seen.running * settings.variants[name].gpus_per_pod
+                entry["cost_per_hour"] = gpus * settings.gpu_hour_price
+        variants[name] = entry
+    view = {"variants": variants, "problems": dict(problems)}
+    if candidate in plan.replicas:
+        ready = pods[candidate].ready if candidate in pods else None
+        view |= {"candidate": candidate, "next_stage_needs": plan.candidate_needs, "candidate_ready": ready}
+    return view
+
+
+def per_million_tokens(view: dict | None, tokens_per_second: Mapping[str, float]) -> dict | None:
+    """`view` with each priced variant's cost per million generated tokens, where it generated some:
+    the number a GPU bill is judged by (gateway/rollout/throughput.py measures the tokens)."""
+    if view is None:
+        return None
+    variants = {}
+    for name, entry in view.get("variants", {}).items():
+        rate = tokens_per_second.get(name, 0.0)
+        if "cost_per_hour" in entry and rate > 0:
+            entry = entry | {"cost_per_million_tokens": entry["cost_per_hour"] / (rate * 3600) * 1e6}
+        variants[name] = entry
+    return view | {"variants": variants}

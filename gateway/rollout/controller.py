@@ -62,7 +62,7 @@ from gateway.metrics.provider import MetricsProvider
 from gateway.rollout import evidence as tests
 from gateway.rollout import metrics
 from gateway.rollout.analysis import Check, analyse, error_checks
-from gateway.rollout.capacity import CapacityEdge
+from gateway.rollout.capacity import CapacityEdge, per_million_tokens
 from gateway.rollout.fleet import CutOff, Proxies, ack_timeout_message
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import initial_state, rollback_acked, step
@@ -79,6 +79,7 @@ from gateway.rollout.rollout_state import (
 from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore
 from gateway.rollout.stats import Verdict
+from gateway.rollout.throughput import TokenRates
 from gateway.rollout.views import check_dict, rollback_reason, rollout_split, rollout_status, stage_of
 from gateway.service import Gateway
 
@@ -126,6 +127,7 @@ class RolloutController:
         self._provider: MetricsProvider | None = None
         self._provider_key: tuple | None = None
         self.guard_off: str | None = None
+        self.token_rates = TokenRates()  # for the capacity view's cost per million generated tokens
         self.state: RolloutState | None = None
         self._stored: RolloutState | None = None  # what the store holds, as far as we know
         self.save_error: str | None = None  # the last save's failure, until a save succeeds
@@ -222,6 +224,7 @@ class RolloutController:
         state = self.state
         evidence = self._evidence(plan, state, now)
         looks = per_variant(totals, spec.variants, seen.counters)
+        self.token_rates = self.token_rates.add(now, {v: look.generated for v, look in looks.items()})
         evidence = tests.add_look(evidence, plan, looks, stage_of(state))
         self.state = replace(state, evidence=evidence)
         return analyse(
@@ -253,7 +256,9 @@ class RolloutController:
         if self.capacity is None:
             return None
         split = self.gateway.live.routing.weights
-        return await asyncio.to_thread(self.capacity.look, spec, self.state, split, self._clock())
+        gate = await asyncio.to_thread(self.capacity.look, spec, self.state, split, self._clock())
+        metrics.record_capacity(spec.name, self.capacity.view or {})
+        return gate
 
     def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
         """The provider for this spec's variants and source, rebuilt when those change; None (and the
@@ -410,5 +415,7 @@ class RolloutController:
             store=self.store.where,
             save_error=self.save_error,
             rollback_pending=self.cut_off.pending,
-            capacity=self.capacity.view if self.capacity else None,
+            capacity=per_million_tokens(self.capacity.view, self.token_rates.per_second())
+            if self.capacity
+            else None,
         )

@@ -22,6 +22,7 @@ from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
     ERRORS,
+    GENERATED,
     ITL,
     ITL_SUM,
     REQUESTS,
@@ -69,6 +70,7 @@ class VariantLook:
     ttft: Mapping[str, Histogram] = field(default_factory=dict)  # by stratum
     itl: Mapping[str, Histogram] = field(default_factory=dict)
     pods: int = 0  # model servers reporting latency for it (0: unknown)
+    generated: int = 0  # tokens its servers generated
 
 
 def pods(counters: Counters, variant: str) -> int:
@@ -114,6 +116,7 @@ def per_variant(
             ttft=histograms[TTFT],
             itl=histograms[ITL],
             pods=pods(current or {}, variant),
+            generated=round(scalars[variant, GENERATED]),
         )
     return looks
 

@@ -3,7 +3,8 @@
 Beyond the design's table: `graystack_analysis_check_value`, `graystack_analysis_check_threshold` and
 `graystack_analysis_check_samples` (each check's last value, threshold and sample count, NaN while a
 check has no value) so a dashboard can plot a check against its line with its evidence,
-`graystack_rollout_segment_weight` (every header segment's split, which the default-split gauge does
+`graystack_variant_replicas` and `graystack_variant_cost_per_hour` (where rollout.capacity sizes
+the variants: their pods, and what they cost), `graystack_rollout_segment_weight` (every header segment's split, which the default-split gauge does
 not show), `graystack_rollout_alerts_total` (every Alert the controller logged), and the sequential
 tests' evidence: `graystack_analysis_log_evalue` against `graystack_analysis_log_evalue_bound` (a rollback
 is the first crossing) and the error rate's anytime confidence bounds `graystack_analysis_error_rate_bound`.
@@ -92,6 +93,17 @@ ROLLBACK_SECONDS = Histogram(
     ["rollout"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
 )
+VARIANT_REPLICAS = Gauge(
+    "graystack_variant_replicas",
+    "Each variant's replicas where rollout.capacity sizes them: `wanted` (set from the split), "
+    "`running` (pods that exist and hold GPUs) and `ready`",
+    ["rollout", "variant", "state"],
+)
+VARIANT_COST = Gauge(
+    "graystack_variant_cost_per_hour",
+    "What each variant's running pods cost an hour: pods x GPUs per pod x rollout.capacity.gpuHourPrice",
+    ["rollout", "variant"],
+)
 ALERTS = Counter(
     "graystack_rollout_alerts",
     "Alerts the rollout controller raised (rollbacks, freezes, rollbacks not ACKed in time)",
@@ -152,3 +164,17 @@ def record_checks(rollout: str, checks: Sequence[Check], error_bounds: tuple[flo
             ANALYSIS_LOG_EVALUE_BOUND.labels(rollout, check.name).set(check.log_bound)
     for side, value in zip(("lower", "upper"), error_bounds or (), strict=False):
         ERROR_RATE_BOUND.labels(rollout, side).set(value)
+
+
+def record_capacity(rollout: str, view: dict) -> None:
+    """A capacity look (gateway/rollout/capacity.py `capacity_view`): each variant's replicas and cost;
+    a variant whose pods could not be counted keeps no stale count."""
+    for variant, entry in view.get("variants", {}).items():
+        for state in ("wanted", "running", "ready"):
+            if state in entry:
+                VARIANT_REPLICAS.labels(rollout, variant, state).set(entry[state])
+            else:
+                with contextlib.suppress(KeyError):
+                    VARIANT_REPLICAS.remove(rollout, variant, state)
+        if "cost_per_hour" in entry:
+            VARIANT_COST.labels(rollout, variant).set(entry["cost_per_hour"])

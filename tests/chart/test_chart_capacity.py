@@ -51,7 +51,15 @@ def test_on_the_gateway_gets_the_settings_with_the_charts_deployment_names():
     assert settings.variants["zero-layer"].deployment == "gs-graystack-zero-layer"
     assert (settings.fleet_replicas, settings.ready_timeout, settings.warmup) == (8, 600.0, 300.0)
     assert settings.scale_down_delay == 1800.0
+    assert settings.gpu_hour_price == 0  # no price: no cost shown
     assert spec_of(on) == spec_of(rendered(""))  # the spec ConfigMap is the same with it on
+
+
+def test_a_gpu_hour_price_reaches_the_gateway_with_each_variants_gpus_per_pod():
+    priced = chart((*ON, "rollout.capacity.gpuHourPrice=3", "variants.zero-layer.gpu.count=4"))
+    settings = parse_settings(gateway_env(priced)["GRAYSTACK_CAPACITY"])
+    assert settings.gpu_hour_price == 3
+    assert {name: v.gpus_per_pod for name, v in settings.variants.items()} == {"baseline": 1, "zero-layer": 4}
 
 
 def test_on_the_role_reads_and_scales_only_the_variants_deployments_by_name():
@@ -112,6 +120,7 @@ def test_the_charts_own_hpa_is_the_one_capacity_moves_and_no_deployment_keeps_re
         ("rollout.capacity.readyTimeout=soon", "readyTimeout"),
         ("rollout.capacity.variants.canary.minReplicas=1", "no enabled variant canary"),
         ("rollout.capacity.variants.baseline.replicas=3", "replicas"),
+        ("rollout.capacity.gpuHourPrice=-1", "gpuHourPrice"),
     ],
 )
 def test_bad_capacity_values_fail_the_render(assignment: str, named: str) -> None:

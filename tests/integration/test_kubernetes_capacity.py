@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gateway.admin.api import full_status
 from gateway.kubernetes.api import api_client
@@ -25,7 +26,7 @@ from graystack.live_view import rollout_lines
 from graystack.local.processes import free_port
 from graystack.status_view import render_status
 from tests.integration.test_kubernetes_mode import LEASE, SPEC_CM, STATE_CM, eventually
-from tests.support.counting_provider import CountingProvider
+from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.kube_api import FakeApiServer
 from tests.unit.test_rollout_controller import HEALTHY, Clock, new_gateway
 
@@ -71,17 +72,18 @@ def hpa(name: str, min_replicas: int) -> dict:
     }
 
 
-def settings(ready_timeout: str = "10m", candidate_hpa: str = "") -> str:
+def settings(ready_timeout: str = "10m", candidate_hpa: str = "", gpu_hour_price: float = 0) -> str:
     """kube-gateway's --capacity, as the chart renders it."""
     return json.dumps(
         {
             "fleetReplicas": 8,
+            "gpuHourPrice": gpu_hour_price,
             "readyTimeout": ready_timeout,
             "warmup": "5m",
             "scaleDownDelay": "10m",
             "variants": {
-                "baseline": {"deployment": BASELINE},
-                "zero-layer": {"deployment": CANDIDATE, "hpa": candidate_hpa},
+                "baseline": {"deployment": BASELINE, "gpusPerPod": 1},
+                "zero-layer": {"deployment": CANDIDATE, "hpa": candidate_hpa, "gpusPerPod": 2},
             },
         }
     )
@@ -90,7 +92,9 @@ def settings(ready_timeout: str = "10m", candidate_hpa: str = "") -> str:
 class Rollout:
     """The double with both variants' Deployments (8 baseline pods, 1 zero-layer), and the controller."""
 
-    def __init__(self, server: FakeApiServer, tmp_path, ready_timeout: str, candidate_hpa: str = "") -> None:
+    def __init__(
+        self, server: FakeApiServer, tmp_path, ready_timeout: str, candidate_hpa: str = "", price: float = 0
+    ) -> None:
         self.api = server
         for name, replicas in ((BASELINE, 8), (CANDIDATE, 1)):
             server.put(deployment(name, replicas))
@@ -98,14 +102,16 @@ class Rollout:
         self.clock = Clock()
         self.gateway = new_gateway()
         self.ads = AdsServer(self.gateway.cache)
-        provider = CountingProvider(HEALTHY)
+        self.provider = provider = CountingProvider(HEALTHY)
         self.controller = RolloutController(
             self.gateway,
             self.ads,
             lambda spec: provider,
             FileStateStore(tmp_path / "state.json"),
             clock=self.clock,
-            capacity=DeploymentCapacity(client, NS, parse_settings(settings(ready_timeout, candidate_hpa))),
+            capacity=DeploymentCapacity(
+                client, NS, parse_settings(settings(ready_timeout, candidate_hpa, price))
+            ),
         )
         self.controller.restore()
 
@@ -125,6 +131,11 @@ class Rollout:
 
     def status_text(self) -> str:
         return render_status(full_status(self.gateway, self.ads, self.controller))
+
+    def settle(self) -> None:
+        """The Deployment controller's and the kubelet's part: every pod asked for is running and ready."""
+        for name in (BASELINE, CANDIDATE):
+            self.api.pods_ready(NS, name, self.replicas_of(name))
 
     def patched(self, path_end: str) -> int:
         return len([e for e in self.api.log if e.method == "PATCH" and e.path.endswith(path_end)])
@@ -173,6 +184,54 @@ async def test_replicas_follow_the_split_and_the_baseline_shrinks_only_after_the
     assert rollout.patched("/deployments/" + CANDIDATE) == 0  # never the Deployment itself
 
 
+async def test_a_rollback_after_the_scale_down_moves_the_weight_at_once_and_says_what_the_baseline_can_take(
+    server, tmp_path
+):
+    rollout = Rollout(server, tmp_path, ready_timeout="10m", price=2.5)
+    promoted = STEP_0_HOLD + STEP_1_HOLD
+    for at in (0, STEP_0_HOLD - 300, STEP_0_HOLD, promoted - 300, promoted, promoted + 605):
+        await rollout.at(at)
+        rollout.settle()
+    assert (rollout.weight(), rollout.replicas()) == (100, {BASELINE: 1, CANDIDATE: 8})
+
+    await rollout.controller.command(Command.ROLLBACK)  # at once, before any pod is added
+    assert rollout.weight() == 0
+    await rollout.at(promoted + 610)  # the next look scales the baseline back up
+    assert rollout.replicas()[BASELINE] == 8
+    text = rollout.status_text()
+    assert (
+        "  baseline     8 wanted, 1 running, 1 ready, 2.50/h: "
+        "its ready pods can take 12% of the traffic, it gets 100%"
+    ) in text
+    # The candidate goes to its floor at once; its pods cost (2 GPUs each) until they are gone.
+    assert "  zero-layer   1 wanted, 8 running, 8 ready, 40.00/h\n" in text
+    gauges = {
+        (variant, state): REGISTRY.get_sample_value(
+            "graystack_variant_replicas", {"rollout": "zero-layer", "variant": variant, "state": state}
+        )
+        for variant in ("baseline", "zero-layer")
+        for state in ("wanted", "running", "ready")
+    }
+    assert gauges == {
+        ("baseline", "wanted"): 8, ("baseline", "running"): 1, ("baseline", "ready"): 1,
+        ("zero-layer", "wanted"): 1, ("zero-layer", "running"): 8, ("zero-layer", "ready"): 8,
+    }  # fmt: skip
+    cost = REGISTRY.get_sample_value(
+        "graystack_variant_cost_per_hour", {"rollout": "zero-layer", "variant": "zero-layer"}
+    )
+    assert cost == 40.0
+
+    rollout.settle()  # the baseline's pods start, and generate 1000 tokens a second
+    rollout.provider.per_look = {"baseline": Traffic(5000, generated=300 * 1000), "zero-layer": Traffic()}
+    await rollout.at(promoted + 910)  # 300 s after the look before: 1000 tokens a second
+    text = rollout.status_text()
+    # 8 GPUs at 2.5 an hour for 3.6 million tokens an hour
+    assert (
+        "  baseline     8 wanted, 8 running, 8 ready, 20.00/h (5.56 per million generated tokens)\n" in text
+    )
+    assert "  zero-layer   1 wanted, 1 running, 1 ready, 5.00/h\n" in text
+
+
 async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come(server, tmp_path):
     rollout = Rollout(server, tmp_path, ready_timeout="2m")
     await rollout.at(STEP_0_HOLD - 300)  # the 20 % step's 2 pods are asked for; 1 is ready
@@ -180,7 +239,8 @@ async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come
     assert rollout.weight() == 5
     text = rollout.status_text()
     assert "analysis  hold: capacity: waiting for 2 ready zero-layer pods, 1 ready (0s of 120s)" in text
-    assert "capacity  replicas baseline 8, zero-layer 2; next stage: 2 zero-layer pods, 1 ready" in text
+    assert "capacity  next stage: 2 zero-layer pods, 1 ready" in text
+    assert "  zero-layer   2 wanted, 1 running, 1 ready" in text
     live = rollout_lines(full_status(rollout.gateway, rollout.ads, rollout.controller)["rollout"]).plain
     assert "next stage: 2 zero-layer pods, 1 ready" in live  # `graystack up`'s live view too
 
@@ -272,12 +332,11 @@ async def test_the_leading_kube_gateway_sizes_the_variants_from_its_capacity_set
     try:
         # No metrics source here, so the guard is off; the split still sizes the fleet: 50 % of 8 each.
         def sized() -> bool:
-            return [server.get("Deployment", NS, n)["spec"]["replicas"] for n in (BASELINE, CANDIDATE)] == [
-                4,
-                4,
-            ]
+            replicas = [server.get("Deployment", NS, n)["spec"]["replicas"] for n in (BASELINE, CANDIDATE)]
+            return replicas == [4, 4] and gateway.controller.status()["capacity"] is not None
 
         await eventually(sized, 10, "the leader to scale both Deployments to 4")
-        assert gateway.controller.status()["capacity"]["replicas"] == {"baseline": 4, "zero-layer": 4}
+        wanted = {n: v["wanted"] for n, v in gateway.controller.status()["capacity"]["variants"].items()}
+        assert wanted == {"baseline": 4, "zero-layer": 4}
     finally:
         await gateway.stop()

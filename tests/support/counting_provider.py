@@ -15,6 +15,7 @@ from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
     ERRORS,
+    GENERATED,
     ITL,
     ITL_SUM,
     REQUESTS,
@@ -39,6 +40,7 @@ class Traffic:
     prompt_bucket: str = "0-128"
     compared: int = 0
     differed: int = 0
+    generated: int = 0  # tokens
 
 
 @dataclass
@@ -77,6 +79,7 @@ class CountingProvider:
         add[CounterKey(variant, ERRORS, source="envoy")] += traffic.errors
         add[CounterKey(variant, COMPARED, source="pod")] += traffic.compared
         add[CounterKey(variant, DIFFERED, source="pod")] += traffic.differed
+        add[CounterKey(variant, GENERATED, source="pod")] += traffic.generated
         served = traffic.requests - traffic.errors
         ttft_stratum = stratum(traffic.segment, traffic.prompt_bucket)
         itl_stratum = stratum(traffic.segment)

@@ -7,8 +7,12 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from gateway.rollout.capacity import (
+    CapacityPlan,
+    Pods,
+    capacity_view,
     gate,
     parse_settings,
+    per_million_tokens,
     recent_weights,
     replicas_for,
     targets,
@@ -17,6 +21,7 @@ from gateway.rollout.capacity import (
 )
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.rollout_state import Alert, CapacityGate, Command, Phase
+from gateway.rollout.throughput import TokenRates
 from graystack.cli import main
 from tests.unit.test_rollout_machine import MANUAL, SPEC, STEPS_ONLY, failing, interval
 
@@ -186,3 +191,32 @@ def test_kube_gateway_refuses_bad_capacity_settings_before_it_touches_the_cluste
     assert result.exit_code == 2
     assert "Invalid value for --capacity" in result.output
     assert "fleetReplicas" in result.output
+
+
+def test_the_view_says_what_ready_pods_can_take_and_what_running_pods_cost():
+    priced = SETTINGS.model_copy(update={"gpu_hour_price": 2.5})
+    plan = CapacityPlan({"baseline": 8, "zero-layer": 1}, candidate_needs=1)
+    pods = {"baseline": Pods(running=3, ready=2), "zero-layer": Pods(running=8, ready=8)}
+    view = capacity_view(priced, plan, pods, {"baseline": 100, "zero-layer": 0}, "zero-layer", {})
+    assert view["variants"]["baseline"] == {
+        "wanted": 8, "share": 100, "running": 3, "ready": 2, "ready_share": 25, "cost_per_hour": 7.5,
+    }  # fmt: skip
+    assert view["variants"]["zero-layer"]["ready_share"] == 100  # more pods than the fleet: all of it
+    assert (view["next_stage_needs"], view["candidate_ready"]) == (1, 8)
+
+    unseen = capacity_view(SETTINGS, plan, {}, {"baseline": 100}, "zero-layer", {"zero-layer": "403: no"})
+    assert unseen["variants"]["zero-layer"] == {"wanted": 1, "share": 0}  # no price, no pods counted
+    assert (unseen["candidate_ready"], unseen["problems"]) == (None, {"zero-layer": "403: no"})
+
+
+def test_tokens_per_second_over_the_last_looks_price_a_million_tokens():
+    rates = TokenRates().add(0, {"baseline": 123}).add(10, {"baseline": 5000}).add(20, {"baseline": 5000})
+    assert rates.per_second() == {"baseline": 500.0}  # the first look's tokens came before it: not counted
+    assert TokenRates().add(0, {"baseline": 9}).per_second() == {}  # one look spans no time
+    assert rates.add(320, {"baseline": 0}).per_second() == {"baseline": 0.0}  # older looks left the window
+
+    view = {"variants": {"baseline": {"cost_per_hour": 3.6}, "zero-layer": {"cost_per_hour": 3.6}, "c": {}}}
+    priced = per_million_tokens(view, {"baseline": 1000.0, "zero-layer": 0.0, "c": 5.0})["variants"]
+    assert priced["baseline"]["cost_per_million_tokens"] == pytest.approx(1.0)  # 3.6 M tokens for 3.6 an hour
+    assert "cost_per_million_tokens" not in priced["zero-layer"]  # nothing generated: no price per token
+    assert priced["c"] == {}  # no GPU-hour price

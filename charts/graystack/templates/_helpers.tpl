@@ -95,7 +95,8 @@ health-checks each variant on its server's own readiness path (vLLM: /health; gr
 {{- toYaml $spec -}}
 {{- end -}}
 
-{{/* rollout.capacity as kube-gateway's --capacity JSON: each listed variant with its Deployment's name. */}}
+{{/* rollout.capacity as kube-gateway's --capacity JSON: each listed variant with its Deployment's name and
+its pods' GPUs (variants.<name>.gpu.count), which the GPU-hour price turns into a cost. */}}
 {{- define "graystack.capacity" -}}
 {{- $c := .Values.rollout.capacity -}}
 {{- $variants := dict -}}
@@ -104,9 +105,10 @@ health-checks each variant on its server's own readiness path (vLLM: /health; gr
 {{- fail (printf "rollout.capacity.variants.%s: no enabled variant %s in variants" $name $name) -}}
 {{- end -}}
 {{- $hpa := include "graystack.capacityHpa" (dict "root" $ "name" $name "capacity" $v) -}}
-{{- $_ := set $variants $name (merge (dict "deployment" (include "graystack.componentName" (dict "root" $ "component" $name)) "hpa" $hpa) (omit $v "hpa")) -}}
+{{- $gpus := ((get $.Values.variants $name).gpu | default dict).count | default 0 -}}
+{{- $_ := set $variants $name (merge (dict "deployment" (include "graystack.componentName" (dict "root" $ "component" $name)) "hpa" $hpa "gpusPerPod" $gpus) (omit $v "hpa")) -}}
 {{- end -}}
-{{- toJson (dict "fleetReplicas" $c.fleetReplicas "readyTimeout" $c.readyTimeout "warmup" $c.warmup "scaleDownDelay" $c.scaleDownDelay "variants" $variants) -}}
+{{- toJson (dict "fleetReplicas" $c.fleetReplicas "readyTimeout" $c.readyTimeout "warmup" $c.warmup "scaleDownDelay" $c.scaleDownDelay "gpuHourPrice" ($c.gpuHourPrice | default 0) "variants" $variants) -}}
 {{- end -}}
 
 {{/* The HPA a capacity variant's minReplicas goes to: the one named in rollout.capacity, else the chart's

@@ -8,7 +8,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
 from graystack.observability.dashboards.panels import DATASOURCE, base, graph, query, with_queries
-from graystack.observability.promql import NAMESPACE, RATE, ROLLOUT, VARIANT
+from graystack.observability.promql import NAMESPACE, RATE, ROLLOUT, ROLLOUT_VARIANT, VARIANT
 
 # The rollout analysis' checks that carry a value (gateway/rollout/plan.py CHECK_NAMES), and its unit.
 # The others are drawn on the evidence panel only: error_rate_change and itl_vs_baseline have no value,
@@ -66,7 +66,7 @@ def rollout_decisions() -> gd.Dashboard:
             "Percent of each segment's traffic sent to each variant: `default` is the default split, "
             "the others are header segments (a rollback sends every segment to the baseline).",
             query(
-                f'graystack_rollout_segment_weight{{{ROLLOUT}, variant=~"$variant"}}',
+                f"graystack_rollout_segment_weight{{{ROLLOUT_VARIANT}}}",
                 "{{rollout}} {{segment}} {{variant}}",
             ),
         )

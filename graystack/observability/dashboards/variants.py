@@ -6,6 +6,7 @@ from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
+from graystack.observability.dashboards.capacity import cost_per_million_tokens, pods
 from graystack.observability.dashboards.panels import base, graph, quantiles, query, with_queries
 from graystack.observability.promql import (
     NAMESPACE,
@@ -24,7 +25,8 @@ def variants_side_by_side() -> gd.Dashboard:
         "graystack-variants",
         "graystack / Variants side by side",
         "Baseline and zero-layer on the same axes: latency, TTFT against prompt length, errors, "
-        "shadow copies, throughput, queues, skipped bias work, memory.",
+        "shadow copies, throughput, queues, skipped bias work, memory, and each variant's pods and "
+        "cost per generated token.",
     )
     board.with_row(gd.Row("Latency"))
     board.with_panel(
@@ -173,4 +175,7 @@ def variants_side_by_side() -> gd.Dashboard:
     board.with_panel(
         with_queries(served, query(f"graystack_model_info{{{VARIANT}}}").instant()).span(24).height(6)
     )
+    board.with_row(gd.Row("Capacity and cost"))
+    board.with_panel(pods())
+    board.with_panel(cost_per_million_tokens())
     return board

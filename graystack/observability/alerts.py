@@ -22,12 +22,12 @@ PROBE_MAX_FAILURE_RATIO = 0.2  # synthetic requests failing over 5 minutes
 # Shadow copies whose baseline answer the candidate could not find, over 10 minutes: more than half is a
 # comparison that does not work (a healthy one misses only the originals the baseline failed).
 SHADOW_MAX_MISSING_RATIO = 0.5
-# Multiwindow burn rates (Google SRE workbook, "Alerting on SLOs", for a 30-day budget): the long window
-# says the budget is going, the short one that it still is.
 # A variant's ready pods below what the capacity plan wants for this long: more than the chart's default
 # rollout.capacity.readyTimeout (10m, after which the step freezes), so it pages what the rollout already
 # stopped on, not pods that are just starting.
 CAPACITY_NOT_READY_MINUTES = 15
+# Multiwindow burn rates (Google SRE workbook, "Alerting on SLOs", for a 30-day budget): the long window
+# says the budget is going, the short one that it still is.
 BURN_WINDOWS = {"Fast": (14.4, "1h", "5m", "2m", "critical"), "Slow": (6.0, "6h", "30m", "15m", "warning")}
 
 

@@ -22,6 +22,10 @@ PROBE_MAX_FAILURE_RATIO = 0.2  # synthetic requests failing over 5 minutes
 # Shadow copies whose baseline answer the candidate could not find, over 10 minutes: more than half is a
 # comparison that does not work (a healthy one misses only the originals the baseline failed).
 SHADOW_MAX_MISSING_RATIO = 0.5
+# A variant's ready pods below what the capacity plan wants for this long: more than the chart's default
+# rollout.capacity.readyTimeout (10m, after which the step freezes), so it pages what the rollout already
+# stopped on, not pods that are just starting.
+CAPACITY_NOT_READY_MINUTES = 15
 # Multiwindow burn rates (Google SRE workbook, "Alerting on SLOs", for a 30-day budget): the long window
 # says the budget is going, the short one that it still is.
 BURN_WINDOWS = {"Fast": (14.4, "1h", "5m", "2m", "critical"), "Slow": (6.0, "6h", "30m", "15m", "warning")}
@@ -108,6 +112,7 @@ def rollout_rules() -> list[dict]:
             "5m",
         ),
         shadow_comparisons_missing(),
+        capacity_not_ready(),
         *(ttft_burn(speed, *windows) for speed, windows in BURN_WINDOWS.items()),
     ]
 
@@ -132,6 +137,36 @@ def shadow_comparisons_missing() -> dict:
         "check judges only the answers found, and does not run when none are.",
         "graystack-rollout-decisions",
         "2m",
+    )
+
+
+def replicas(state: str) -> str:
+    """A template reading the alerting variant's `state` replicas, for its annotations (the expression's
+    value is only the ready ones). `namespace=""` also matches the local series, which have none."""
+    series = 'graystack_variant_replicas{namespace="%s", rollout="%s", variant="%s", state="' + state + '"}'
+    return (
+        f"{{{{ printf `max({series})` $labels.namespace $labels.rollout $labels.variant "
+        "| query | first | value }}"
+    )
+
+
+def capacity_not_ready() -> dict:
+    """A step that cannot get its pods (GPU quota, no GPU node, pods that crash): the leading gateway
+    exports what the capacity plan wants and what runs (Kubernetes, rollout.capacity enabled)."""
+    by = "max by (namespace, rollout, variant)"
+    return rule(
+        "GraystackCapacityNotReady",
+        f'{by} (graystack_variant_replicas{{state="ready"}}) '
+        f'< {by} (graystack_variant_replicas{{state="wanted"}})',
+        "warning",
+        f"{{{{ $labels.variant }}}}: {{{{ $value }}}} of the {replicas('wanted')} pods its capacity plan "
+        "wants are ready",
+        f"For {CAPACITY_NOT_READY_MINUTES} minutes in rollout {{{{ $labels.rollout }}}}: {replicas('running')} pods "
+        "running (holding GPUs). Fewer running than wanted: pods that cannot be scheduled (GPU quota, "
+        "no GPU node; the Deployment's events say which). Running but not ready: pods starting slowly or "
+        "crashing. The step waiting for them freezes after rollout.capacity.readyTimeout.",
+        "graystack-variants",
+        f"{CAPACITY_NOT_READY_MINUTES}m",
     )
 
 

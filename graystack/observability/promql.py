@@ -10,6 +10,7 @@ from __future__ import annotations
 NAMESPACE = 'namespace=~"$namespace"'
 ROLLOUT = f'{NAMESPACE}, rollout=~"$rollout"'
 VARIANT = f'{NAMESPACE}, variant=~"$variant"'
+ROLLOUT_VARIANT = f'{ROLLOUT}, variant=~"$variant"'  # the gateway's per-variant series carry both
 # Envoy names a cluster after its variant; the route names `<variant>-with-fallback` when a failed
 # attempt may retry on the fallback variant (gateway/envoy/names.py).
 ROUTE_CLUSTER = f'{NAMESPACE}, envoy_cluster_name=~"($variant)(-with-fallback)?"'

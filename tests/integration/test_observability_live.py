@@ -12,6 +12,10 @@ controller rolls back on its shadow copies, a clean retry that leaves shadow and
 file the gateway refuses. Every query must parse and return at least one number (the counters the
 gateway starts at 0, such as the NACKs that the local Envoy never sends, return zeros).
 
+The capacity gauges (pods per variant, their cost per hour) come only from a gateway in Kubernetes with
+rollout.capacity enabled: tests/support/capacity_exporter.py exports the gateway's own gauges beside the
+stack, in a process of its own, set to a fleet mid-step (zero-layer short of the pods it wants).
+
 Each /metrics endpoint must also pass `promtool check metrics`: ours strictly, Envoy's with its known
 lint (names and help text that Envoy chooses, reported, not asserted away).
 """
@@ -32,11 +36,13 @@ import pytest
 import yaml
 
 from graystack.local.gateway_stack import VARIANTS
-from graystack.local.processes import wait_until
+from graystack.local.processes import free_port, start_process, wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
 from graystack.observability import dashboards
 from graystack.observability.files import ALERTS_FILE
 from tests.integration.test_rollout_e2e import ROLLOUT, SHADOW
+from tests.support import capacity_exporter
+from tests.support.network import host_env, module_argv
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
 from tests.support.stacks import running
@@ -79,11 +85,27 @@ def stack(tmp_path_factory, envoy_binary, prometheus_binary):
     yield from running(RolloutStack(tmp_path_factory.mktemp("stack"), envoy_binary, COMPARED, error_rate=0.0))
 
 
-def endpoints(stack: RolloutStack) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def capacity(tmp_path_factory):
+    """The capacity gauges' /metrics URL (tests/support/capacity_exporter.py), stopped by PID."""
+    port = free_port()
+    argv = module_argv("tests.support.capacity_exporter", "--port", str(port))
+    process = start_process("capacity", argv, tmp_path_factory.mktemp("capacity"), env=host_env())
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        process.wait_healthy(lambda: httpx.get(url, timeout=2).status_code == 200, 30, "the capacity gauges")
+        yield url
+    finally:
+        process.stop()
+        assert not process.alive(), f"capacity exporter (pid {process.pid}) left running"
+
+
+def endpoints(stack: RolloutStack, capacity: str) -> dict[str, str]:
     """Prometheus job -> the URL it scrapes."""
     found = {
         "envoy": f"http://127.0.0.1:{stack.ports['envoy_admin']}/stats/prometheus",
         "gateway": f"{stack.admin_url}/metrics",
+        "gateway-capacity": capacity,
     }
     for variant in VARIANTS:
         found[f"server-{variant}"] = f"{stack.server_url(variant)}/metrics"
@@ -92,9 +114,10 @@ def endpoints(stack: RolloutStack) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(stack, tmp_path_factory, prometheus_binary):
+def prometheus(stack, capacity, tmp_path_factory, prometheus_binary):
     targets = {
-        job: (httpx.URL(url).netloc.decode(), httpx.URL(url).path) for job, url in endpoints(stack).items()
+        job: (httpx.URL(url).netloc.decode(), httpx.URL(url).path)
+        for job, url in endpoints(stack, capacity).items()
     }
     workdir = tmp_path_factory.mktemp("prometheus")
     server = start_prometheus(prometheus_binary, workdir, targets, rule_files=[ROOT / ALERTS_FILE])
@@ -263,7 +286,7 @@ def test_the_panels_show_the_events_that_happened(prometheus, history):
     zero-layer's shadow answers compared (all differing: its agreement stays under the check's floor,
     drawn at 90 %), the high_load segment's own split, zero-layer's shadow copies, its injected 500s,
     TTFT in three prompt-length buckets, both servers' memory, the erased bias layer, the refused spec,
-    every NACK counter at 0."""
+    every NACK counter at 0, each variant's pods as the capacity gauges hold them."""
     wanted = {
         ("rollout-decisions", "annotation Rollbacks"): lambda s: len(numbers(s)) == 2,
         ("rollout-decisions", "annotation Promotions"): lambda s: len(numbers(s)) == 1,
@@ -313,6 +336,14 @@ def test_the_panels_show_the_events_that_happened(prometheus, history):
         ("control-plane", "Spec reloads by result [A]"): lambda s: (
             "refused" in {x["metric"]["result"] for x in s}
         ),
+        ("variants", "Pods per variant: wanted, running, ready [A]"): lambda s: (
+            {(x["metric"]["variant"], x["metric"]["state"]): set(numbers([x])) for x in s}
+            == {
+                (variant, state): {count}
+                for variant, states in capacity_exporter.REPLICAS.items()
+                for state, count in states.items()
+            }
+        ),
     }
     for (name, where), holds in wanted.items():
         board = json.loads(dashboards.render(name))
@@ -322,6 +353,33 @@ def test_the_panels_show_the_events_that_happened(prometheus, history):
         assert holds(series), f"{name}: {where}: {series}"
 
 
+def test_the_cost_panel_prices_the_tokens_the_servers_generated(prometheus, history):
+    """Each variant's cost per million generated tokens is its pods' cost per hour over the generated
+    tokens per second that the Tokens per second panel draws, times 3600, at every step both have."""
+    board = json.loads(dashboards.render("variants"))
+    values = grafana_values(prometheus, board)
+    drawn = dict(dashboards.queries(board))
+
+    def by_variant(where: str, kind: str | None = None) -> dict[str, dict[float, float]]:
+        series = range_series(prometheus, substituted(drawn[where], values), history)
+        return {
+            x["metric"]["variant"]: {t: float(v) for t, v in x["values"]}
+            for x in series
+            if kind is None or x["metric"]["kind"] == kind
+        }
+
+    cost = by_variant("Cost per million generated tokens [A]")
+    generated = by_variant("Tokens per second [A]", kind="generated")
+    assert set(cost) == set(capacity_exporter.REPLICAS)
+    for variant, points in cost.items():
+        pods = capacity_exporter.REPLICAS[variant]["running"]
+        per_hour = pods * capacity_exporter.GPUS_PER_POD * capacity_exporter.GPU_HOUR_PRICE
+        both = points.keys() & generated[variant].keys()
+        assert len(both) > 10, variant
+        for t in both:
+            assert points[t] == pytest.approx(per_hour / (generated[variant][t] * 3600) * 1e6), (variant, t)
+
+
 def lint(promtool: str, text: str) -> list[str]:
     checked = subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
@@ -329,9 +387,10 @@ def lint(promtool: str, text: str) -> list[str]:
     return [line for line in (checked.stdout + checked.stderr).splitlines() if line.strip()]
 
 
-def test_promtool_check_metrics_on_every_endpoint(stack, history, promtool_binary):
+def test_promtool_check_metrics_on_every_endpoint(stack, capacity, history, promtool_binary):
     complaints = {
-        job: lint(promtool_binary, httpx.get(url, timeout=5).text) for job, url in endpoints(stack).items()
+        job: lint(promtool_binary, httpx.get(url, timeout=5).text)
+        for job, url in endpoints(stack, capacity).items()
     }
     envoy = complaints.pop("envoy")
     assert envoy, "Envoy's known lint disappeared: drop ENVOY_LINT"
@@ -354,9 +413,9 @@ def alerts_seen(server: PrometheusServer, span: tuple[float, float]) -> dict[tup
 
 def test_the_alert_rules_evaluate_on_the_live_series(prometheus, history):
     """Prometheus evaluates every rule against the stack without error; the rollback pages, zero-layer's
-    injected 5xx put its error-rate alert in `pending` (its 5 minutes never pass here), and the pods'
-    expected weight status, the connected Envoy and the shadow comparisons (each finds the baseline's
-    answer) page nothing."""
+    injected 5xx put its error-rate alert in `pending` (its 5 minutes never pass here), so does its
+    shortfall of pods against its capacity plan (15 minutes), and the pods' expected weight status, the
+    connected Envoy and the shadow comparisons (each finds the baseline's answer) page nothing."""
     rules = httpx.get(f"{prometheus.url}/api/v1/rules", timeout=5).json()["data"]["groups"]
     health = {r["name"]: (r["health"], r.get("lastError", "")) for g in rules for r in g["rules"]}
     assert len(health) == sum(
@@ -366,6 +425,9 @@ def test_the_alert_rules_evaluate_on_the_live_series(prometheus, history):
     seen = alerts_seen(prometheus, history)
     assert seen[("GraystackRolloutRolledBack", "zero-layer")] == {"firing"}
     assert "pending" in seen[("GraystackVariantErrorRateHigh", "zero-layer")]
+    # zero-layer short of the pods it wants (its 15 minutes never pass here), the baseline not
+    assert seen[("GraystackCapacityNotReady", "zero-layer")] == {"pending"}
+    assert ("GraystackCapacityNotReady", "baseline") not in seen
     assert not {
         key
         for key in seen

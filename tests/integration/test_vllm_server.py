@@ -8,6 +8,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from graystack.local.processes import wait_until
 from inference.checkpoint import init_checkpoint
 from inference.weights import check_weights
 from tests.support.probes import probe_until_ok
@@ -56,23 +57,47 @@ def test_the_openai_and_anthropic_sdks_stream_from_vllm_through_envoy(vllm_stack
     scenario.check_anthropic_sdk_streams(vllm_stack, "vllm")
 
 
-def ttft_count(url: str) -> float:
-    """How many first tokens vLLM has timed (`vllm:time_to_first_token_seconds`, the histogram the
-    analysis reads), summed over its label sets."""
+def vllm_sum(url: str, family_name: str, sample_suffix: str) -> float:
+    """A vLLM family's samples named `<family><sample_suffix>`, summed over its label sets."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
     return sum(
         sample.value
         for family in text_string_to_metric_families(text)
-        if family.name == "vllm:time_to_first_token_seconds"
+        if family.name == family_name
         for sample in family.samples
-        if sample.name.endswith("_count")
+        if sample.name == family_name + sample_suffix
     )
+
+
+def ttft_count(url: str) -> float:
+    """How many first tokens vLLM has timed (`vllm:time_to_first_token_seconds`, the histogram the
+    analysis reads)."""
+    return vllm_sum(url, "vllm:time_to_first_token_seconds", "_count")
 
 
 def test_vllm_times_the_first_token_of_every_request_sent_through_envoy(vllm_stack):
     before = ttft_count(vllm_stack.servers["vllm"].url)
     assert vllm_stack.served_by(10, {HEADER: "vllm"}) == {"vllm": 10}
     assert ttft_count(vllm_stack.servers["vllm"].url) == before + 10
+
+
+def test_vllm_counts_the_tokens_it_generates_under_the_name_the_cost_panel_reads(vllm):
+    """The Variants dashboard's cost per million generated tokens sums `vllm:generation_tokens_total`
+    with graystack's own counter: it grows by the completion tokens of vLLM's answer."""
+    before = vllm_sum(vllm.url, "vllm:generation_tokens", "_total")
+    message = {"role": "user", "content": "Hi"}
+    answer = httpx.post(
+        f"{vllm.url}/v1/chat/completions",
+        json={"model": MODEL_NAME, "max_tokens": 8, "messages": [message]},
+        timeout=60,
+    ).json()
+    generated = answer["usage"]["completion_tokens"]
+    assert generated > 0
+    wait_until(
+        lambda: vllm_sum(vllm.url, "vllm:generation_tokens", "_total") == before + generated,
+        10,
+        "vLLM's generation_tokens counter to count the answer",
+    )
 
 
 def mismatch_series(samples: dict) -> dict[str, float]:

@@ -1,0 +1,80 @@
+"""The Probes dashboard: the sidecars' view of each pod."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import statetimeline
+from grafana_foundation_sdk.models import common
+
+from graystack.observability.dashboards.panels import base, graph, query, with_queries
+from graystack.observability.promql import VARIANT, quantile, rate
+
+
+def probes() -> gd.Dashboard:
+    board = base(
+        "graystack-probes",
+        "graystack / Probes",
+        "The sidecars' view of each pod: the checkpoint's weight status, synthetic requests and "
+        "their latency.",
+    )
+    status = (
+        statetimeline.Panel()
+        .show_value(common.VisibilityMode.NEVER)
+        .title("Weight status per pod")
+        .description(
+            "The status each probe reads from its pod's checkpoint: ERASED or ZEROED is expected on "
+            "zero-layer, ACTIVE on the baseline; MISSING or CORRUPT is a broken pod."
+        )
+    )
+    current = query(f"graystack_probe_weight_status{{{VARIANT}}} == 1", "{{variant}} {{instance}} {{status}}")
+    board.with_panel(with_queries(status, current).span(24).height(8))
+    board.with_panel(
+        graph(
+            "Synthetic requests by result",
+            "reqps",
+            "ok, or why a probe request failed (unreachable, http_error, ...).",
+            query(
+                rate("graystack_probe_requests_total", VARIANT, "variant, instance, result"),
+                "{{variant}} {{instance}} {{result}}",
+            ),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Fingerprint matches the variant",
+            "short",
+            "1 when the pod's fingerprint header (x-model-fingerprint unless the probe names another) "
+            "carries the variant's expected suffix; no series where the probe's check is off "
+            "(servers that send no fingerprint).",
+            query(f"graystack_probe_fingerprint_match{{{VARIANT}}}", "{{variant}} {{instance}}"),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Server did not load the checkpoint",
+            "short",
+            "1 while a pod's server did not load the checkpoint its probe reads (the series' reason says "
+            "how the file's status and fingerprint differ from the server's graystack_model_info or its "
+            "echoed system_fingerprint), 0 while they agree; no series where the probe cannot compare "
+            "them or its --loaded-check is off.",
+            query(f"graystack_probe_server_mismatch{{{VARIANT}}}", "{{variant}} {{instance}} {{reason}}"),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Probe latency p95",
+            "s",
+            "Synthetic requests' time to first token and end to end, straight to the pod.",
+            query(quantile(0.95, "graystack_probe_ttft_seconds", VARIANT, "variant"), "{{variant}} TTFT"),
+            query(quantile(0.95, "graystack_probe_e2e_seconds", VARIANT, "variant"), "{{variant}} e2e"),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Weight check time p95",
+            "s",
+            "Time to read the checkpoint header and the bias tensors.",
+            query(quantile(0.95, "graystack_probe_weight_check_seconds", VARIANT, "variant"), "{{variant}}"),
+        )
+    )
+    return board

@@ -1,0 +1,233 @@
+"""The Rollout decisions dashboard: why a rollout moved."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import statetimeline, table, timeseries
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
+
+from graystack.observability.dashboards.panels import DATASOURCE, base, graph, query, with_queries
+from graystack.observability.promql import NAMESPACE, RATE, ROLLOUT, ROLLOUT_VARIANT, VARIANT
+
+# The rollout analysis' checks that carry a value (gateway/rollout/plan.py CHECK_NAMES), and its unit.
+# The others are drawn on the evidence panel only: error_rate_change and itl_vs_baseline have no value,
+# and error_ratio's (the candidate's error rate over the baseline's) has none while the baseline has
+# no error, which is most of the time.
+CHECKS = {
+    "error_rate": "percentunit",
+    "ttft_p95": "percentunit",
+    "ttft_vs_baseline": "none",
+    "weight_status": "none",
+    "shadow_agreement": "percentunit",
+}
+# What a check's panel needs said beyond its value and threshold.
+CHECK_NOTES = {
+    "error_rate": " The value is the candidate's error rate over the rollout; the threshold is max_error_rate.",
+    "ttft_p95": " The share of first tokens above the SLO (max_ttft_p95), against 5 %.",
+    "ttft_vs_baseline": " The candidate's mean TTFT over the baseline's this stage (the shadow gate's "
+    "ratio); the test itself compares the distributions against max_latency_ratio.",
+    "shadow_agreement": " Only with analysis.min_shadow_agreement set, in a shadow stage: its threshold "
+    "is a floor (below it fails).",
+}
+
+
+def phase_change(phase: str, name: str, color: str) -> gd.AnnotationQuery:
+    """A mark where a rollout entered `phase`: 1 now and not 1 one step earlier."""
+    entered = f'max by (namespace, rollout) (graystack_rollout_phase{{{ROLLOUT}, phase="{phase}"}}) == 1'
+    before = (
+        f'max by (namespace, rollout) (graystack_rollout_phase{{{ROLLOUT}, phase="{phase}"}} '
+        "offset $__interval) == 1"
+    )
+    return (
+        gd.AnnotationQuery()
+        .name(name)
+        .datasource(DATASOURCE)
+        .enable(True)
+        .icon_color(color)
+        .expr(f"{entered} unless {before}")
+    )
+
+
+def rollout_decisions() -> gd.Dashboard:
+    board = base(
+        "graystack-rollout-decisions",
+        "graystack / Rollout decisions",
+        "Why a rollout moved: its weights per segment and phase, each analysis check against its "
+        "threshold, the verdicts and their samples, and how fast every Envoy ACKed the change.",
+    )
+    board.annotation(phase_change("rolled_back", "Rollbacks", "red"))
+    board.annotation(phase_change("promoted", "Promotions", "green"))
+    board.with_row(gd.Row("Where the traffic goes"))
+    board.with_panel(
+        graph(
+            "Weight per segment and variant",
+            "percent",
+            "Percent of each segment's traffic sent to each variant: `default` is the default split, "
+            "the others are header segments (a rollback sends every segment to the baseline).",
+            query(
+                f"graystack_rollout_segment_weight{{{ROLLOUT_VARIANT}}}",
+                "{{rollout}} {{segment}} {{variant}}",
+            ),
+        )
+    )
+    phase = (
+        statetimeline.Panel()
+        .show_value(common.VisibilityMode.NEVER)
+        .title("Phase")
+        .description("The rollout's phase over time: shadow, progressing, promoted, rolled_back, manual.")
+    )
+    board.with_panel(
+        with_queries(phase, query(f"graystack_rollout_phase{{{ROLLOUT}}} == 1", "{{rollout}} {{phase}}"))
+        .span(12)
+        .height(8)
+    )
+    board.with_row(gd.Row("Evidence against its bound"))
+    board.with_panel(
+        graph(
+            "Evidence against bound, per sequential test",
+            "none",
+            "Each test's log e-value (error_rate_change: the change detector's log statistic) and the "
+            "bound it fails at: log(1/alpha), alpha its share of analysis.false_rollback_budget "
+            "(error_rate_change: the log of its looks between false alarms). A rollback is a line "
+            "crossing its bound; the evidence accumulates over the whole rollout and restarts only on "
+            "retry or a new candidate.",
+            query(f"graystack_analysis_log_evalue{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
+            query(f"graystack_analysis_log_evalue_bound{{{ROLLOUT}}}", "{{rollout}} {{check}} bound"),
+        ).span(16)
+    )
+    board.with_panel(
+        graph(
+            "Candidate error rate: anytime confidence bounds",
+            "percentunit",
+            "The candidate's error rate over the rollout, with confidence bounds valid at every look at "
+            "once (a confidence sequence), against max_error_rate.",
+            query(f"graystack_analysis_error_rate_bound{{{ROLLOUT}}}", "{{rollout}} {{side}}"),
+            query(f'graystack_analysis_check_value{{{ROLLOUT}, check="error_rate"}}', "{{rollout}} rate"),
+            query(
+                f'graystack_analysis_check_threshold{{{ROLLOUT}, check="error_rate"}}',
+                "{{rollout}} threshold",
+            ),
+        ).span(8)
+    )
+    board.with_row(gd.Row("Each check against its threshold"))
+    for check, unit in CHECKS.items():
+        selector = f'{ROLLOUT}, check="{check}"'
+        board.with_panel(
+            graph(
+                f"Check {check}: value and threshold",
+                unit,
+                "The value the last analysis saw (a gap: no value, e.g. too few requests) and the "
+                "threshold it is held to." + CHECK_NOTES.get(check, ""),
+                query(f"graystack_analysis_check_value{{{selector}}}", "{{rollout}} value"),
+                query(f"graystack_analysis_check_threshold{{{selector}}}", "{{rollout}} threshold"),
+            ).span(6)
+        )
+    board.with_panel(shadow_agreement().span(24 - len(CHECKS) * 6 % 24))  # beside the last check's panel
+    board.with_panel(
+        graph(
+            "Verdicts per check",
+            "short",
+            "Analysis results per look: pass, fail, inconclusive (a stage still extending for evidence, "
+            "or no data), error (metrics unreadable).",
+            query(
+                f"sum by (check, result) (increase(graystack_analysis_checks_total{{{ROLLOUT}}}[{RATE}]))",
+                "{{check}} {{result}}",
+            ),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Samples per check",
+            "short",
+            "What each check has judged: the candidate's requests over the rollout (shadow copies "
+            "included) for the error checks, its first tokens or token gaps for the latency checks, "
+            "probes for weight_status, compared shadow answers for shadow_agreement.",
+            query(f"graystack_analysis_check_samples{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
+        )
+    )
+    board.with_row(gd.Row("Rollbacks and Envoy's ACKs"))
+    rollbacks = (
+        table.Panel()
+        .show_header(True)
+        .title("Rollbacks by reason")
+        .description(
+            "Rollbacks since the gateway started, by reason (every reason listed, 0 until it happens): "
+            "the first failing check, shared_incident (the baseline failed the same test), operator, "
+            "metrics_error."
+        )
+    )
+    reasons = query(f"sum by (rollout, reason) (graystack_rollout_rollbacks_total{{{ROLLOUT}}})").instant()
+    board.with_panel(with_queries(rollbacks, reasons).span(8).height(8))
+    board.with_panel(
+        graph(
+            "Rollback time: decision to every proxy's ACK",
+            "s",
+            "From the first failing sample (or the operator's command) to the last Envoy's ACK of the "
+            "baseline-only config, over the rollbacks since the gateway started.",
+            query(
+                "histogram_quantile(0.99, sum by (rollout, le) "
+                f"(graystack_rollback_seconds_bucket{{{ROLLOUT}}}))",
+                "{{rollout}} p99",
+            ),
+            query(
+                f"sum by (rollout) (graystack_rollback_seconds_sum{{{ROLLOUT}}}) / "
+                f"sum by (rollout) (graystack_rollback_seconds_count{{{ROLLOUT}}})",
+                "{{rollout}} mean",
+            ),
+        ).span(8)
+    )
+    board.with_panel(
+        graph(
+            "Envoy ACK convergence: converged vs connected proxies",
+            "short",
+            "Connected proxies, those that ACKed the latest version of every type, and those whose "
+            "stream ended (no replica has them; they route by their last split): a gap that stays open "
+            "is a proxy not running the config the controller chose.",
+            query(f"sum by (namespace) (graystack_xds_connected_proxies{{{NAMESPACE}}})", "connected"),
+            query(f"sum by (namespace) (graystack_xds_converged_proxies{{{NAMESPACE}}})", "converged"),
+            query(
+                f"sum by (namespace) (1 - max by (namespace, node) (graystack_xds_proxy_connected{{{NAMESPACE}}}))",
+                "cut off (on their last split)",
+            ),
+        ).span(8)
+    )
+    board.with_panel(
+        graph(
+            "Controller alerts",
+            "short",
+            "Alerts the controller logged: rollbacks, freezes on unreadable metrics, unACKed rollbacks.",
+            query(
+                f"sum by (rollout) (increase(graystack_rollout_alerts_total{{{ROLLOUT}}}[{RATE}]))",
+                "{{rollout}}",
+            ),
+        )
+    )
+    return board
+
+
+def shadow_agreement() -> timeseries.Panel:
+    """The candidate's greedy answers to shadow copies against the baseline's (inference/server/outputs.py):
+    the share that agree on the left axis, the comparisons by result on the right."""
+    comparisons = "graystack_shadow_comparisons_total"
+    agreed = f'sum by (variant) (rate({comparisons}{{{VARIANT}, result="agree"}}[{RATE}]))'
+    compared = f'sum by (variant) (rate({comparisons}{{{VARIANT}, result=~"agree|differ"}}[{RATE}]))'
+    counts = [
+        DynamicConfigValue(id_val="unit", value="short"),
+        DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+    ]
+    return graph(
+        "Shadow agreement",
+        "percentunit",
+        "Left: the share of the candidate's greedy answers to shadow copies that equal the baseline's "
+        "answer to the same request (answers are compared whole, so a close candidate agrees less "
+        "often on longer answers). Right: comparisons per interval by result; `missing` (no baseline "
+        "pod had the answer in time) is left out of the share, and a high count of it means the "
+        "candidate's --compare-with does not reach the baseline pods. Empty outside a shadow stage and "
+        "for a candidate served without --compare-with; sampled requests are never compared.",
+        query(f"{agreed} / {compared}", "{{variant}} agreement"),
+        query(
+            f"sum by (variant, result) (increase({comparisons}{{{VARIANT}}}[{RATE}]))",
+            "{{variant}} {{result}}",
+        ),
+    ).override_by_query("B", counts)

@@ -1,0 +1,181 @@
+"""The Variants side by side dashboard: baseline and candidate on the same axes."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import table
+from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
+
+from graystack.observability.dashboards.capacity import cost_per_million_tokens, pods
+from graystack.observability.dashboards.panels import base, graph, quantiles, query, with_queries
+from graystack.observability.promql import (
+    NAMESPACE,
+    RATE,
+    ROUTE_CLUSTER,
+    SERVER_VARIANT,
+    SHADOW_CLUSTER,
+    VARIANT,
+    quantile,
+    rate,
+)
+
+
+def variants_side_by_side() -> gd.Dashboard:
+    board = base(
+        "graystack-variants",
+        "graystack / Variants side by side",
+        "Baseline and zero-layer on the same axes: latency, TTFT against prompt length, errors, "
+        "shadow copies, throughput, queues, skipped bias work, memory, and each variant's pods and "
+        "cost per generated token.",
+    )
+    board.with_row(gd.Row("Latency"))
+    board.with_panel(
+        quantiles(
+            "Time to first token",
+            "graystack_request_ttft_seconds",
+            "From arrival to the first token, all prompt lengths (the model servers' histogram).",
+        )
+    )
+    board.with_panel(
+        graph(
+            "TTFT p95 by prompt length",
+            "s",
+            "The story: the baseline's TTFT grows with the prompt (its bias layer scores every "
+            "position pair); the zero-layer's stays flat where its bias is skipped.",
+            query(
+                quantile(0.95, "graystack_request_ttft_seconds", VARIANT, "variant, prompt_bucket"),
+                "{{variant}} {{prompt_bucket}} tokens",
+            ),
+        )
+    )
+    board.with_panel(
+        quantiles(
+            "Inter-token latency",
+            "graystack_request_inter_token_seconds",
+            "Time between consecutive tokens of one request (one observation per engine step).",
+        )
+    )
+    board.with_panel(
+        quantiles(
+            "End-to-end latency", "graystack_request_e2e_seconds", "Arrival to last token, answers 200."
+        )
+    )
+    board.with_row(gd.Row("Errors and throughput"))
+    board.with_panel(
+        graph(
+            "Error rate by code (model servers)",
+            "percentunit",
+            "Share of each variant's answers with a non-200 status, by code. A pod that is down or "
+            "stalls answers nothing: see Envoy's view beside it.",
+            query(
+                f'sum by (variant, code) (rate(graystack_requests_total{{{VARIANT}, code!="200"}}[{RATE}])) '
+                f"/ ignoring (code) group_left "
+                f"sum by (variant) (rate(graystack_requests_total{{{VARIANT}}}[{RATE}]))",
+                "{{variant}} {{code}}",
+            ),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Envoy: responses by code and retried attempts",
+            "reqps",
+            "Per route cluster (`<variant>-with-fallback` retries a failed attempt on the fallback, "
+            "so the client sees 200 while the variant failed): what the rollback guard counts.",
+            query(
+                rate(
+                    "envoy_cluster_upstream_rq",
+                    ROUTE_CLUSTER,
+                    "envoy_cluster_name, envoy_response_code",
+                ),
+                "{{envoy_cluster_name}} {{envoy_response_code}}",
+            ),
+            query(
+                rate("envoy_cluster_upstream_rq_retry", ROUTE_CLUSTER, "envoy_cluster_name"),
+                "{{envoy_cluster_name}} retried",
+            ),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Shadow copies (Envoy)",
+            "reqps",
+            "Mirrored copies of clients' requests that a shadow phase sends to `<variant>-shadow`, by "
+            "response code: no client sees them, the rollout's checks count them as the variant's.",
+            query(
+                rate("envoy_cluster_upstream_rq", SHADOW_CLUSTER, "envoy_cluster_name, envoy_response_code"),
+                "{{envoy_cluster_name}} {{envoy_response_code}}",
+            ),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Requests per second",
+            "reqps",
+            "Answers per second from each variant's pods (probes' synthetic requests included).",
+            query(rate("graystack_requests_total", VARIANT, "variant"), "{{variant}}"),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Tokens per second",
+            "short",
+            "Prompt tokens read and tokens generated per second.",
+            query(rate("graystack_tokens_total", VARIANT, "variant, kind"), "{{variant}} {{kind}}"),
+        )
+    )
+    board.with_row(gd.Row("Engine"))
+    board.with_panel(
+        graph(
+            "Running and waiting requests",
+            "short",
+            "Requests in the decode batch and queued for it.",
+            query(f"sum by (variant) (graystack_requests_running{{{VARIANT}}})", "{{variant}} running"),
+            query(f"sum by (variant) (graystack_requests_waiting{{{VARIANT}}})", "{{variant}} waiting"),
+        )
+    )
+    board.with_panel(
+        graph(
+            "Share of bias blocks skipped",
+            "percentunit",
+            "Attention key blocks whose relative-position-bias work was skipped: about 0 on the "
+            "baseline, near 1 on a zero-layer pod whose bias is erased or zeroed.",
+            query(
+                f'sum by (variant) (rate(graystack_attention_bias_blocks_total{{{VARIANT}, result="skipped"}}'
+                f"[{RATE}])) / sum by (variant) (rate(graystack_attention_bias_blocks_total{{{VARIANT}}}"
+                f"[{RATE}]))",
+                "{{variant}}",
+            ),
+        )
+    )
+    kv_cache = [
+        DynamicConfigValue(id_val="unit", value="percentunit"),
+        DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+    ]
+    board.with_panel(
+        graph(
+            "Memory: process RSS and KV-cache usage",
+            "bytes",
+            "Each model server's resident memory (left axis; its process_* series carry no variant, "
+            "so its pod's graystack_model_info names it) and the share of the KV cache in use (right "
+            "axis, vLLM's name, which load-aware routers read): the memory that grows with load and "
+            "context.",
+            query(
+                f"process_resident_memory_bytes{{{NAMESPACE}}} * {SERVER_VARIANT}",
+                "{{variant}} {{instance}} RSS",
+            ),
+            query(f"sum by (variant) (vllm:kv_cache_usage_perc{{{VARIANT}}})", "{{variant}} KV cache"),
+        ).override_by_query("B", kv_cache)
+    )
+    served = (
+        table.Panel()
+        .show_header(True)
+        .title("Models served")
+        .description("Each pod's model fingerprint, weight status and effective bias window.")
+    )
+    board.with_panel(
+        with_queries(served, query(f"graystack_model_info{{{VARIANT}}}").instant()).span(24).height(6)
+    )
+    board.with_row(gd.Row("Capacity and cost"))
+    board.with_panel(pods())
+    board.with_panel(cost_per_million_tokens())
+    return board

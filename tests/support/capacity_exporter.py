@@ -1,7 +1,7 @@
 """`python -m tests.support.capacity_exporter --port N`: the leading gateway's capacity gauges as it exports
 them in Kubernetes with rollout.capacity enabled, which the local stack (no Deployments to scale) cannot.
 
-The gauges are the gateway's own metric objects (gateway/rollout/metrics.py, found by their names) set to
+The gauges are the gateway's own metric objects (gateway/rollout/metrics.py), set by its `record_capacity` to
 a mid-step fleet and served from a registry of their own, so Prometheus scrapes these two families and
 nothing else of the gateway twice. It runs until it is stopped (SIGTERM, by PID).
 """
@@ -12,7 +12,6 @@ import argparse
 import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.metrics import MetricWrapperBase
 
 from gateway.rollout import metrics
 
@@ -26,24 +25,18 @@ REPLICAS = {
 }
 
 
-def gateway_family(name: str) -> MetricWrapperBase:
-    found = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase) and m._name == name]
-    if len(found) != 1:
-        raise LookupError(f"gateway/rollout/metrics.py defines {len(found)} families named {name}")
-    return found[0]
-
-
 def registry() -> CollectorRegistry:
-    """The two gauges, set as the leading gateway would for REPLICAS at GPU_HOUR_PRICE."""
-    replicas = gateway_family("graystack_variant_replicas")
-    cost = gateway_family("graystack_variant_cost_per_hour")
-    for variant, states in REPLICAS.items():
-        for state, count in states.items():
-            replicas.labels(rollout=ROLLOUT, variant=variant, state=state).set(count)
-        cost.labels(rollout=ROLLOUT, variant=variant).set(states["running"] * GPUS_PER_POD * GPU_HOUR_PRICE)
+    """The two gauges, set through the gateway's own `record_capacity` for REPLICAS at GPU_HOUR_PRICE."""
+    view = {
+        "variants": {
+            variant: {**states, "cost_per_hour": states["running"] * GPUS_PER_POD * GPU_HOUR_PRICE}
+            for variant, states in REPLICAS.items()
+        }
+    }
+    metrics.record_capacity(ROLLOUT, view)
     served = CollectorRegistry()
-    served.register(replicas)
-    served.register(cost)
+    served.register(metrics.VARIANT_REPLICAS)
+    served.register(metrics.VARIANT_COST)
     return served
 
 

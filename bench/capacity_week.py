@@ -12,6 +12,11 @@ ready --pod-start minutes after it is asked for; a removed one goes at once). Th
             doubles the GPU bill)
   fixed     the baseline at full size and the candidate at the chart's default 1 pod, the steps not
             waiting: how often the candidate runs above what its pods can serve
+Then the same week with the locustfile's default mix (60 % no header, 20 % `mobile`, 20 % `high_load`)
+on the chart's default rules (`high_load` pinned to zero-layer, `mobile` split 80/20), where the
+candidate's load is not its default-split weight:
+  mix-stated    capacity on, `segments` stating the mix (the chart's default)
+  mix-unstated  capacity on, no `segments`: sized from the default split alone
 Writes bench/results/capacity_week.json.
 """
 
@@ -22,7 +27,7 @@ import math
 
 from bench._common import write_result
 from gateway.rollout.analysis import Check
-from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity_plan, gate
+from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity_plan, gate, segments
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Phase
@@ -37,14 +42,20 @@ STEPS = [
     {"weight": 100},
 ]
 VARIANTS = ("baseline", "zero-layer")
+PLANS = ("follow", "full", "fixed", "mix-stated", "mix-unstated")
+MIX = {"high_load": 20, "mobile": 20}  # the locustfile's default mix, -=6,mobile=2,high_load=2
+RULES = [  # the chart's default header rules
+    {"value": "high_load", "variant": "zero-layer"},
+    {"value": "mobile", "weights": {"baseline": 80, "zero-layer": 20}},
+]
 
 
-def rollout_spec():
+def rollout_spec(rules: list[dict]):
     return validate_spec(
         {
             "name": "zero-layer",
             "variants": {v: {"endpoints": [f"10.0.0.{i}:8000"]} for i, v in enumerate(VARIANTS, start=1)},
-            "routing": {"weights": {"baseline": 100, "zero-layer": 0}},
+            "routing": {"weights": {"baseline": 100, "zero-layer": 0}, "rules": rules},
             "retries": {"fallback": "baseline"},
             "strategy": {"steps": STEPS},
         }
@@ -89,14 +100,22 @@ class Pods:
 
 
 def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float) -> dict:
-    spec = rollout_spec()
+    mixed = plan.startswith("mix-")
+    spec = rollout_spec(RULES if mixed else [])
     settings = CapacitySettings(
         fleet_replicas=fleet,
+        segments=MIX if plan == "mix-stated" else {},
         variants={v: VariantCapacity(deployment=v, min_replicas=1) for v in VARIANTS},
     )
-    candidate_start = fleet if plan == "full" else 1
-    pods = {"baseline": Pods(fleet, pod_start), "zero-layer": Pods(candidate_start, pod_start)}
+    traffic = segments(spec.routing, MIX if mixed else {})  # what the users send, stated or not
     state = initial_state(spec, 0.0)
+    start = {"baseline": fleet, "zero-layer": fleet if plan == "full" else 1}
+    if plan not in ("full", "fixed"):  # the rollout begins on a fleet already sized for its first stage
+        routing = spec.routing.model_copy(
+            update={"weights": {"baseline": 100 - state.weight, "zero-layer": state.weight}}
+        )
+        start = capacity_plan(settings, spec, state, routing, 0.0, "baseline", "zero-layer").replicas
+    pods = {name: Pods(replicas, pod_start) for name, replicas in start.items()}
     pod_hours = 0.0
     over = {v: 0.0 for v in VARIANTS}
     promoted_at = None
@@ -107,8 +126,9 @@ def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float
         weight = state.weight or 0
         split = {"baseline": 100 - weight, "zero-layer": weight}
         capacity = None
-        if plan == "follow":
-            sizing = capacity_plan(settings, spec, state, split, now, "baseline", "zero-layer")
+        if plan not in ("full", "fixed"):
+            routing = spec.routing.model_copy(update={"weights": split})
+            sizing = capacity_plan(settings, spec, state, routing, now, "baseline", "zero-layer")
             for name, replicas in sizing.replicas.items():
                 pods[name].scale(replicas, now)
             capacity = gate(
@@ -119,7 +139,7 @@ def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float
             promoted_at = now
         load = demand(now, trough) * fleet  # in pods' worth of traffic
         for name in VARIANTS:
-            share = split[name] / 100
+            share = traffic.share(name, split[name]) / 100
             if load * share > pods[name].ready + 1e-9:
                 over[name] += MINUTE
         pod_hours += sum(variant.running for variant in pods.values()) * MINUTE / HOUR
@@ -142,12 +162,11 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=7.0)
     args = parser.parse_args()
     results = {
-        plan: simulate(plan, args.fleet, args.trough, args.pod_start * MINUTE, args.days)
-        for plan in ("follow", "full", "fixed")
+        plan: simulate(plan, args.fleet, args.trough, args.pod_start * MINUTE, args.days) for plan in PLANS
     }
     saving = 1 - results["follow"]["pod_hours"] / results["full"]["pod_hours"]
     results["saving_vs_full"] = round(saving, 4)
-    for plan in ("follow", "full", "fixed"):
+    for plan in PLANS:
         print(f"{plan:7} {results[plan]}")
     print(f"capacity following the split saves {saving:.1%} of the GPU pod-hours of both fleets at full size")
     parameters = {
@@ -157,6 +176,7 @@ def main() -> None:
         "pod_start_minutes": args.pod_start,
         "days": args.days,
         "look_seconds": MINUTE,
+        "mix": {"segments": MIX, "rules": RULES},
         "capacity_defaults": {"warmup_s": 300, "ready_timeout_s": 600, "scale_down_delay_s": 1800},
     }
     print(write_result("capacity_week", parameters, results))

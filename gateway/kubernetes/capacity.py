@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -35,7 +35,7 @@ from gateway.rollout.capacity import (
 )
 from gateway.rollout.plan import roles
 from gateway.rollout.rollout_state import CapacityGate, RolloutState
-from gateway.rollout.spec import RolloutSpec, SpecError
+from gateway.rollout.spec import RolloutSpec, Routing, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +66,15 @@ class DeploymentCapacity:
         self._autoscaling = client.AutoscalingV2Api(api)
         self.view: dict | None = None  # the last look, for `graystack status`
 
-    def look(
-        self, spec: RolloutSpec, state: RolloutState, split: Mapping[str, int], now: float
-    ) -> CapacityGate:
-        """Scale every configured variant for `split` (the live default split) and, near the end of the
+    def look(self, spec: RolloutSpec, state: RolloutState, routing: Routing, now: float) -> CapacityGate:
+        """Scale every configured variant for the live `routing` and, near the end of the
         hold, `state`'s next stage; whether the candidate's pods for the next stage are ready."""
         try:
             baseline, candidate = roles(spec)
         except SpecError as error:  # no baseline: no roles to size (the guard is off for it too)
             self.view = {"variants": {}, "problems": {"spec": str(error)}}
             return CapacityGate(False, str(error), self.settings.ready_timeout)
-        sizing = capacity_plan(self.settings, spec, state, split, now, baseline, candidate)
+        sizing = capacity_plan(self.settings, spec, state, routing, now, baseline, candidate)
         problems, pods = {}, {}
         for name, replicas in sizing.replicas.items():
             variant = self.settings.variants[name]
@@ -86,7 +84,7 @@ class DeploymentCapacity:
             except Exception as error:  # the API server's answer or its absence: hold, log, look again
                 problems[name] = why(error)
                 log.warning("cannot scale or count %s's pods (%d wanted): %s", name, replicas, problems[name])
-        self.view = capacity_view(self.settings, sizing, pods, split, candidate, problems)
+        self.view = capacity_view(self.settings, sizing, pods, routing.weights, candidate, problems)
         timeout = self.settings.ready_timeout
         if candidate not in sizing.replicas:
             return CapacityGate(True, f"{candidate} is not scaled here", timeout)

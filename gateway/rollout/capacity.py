@@ -11,8 +11,13 @@ rollback lands on pods that are already running (GPU pods take minutes to start)
 stage's weight (`upcoming_weight`) once the stage's hold has `warmup` or less to go (`warming`), so
 its pods start before the hold ends without idling on GPUs through all of it, and the machine waits
 for them to be ready before it advances (`gate`, fed to gateway/rollout/machine.py, always about the
-next stage's pods). Mirrored shadow requests are load on the candidate too. Only the default split counts: header rules that send a
-segment to one variant are not sized for (their share of the traffic is not known here).
+next stage's pods). Mirrored shadow requests are load on the candidate too.
+
+A share is of all the traffic, header segments included (`Segments`): a rule that pins `high_load` to
+the candidate sends it that segment's traffic at every stage, and the locustfile's default mix is 20 %
+`high_load` and 20 % `mobile`, so at the 5 % step the chart's default rules send the candidate 27 %.
+The segments' shares of the traffic are stated (`segments`, percent); a rule without one is sized as
+if its traffic followed the default split, and status says so.
 
 The settings arrive as JSON (`--capacity`, GRAYSTACK_CAPACITY; the chart renders `rollout.capacity`),
 camelCase as in the chart's values. The Kubernetes side that applies them: gateway/kubernetes/capacity.py.
@@ -20,15 +25,18 @@ camelCase as in the chart's values. The Kubernetes side that applies them: gatew
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from gateway.rollout.rollout_state import CapacityGate, Phase, RolloutState
-from gateway.rollout.spec import RolloutSpec
+from gateway.rollout.spec import RolloutSpec, Routing
 from gateway.rollout.spec_fields import Duration
 from gateway.rollout.views import hold_needed
 
@@ -63,7 +71,17 @@ class CapacitySettings(_Settings):
     warmup: Duration = WARMUP
     scale_down_delay: Duration = SCALE_DOWN_DELAY
     gpu_hour_price: float = Field(0.0, ge=0)  # per GPU-hour, in the user's currency; 0: no cost shown
+    segments: dict[str, int] = {}  # header value -> the percent of all the traffic that carries it
     variants: dict[str, VariantCapacity]
+
+    @model_validator(mode="after")
+    def _shares(self) -> CapacitySettings:
+        for value, share in self.segments.items():
+            if not 0 <= share <= 100:
+                raise ValueError(f"segments: {value!r} carries {share}% of the traffic, not 0-100")
+        if sum(self.segments.values()) > 100:
+            raise ValueError(f"segments: the shares add up to {sum(self.segments.values())}%, over 100")
+        return self
 
 
 class CapacityEdge(Protocol):
@@ -71,9 +89,7 @@ class CapacityEdge(Protocol):
 
     view: dict | None  # the last look (`capacity_view`), for status and the metrics
 
-    def look(
-        self, spec: RolloutSpec, state: RolloutState, split: Mapping[str, int], now: float
-    ) -> CapacityGate: ...
+    def look(self, spec: RolloutSpec, state: RolloutState, routing: Routing, now: float) -> CapacityGate: ...
 
 
 def parse_settings(text: str) -> CapacitySettings:
@@ -81,9 +97,9 @@ def parse_settings(text: str) -> CapacitySettings:
     return CapacitySettings.model_validate_json(text)
 
 
-def replicas_for(percent: int, fleet: int, variant: VariantCapacity) -> int:
-    """`ceil(percent% x fleet)` within the variant's bounds."""
-    wanted = max(-(-min(percent, 100) * fleet // 100), variant.min_replicas)
+def replicas_for(percent: Fraction | int, fleet: int, variant: VariantCapacity) -> int:
+    """`ceil(percent% x fleet)` within the variant's bounds (exact: a Fraction, never a float)."""
+    wanted = max(math.ceil(Fraction(min(percent, 100)) * fleet / 100), variant.min_replicas)
     return wanted if variant.max_replicas is None else min(wanted, variant.max_replicas)
 
 
@@ -121,6 +137,47 @@ def warming(spec: RolloutSpec, state: RolloutState, now: float, warmup: float) -
     return needed is not None and needed - state.hold_elapsed(now) <= warmup
 
 
+@dataclass(frozen=True)
+class Segments:
+    """What the header rules take of the traffic: `rest`, the percent left to the default split, and
+    `pinned`, each variant's percent of all the traffic through the rules; `unstated`, rules whose
+    share is not stated (sized as if they followed the default split), `unrouted`, stated header values no rule routes (their
+    traffic follows the default split)."""
+
+    rest: Fraction = Fraction(100)
+    pinned: Mapping[str, Fraction] = field(default_factory=dict)
+    unstated: tuple[str, ...] = ()
+    unrouted: tuple[str, ...] = ()
+
+    def share(self, variant: str, default_percent: int) -> Fraction:
+        """`variant`'s percent of all the traffic where the default split gives it `default_percent`."""
+        return self.rest * default_percent / 100 + self.pinned.get(variant, Fraction(0))
+
+    def note(self) -> str:
+        """What status should say about the shares ("" when every rule's share is stated)."""
+        notes = [
+            f"{value}: no share of the traffic stated, sized as if it followed the default split"
+            for value in self.unstated
+        ]
+        notes += [
+            f"{value}: no rule routes it, its share follows the default split" for value in self.unrouted
+        ]
+        return "; ".join(notes)
+
+
+def segments(routing: Routing, shares: Mapping[str, int]) -> Segments:
+    """The live rules' load, from the stated `shares` of the traffic each header value carries."""
+    rules = {rule.value: rule.split() for rule in routing.rules}
+    stated = {value: share for value, share in shares.items() if value in rules}
+    pinned: dict[str, Fraction] = defaultdict(Fraction)
+    for value, share in stated.items():
+        for variant, weight in rules[value].items():
+            pinned[variant] += Fraction(share * weight, 100)
+    unstated = tuple(value for value in rules if value not in shares)
+    unrouted = tuple(value for value in shares if value not in rules)
+    return Segments(Fraction(100 - sum(stated.values())), dict(pinned), unstated, unrouted)
+
+
 def targets(
     settings: CapacitySettings,
     split: Mapping[str, int],
@@ -129,17 +186,19 @@ def targets(
     shadow_percent: int = 0,
     baseline: str | None = None,
     recent: list[int] | None = None,
+    load: Segments = Segments(),
 ) -> dict[str, int]:
-    """Replicas per configured variant: each by its share of the live default `split`; the candidate
-    by the larger of its share (plus the mirrored shadow requests) and its `upcoming` weight; the
-    `baseline` by the largest share it had over the `recent` candidate weights (the scale-down delay)."""
+    """Replicas per configured variant: each by its share of the traffic (`load`, with the live default
+    `split`); the candidate by the larger of its share (plus the mirrored shadow requests) and its
+    share at its `upcoming` weight; the `baseline` by the largest share it had over the `recent`
+    candidate weights (the scale-down delay)."""
     wanted = {}
     for name, variant in settings.variants.items():
-        percent = split.get(name, 0)
+        percent = load.share(name, split.get(name, 0))
         if name == candidate:
-            percent = max(percent + shadow_percent, upcoming)
+            percent = max(percent + shadow_percent, load.share(name, upcoming))
         elif name == baseline and recent:
-            percent = max(percent, 100 - min(recent))
+            percent = max(percent, load.share(name, 100 - min(recent)))
         wanted[name] = replicas_for(percent, settings.fleet_replicas, variant)
     return wanted
 
@@ -150,25 +209,28 @@ class CapacityPlan:
 
     replicas: dict[str, int]
     candidate_needs: int
+    load: Segments = Segments()
 
 
 def capacity_plan(
     settings: CapacitySettings,
     spec: RolloutSpec,
     state: RolloutState,
-    split: Mapping[str, int],
+    routing: Routing,
     now: float,
     baseline: str,
     candidate: str,
 ) -> CapacityPlan:
-    """`targets` for this look: the candidate warmed for the next stage only near the end of its hold,
-    the baseline held for the scale-down delay; and the next stage's need, which the gate counts."""
+    """`targets` for this look, on the live `routing`: the candidate warmed for the next stage only near
+    the end of its hold, the baseline held for the scale-down delay; and the next stage's need, which
+    the gate counts."""
     upcoming, shadow = upcoming_weight(spec, state), state.shadow_percent
     warm = warming(spec, state, now, settings.warmup)
     recent = recent_weights(spec, state, now, settings.scale_down_delay)
-    replicas = targets(settings, split, candidate, upcoming if warm else 0, shadow, baseline, recent)
-    needs = targets(settings, split, candidate, upcoming, shadow)
-    return CapacityPlan(replicas, needs.get(candidate, 0))
+    load, split = segments(routing, settings.segments), routing.weights
+    replicas = targets(settings, split, candidate, upcoming if warm else 0, shadow, baseline, recent, load)
+    needs = targets(settings, split, candidate, upcoming, shadow, load=load)
+    return CapacityPlan(replicas, needs.get(candidate, 0), load)
 
 
 def gate(candidate: str, wanted: int, ready: int | None, timeout: float, problem: str = "") -> CapacityGate:
@@ -204,7 +266,7 @@ def capacity_view(
     variants = {}
     for name, wanted in plan.replicas.items():
         seen = pods.get(name)
-        entry = {"wanted": wanted, "share": split.get(name, 0)}
+        entry = {"wanted": wanted, "share": round(plan.load.share(name, split.get(name, 0)))}
         if seen is not None:
             entry |= {"running": seen.running, "ready": seen.ready}
             entry["ready_share"] = min(100, seen.ready * 100 // settings.fleet_replicas)
@@ -212,7 +274,8 @@ def capacity_view(
                 gpus = seen.running * settings.variants[name].gpus_per_pod
                 entry["cost_per_hour"] = gpus * settings.gpu_hour_price
         variants[name] = entry
-    view = {"variants": variants, "problems": dict(problems)}
+    notes = {"segments": plan.load.note()} if plan.load.note() else {}
+    view = {"variants": variants, "problems": dict(problems) | notes}
     if candidate in plan.replicas:
         ready = pods[candidate].ready if candidate in pods else None
         view |= {"candidate": candidate, "next_stage_needs": plan.candidate_needs, "candidate_ready": ready}

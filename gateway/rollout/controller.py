@@ -255,8 +255,8 @@ class RolloutController:
     async def _capacity_look(self, spec: RolloutSpec) -> CapacityGate | None:
         if self.capacity is None:
             return None
-        split = self.gateway.live.routing.weights
-        gate = await asyncio.to_thread(self.capacity.look, spec, self.state, split, self._clock())
+        routing = self.gateway.live.routing
+        gate = await asyncio.to_thread(self.capacity.look, spec, self.state, routing, self._clock())
         metrics.record_capacity(spec.name, self.capacity.view or {})
         return gate
 

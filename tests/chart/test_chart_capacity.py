@@ -52,6 +52,13 @@ def test_on_the_gateway_gets_the_settings_with_the_charts_deployment_names():
     assert (settings.fleet_replicas, settings.ready_timeout, settings.warmup) == (8, 600.0, 300.0)
     assert settings.scale_down_delay == 1800.0
     assert settings.gpu_hour_price == 0  # no price: no cost shown
+    # The default rules' segments at the locustfile's default mix, `helm test`'s at none: every rule
+    # has its share, so status notes none missing.
+    assert {rule.value for rule in spec_of(on).routing.rules} == set(settings.segments)
+    assert {value: share for value, share in settings.segments.items() if share} == {
+        "high_load": 20,
+        "mobile": 20,
+    }
     assert spec_of(on) == spec_of(rendered(""))  # the spec ConfigMap is the same with it on
 
 
@@ -121,6 +128,8 @@ def test_the_charts_own_hpa_is_the_one_capacity_moves_and_no_deployment_keeps_re
         ("rollout.capacity.variants.canary.minReplicas=1", "no enabled variant canary"),
         ("rollout.capacity.variants.baseline.replicas=3", "replicas"),
         ("rollout.capacity.gpuHourPrice=-1", "gpuHourPrice"),
+        ("rollout.capacity.segments.mobile=101", "segments"),
+        ("rollout.capacity.segments.mobile=90", "add up to 110%"),
     ],
 )
 def test_bad_capacity_values_fail_the_render(assignment: str, named: str) -> None:

@@ -72,12 +72,18 @@ def hpa(name: str, min_replicas: int) -> dict:
     }
 
 
-def settings(ready_timeout: str = "10m", candidate_hpa: str = "", gpu_hour_price: float = 0) -> str:
+def settings(
+    ready_timeout: str = "10m",
+    candidate_hpa: str = "",
+    gpu_hour_price: float = 0,
+    segments: dict | None = None,
+) -> str:
     """kube-gateway's --capacity, as the chart renders it."""
     return json.dumps(
         {
             "fleetReplicas": 8,
             "gpuHourPrice": gpu_hour_price,
+            "segments": segments or {},
             "readyTimeout": ready_timeout,
             "warmup": "5m",
             "scaleDownDelay": "10m",
@@ -93,7 +99,13 @@ class Rollout:
     """The double with both variants' Deployments (8 baseline pods, 1 zero-layer), and the controller."""
 
     def __init__(
-        self, server: FakeApiServer, tmp_path, ready_timeout: str, candidate_hpa: str = "", price: float = 0
+        self,
+        server: FakeApiServer,
+        tmp_path,
+        ready_timeout: str,
+        candidate_hpa: str = "",
+        price: float = 0,
+        segments: dict | None = None,
     ) -> None:
         self.api = server
         for name, replicas in ((BASELINE, 8), (CANDIDATE, 1)):
@@ -110,7 +122,7 @@ class Rollout:
             FileStateStore(tmp_path / "state.json"),
             clock=self.clock,
             capacity=DeploymentCapacity(
-                client, NS, parse_settings(settings(ready_timeout, candidate_hpa, price))
+                client, NS, parse_settings(settings(ready_timeout, candidate_hpa, price, segments))
             ),
         )
         self.controller.restore()
@@ -230,6 +242,32 @@ async def test_a_rollback_after_the_scale_down_moves_the_weight_at_once_and_says
         "  baseline     8 wanted, 8 running, 8 ready, 20.00/h (5.56 per million generated tokens)\n" in text
     )
     assert "  zero-layer   1 wanted, 1 running, 1 ready, 5.00/h\n" in text
+
+
+async def test_segments_pinned_to_the_candidate_are_its_load_and_unstated_ones_are_noted(server, tmp_path):
+    """The spec's rules pin high_load to zero-layer and split mobile 80/20; the locustfile's default mix
+    sends each 20 % of the traffic: at the 5 % step zero-layer carries 27 %, not 5 %."""
+    (tmp_path / "stated").mkdir(), (tmp_path / "unstated").mkdir()
+    stated = Rollout(server, tmp_path / "stated", "10m", segments={"high_load": 20, "mobile": 20})
+    await stated.at(0)
+    assert stated.replicas() == {BASELINE: 6, CANDIDATE: 3}  # ceil(73 % x 8), ceil(27 % x 8)
+    text = stated.status_text()
+    assert (
+        "  zero-layer   3 wanted, 1 running, 1 ready: its ready pods can take 12% of the traffic, it gets 27%"
+        in text
+    )
+    assert "segments:" not in text
+    stated.settle()
+    await stated.at(5)
+    assert "  zero-layer   3 wanted, 3 running, 3 ready\n" in stated.status_text()  # all of its 27 %
+
+    unstated = Rollout(server, tmp_path / "unstated", "10m")  # the same Deployments, sized afresh
+    await unstated.at(0)
+    assert unstated.replicas() == {BASELINE: 8, CANDIDATE: 1}  # the default split alone
+    assert (
+        "  segments: high_load: no share of the traffic stated, sized as if it followed the default split; "
+        "mobile: no share of the traffic stated"
+    ) in unstated.status_text()
 
 
 async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come(server, tmp_path):

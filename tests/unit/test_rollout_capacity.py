@@ -15,12 +15,14 @@ from gateway.rollout.capacity import (
     per_million_tokens,
     recent_weights,
     replicas_for,
+    segments,
     targets,
     upcoming_weight,
     warming,
 )
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.rollout_state import Alert, CapacityGate, Command, Phase
+from gateway.rollout.spec import Routing
 from gateway.rollout.throughput import TokenRates
 from graystack.cli import main
 from tests.unit.test_rollout_machine import MANUAL, SPEC, STEPS_ONLY, failing, interval
@@ -46,6 +48,8 @@ def test_settings_read_the_charts_camel_case_and_refuse_what_cannot_hold():
         ),
         ('{"fleetReplicas": 8, "variants": {"b": {"deployment": "d", "replicas": 3}}}', "replicas"),
         ('{"fleetReplicas": 8, "readyTimeout": "soon", "variants": {}}', "readyTimeout"),
+        ('{"fleetReplicas": 8, "segments": {"m": 101}, "variants": {}}', "'m' carries 101%"),
+        ('{"fleetReplicas": 8, "segments": {"m": 60, "h": 50}, "variants": {}}', "add up to 110%"),
     ]:
         with pytest.raises(ValidationError, match=named):
             parse_settings(bad)
@@ -220,3 +224,32 @@ def test_tokens_per_second_over_the_last_looks_price_a_million_tokens():
     assert priced["baseline"]["cost_per_million_tokens"] == pytest.approx(1.0)  # 3.6 M tokens for 3.6 an hour
     assert "cost_per_million_tokens" not in priced["zero-layer"]  # nothing generated: no price per token
     assert priced["c"] == {}  # no GPU-hour price
+
+
+CHART_RULES = Routing.model_validate(  # the chart's default rules
+    {
+        "weights": {"baseline": 95, "zero-layer": 5},
+        "rules": [
+            {"value": "high_load", "variant": "zero-layer"},
+            {"value": "mobile", "weights": {"baseline": 80, "zero-layer": 20}},
+        ],
+    }
+)
+
+
+def test_a_segment_pinned_to_the_candidate_is_its_load_at_every_stage():
+    mix = segments(CHART_RULES, {"high_load": 20, "mobile": 20})  # the locustfile's default mix
+    assert mix.share("zero-layer", 5) == 27  # 60 % x 5 % + 20 % + 20 % x 20 %
+    assert mix.share("baseline", 95) == 73
+    assert mix.share("zero-layer", 100) == 84  # promoted: mobile's 80 % stays on the baseline
+    assert mix.note() == ""
+    split = {"baseline": 95, "zero-layer": 5}
+    assert targets(SETTINGS, split, "zero-layer", 5, load=mix) == {"baseline": 6, "zero-layer": 3}
+    assert targets(SETTINGS, split, "zero-layer", 5) == {"baseline": 8, "zero-layer": 1}  # the split alone
+
+    unstated = segments(CHART_RULES, {"high_load": 20, "gold": 5})
+    assert unstated.share("zero-layer", 5) == 24  # mobile's traffic is taken to follow the default split
+    assert unstated.note() == (
+        "mobile: no share of the traffic stated, sized as if it followed the default split; "
+        "gold: no rule routes it, its share follows the default split"
+    )

@@ -41,6 +41,7 @@ from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import RoleLabel
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
+from gateway.rollout import metrics
 from gateway.rollout.capacity import CapacityEdge, CapacitySettings
 from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore, decode_state
@@ -235,11 +236,16 @@ class KubernetesGatewayProcess(GatewayProcess):
         await self.controller.run()
 
     async def _stop_controller(self) -> None:
+        """Stop driving the rollout; the capacity this replica showed is the next leader's to show (a
+        follower's stale replicas and cost would be summed with the leader's on the dashboards)."""
         task, self._controller_task = self._controller_task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.controller.capacity is not None:
+            self.controller.capacity.view = None
+            metrics.forget_capacity()
 
     def _report(self, obj: dict, reason: str, message: str, kind: str) -> None:
         if self._loop is not None:

@@ -166,6 +166,12 @@ def record_checks(rollout: str, checks: Sequence[Check], error_bounds: tuple[flo
         ERROR_RATE_BOUND.labels(rollout, side).set(value)
 
 
+def forget_capacity() -> None:
+    """Drop every capacity series: this process no longer sizes the variants (it stopped leading)."""
+    VARIANT_REPLICAS.clear()
+    VARIANT_COST.clear()
+
+
 def record_capacity(rollout: str, view: dict) -> None:
     """A capacity look (gateway/rollout/capacity.py `capacity_view`): each variant's replicas and cost;
     a variant whose pods could not be counted keeps no stale count."""

@@ -366,6 +366,7 @@ async def test_the_leading_kube_gateway_sizes_the_variants_from_its_capacity_set
     gateway = KubernetesGatewayProcess(
         gateway_options(kube, xds_port=free_port(), admin_port=free_port()), kube
     )
+    gauge = {"rollout": "zero-layer", "variant": "baseline", "state": "wanted"}
     await gateway.start()
     try:
         # No metrics source here, so the guard is off; the split still sizes the fleet: 50 % of 8 each.
@@ -376,5 +377,9 @@ async def test_the_leading_kube_gateway_sizes_the_variants_from_its_capacity_set
         await eventually(sized, 10, "the leader to scale both Deployments to 4")
         wanted = {n: v["wanted"] for n, v in gateway.controller.status()["capacity"]["variants"].items()}
         assert wanted == {"baseline": 4, "zero-layer": 4}
+        assert REGISTRY.get_sample_value("graystack_variant_replicas", gauge) == 4
     finally:
         await gateway.stop()
+    # No longer leading, it shows no capacity: a follower's stale gauges would add to the leader's.
+    assert REGISTRY.get_sample_value("graystack_variant_replicas", gauge) is None
+    assert gateway.controller.status()["capacity"] is None

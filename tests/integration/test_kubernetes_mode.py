@@ -37,7 +37,9 @@ from gateway.rollout.rollout_state import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
 from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.kube_api import FakeApiServer
+from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
 
 NS = "llm"
 VARIANTS = ("baseline", "zero-layer")
@@ -410,6 +412,35 @@ def test_the_configmap_store_writes_the_file_format_at_once_and_keeps_the_other_
     assert data == {"note": "kept", "state.json": encode_state(STATE)}
     store.save(replace(STATE, paused=True))
     assert ConfigMapStateStore(client, NS, STATE_CM).load() == replace(STATE, paused=True)  # a new leader's
+
+
+async def test_a_new_leader_continues_the_same_evidence_from_the_configmap(api):
+    """The sequential tests' state travels in the state ConfigMap: the successor's statistic goes on
+    from the old leader's, it does not start over (a new leader is a restart, as far as evidence goes)."""
+    server, client = api
+    server.put(STATE_CONFIGMAP)
+    clock = Clock()
+    provider = CountingProvider({"baseline": Traffic(2000, 2), "zero-layer": Traffic(100, 1)})
+    old = new_controller(
+        new_gateway(), None, clock, provider, store=ConfigMapStateStore(client, NS, STATE_CM)
+    )
+    for _ in range(4):
+        clock.now += 1
+        await old.tick()
+    before = old.state.evidence
+    assert (before.candidate_errors.requests, before.candidate_errors.events) == (300, 3)
+
+    store = ConfigMapStateStore(client, NS, STATE_CM)  # the successor's own client and store
+    successor = new_controller(new_gateway(), None, clock, provider, store=store)
+    assert successor.state.evidence == before
+    assert successor.tests_started is None  # no "new sequential tests" logged
+    for _ in range(2):  # its first look sets where its counters start
+        clock.now += 1
+        await successor.tick()
+    after = decode_state(state_text(server.get("ConfigMap", NS, STATE_CM))).evidence
+    assert (after.candidate_errors.requests, after.candidate_errors.events) == (400, 4)
+    assert after.started == before.started
+    assert after.candidate_errors.log_evalue != before.candidate_errors.log_evalue  # it moved on
 
 
 def test_a_follower_store_writes_nothing_and_a_bad_stored_state_is_kept_aside(api, caplog):

@@ -3,12 +3,13 @@
 On a GPU fleet a step that sends 20 % of the traffic to one pod sized for 5 % regresses its latency,
 and the guard would roll back a healthy candidate for a capacity mistake. So the variants are sized
 from the split: `ceil(share x fleetReplicas)`, within each variant's `minReplicas`/`maxReplicas`
-(shares are whole percents, so the arithmetic is exact integers).
+(shares are Fractions of whole percents, so 30 % of 10 is 3, never 4 by a float's error).
 
 Which split: the baseline follows the current one, but keeps the size of any stage it left less than
 `scaleDownDelay` ago (30m by default; `recent_weights`), so that after a step, and after promotion, a
-rollback lands on pods that are already running (GPU pods take minutes to start); the candidate is sized for the larger of the current and the next
-stage's weight (`upcoming_weight`) once the stage's hold has `warmup` or less to go (`warming`), so
+rollback lands on pods that are already running (GPU pods take minutes to start); the candidate is
+sized for the larger of the current and the next stage's weight (`upcoming_weight`) once the stage's
+hold has `warmup` or less to go (`warming`), so
 its pods start before the hold ends without idling on GPUs through all of it, and the machine waits
 for them to be ready before it advances (`gate`, fed to gateway/rollout/machine.py, always about the
 next stage's pods). Mirrored shadow requests are load on the candidate too.
@@ -141,8 +142,8 @@ def warming(spec: RolloutSpec, state: RolloutState, now: float, warmup: float) -
 class Segments:
     """What the header rules take of the traffic: `rest`, the percent left to the default split, and
     `pinned`, each variant's percent of all the traffic through the rules; `unstated`, rules whose
-    share is not stated (sized as if they followed the default split), `unrouted`, stated header values no rule routes (their
-    traffic follows the default split)."""
+    share is not stated (sized as if they followed the default split); `unrouted`, stated header
+    values no rule routes (their traffic does follow the default split)."""
 
     rest: Fraction = Fraction(100)
     pinned: Mapping[str, Fraction] = field(default_factory=dict)

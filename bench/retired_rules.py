@@ -22,7 +22,6 @@ LATENCY_RATIO = 1.5
 TTFT_P95 = 2.0
 WINDOW_CONFIDENCE = 0.99
 RECENT_CONFIDENCE = 0.995
-RUNS_PER_BLOCK = 16  # latency(): a block's temporaries stay a few MB
 
 _TABLES: dict[tuple[float, float], np.ndarray] = {}
 
@@ -81,26 +80,7 @@ def latency(
     cand: np.ndarray, base: np.ndarray, edges: np.ndarray, window: int, minimums: tuple[int, ...]
 ) -> list[np.ndarray]:
     """(runs, looks, E+1) bucket increments -> for each minimum, does the window's p99 ratio or TTFT p95
-    fail once the window holds that many candidate requests? (The windows are summed once for all.)
-
-    Runs are independent, so they are taken a few at a time: hours of looks of all runs at once make
-    temporaries of hundreds of MB, which cost more in page faults than in arithmetic."""
-    blocks = [
-        _latency(
-            cand[start : start + RUNS_PER_BLOCK],
-            base[start : start + RUNS_PER_BLOCK],
-            edges,
-            window,
-            minimums,
-        )
-        for start in range(0, len(cand), RUNS_PER_BLOCK)
-    ]
-    return [np.concatenate(parts) for parts in zip(*blocks, strict=True)]
-
-
-def _latency(
-    cand: np.ndarray, base: np.ndarray, edges: np.ndarray, window: int, minimums: tuple[int, ...]
-) -> list[np.ndarray]:
+    fail once the window holds that many candidate requests? (The windows are summed once for all.)"""
     ours, theirs = rolling(cand, window), rolling(base, window)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = quantile(0.99, edges, ours) / quantile(0.99, edges, theirs)

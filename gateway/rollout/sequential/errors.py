@@ -62,6 +62,8 @@ def shiryaev_roberts_looks(
     total = inc.cumsum(axis=-2)
     terms = np.where(carried[..., None], inc - total, -np.inf)
     scan = np.moveaxis(terms, -2, 0).copy()  # (L, ..., K), each look contiguous
+    if not len(scan):
+        return total
     np.logaddexp(np.where(started[..., None], log_sr, -np.inf), scan[0], out=scan[0])
     for look in range(1, len(scan)):
         np.logaddexp(scan[look - 1], scan[look], out=scan[look])

@@ -41,10 +41,9 @@ def fewest_failing(requests: np.ndarray, p0: float, confidence: float) -> np.nda
 
 def rolling(counts: np.ndarray, looks: int) -> np.ndarray:
     """Sums over the last `looks` looks (axis 1), the current one included."""
-    total = np.concatenate([np.zeros((*counts.shape[:1], 1, *counts.shape[2:]), counts.dtype),
-                            counts.cumsum(axis=1)], axis=1)  # fmt: skip
-    start = np.maximum(np.arange(1, counts.shape[1] + 1) - looks, 0)
-    return total[:, 1:] - total[:, start]
+    total = counts.cumsum(axis=1)
+    total[:, looks:] -= total[:, :-looks].copy()  # the copy: numpy would make one for the overlap anyway
+    return total
 
 
 def previous_errors(
@@ -77,11 +76,14 @@ def quantile(q: float, edges: np.ndarray, buckets: np.ndarray) -> np.ndarray:
     return np.where(total > 0, value, np.nan)
 
 
-def latency(cand: np.ndarray, base: np.ndarray, edges: np.ndarray, window: int, minimum: int) -> np.ndarray:
-    """(runs, looks, E+1) bucket increments -> does the window's p99 ratio or TTFT p95 fail?"""
+def latency(
+    cand: np.ndarray, base: np.ndarray, edges: np.ndarray, window: int, minimums: tuple[int, ...]
+) -> list[np.ndarray]:
+    """(runs, looks, E+1) bucket increments -> for each minimum, does the window's p99 ratio or TTFT p95
+    fail once the window holds that many candidate requests? (The windows are summed once for all.)"""
     ours, theirs = rolling(cand, window), rolling(base, window)
-    enough = ours[..., -1] >= minimum
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = quantile(0.99, edges, ours) / quantile(0.99, edges, theirs)
         slow = quantile(0.95, edges, ours) > TTFT_P95
-    return enough & ((ratio > LATENCY_RATIO) | slow)
+    failing = (ratio > LATENCY_RATIO) | slow
+    return [(ours[..., -1] >= minimum) & failing for minimum in minimums]

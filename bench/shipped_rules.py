@@ -84,10 +84,13 @@ class ErrorTests:
         self.log_lr, self.started = log_lr[:, -1], started[:, -1]
         fired = _reaches(log_lr, plan.log_bound) | (started & _reaches(log_sr, plan.log_detector_bound))
         if plan.max_error_ratio is not None and base_n.any():  # no baseline traffic: nothing to compare
-            zeros = np.zeros((*cand_n.shape, len(self.ratios)))
-            steps = ratio_look(
-                plan.max_error_ratio, self.ratios, zeros,
-                cand_n[..., None], cand_x[..., None], base_n[..., None], base_x[..., None],
+            # R1's factor is exactly 1 (log 0) at a look without errors or without one side's requests,
+            # so the kernel runs on the other looks only
+            counted = (cand_x + base_x > 0) & (cand_n > 0) & (base_n > 0)
+            steps = np.zeros((*cand_n.shape, len(self.ratios)))
+            steps[counted] = ratio_look(
+                plan.max_error_ratio, self.ratios, np.zeros((int(counted.sum()), len(self.ratios))),
+                *(counts[counted][:, None] for counts in (cand_n, cand_x, base_n, base_x)),
             )  # fmt: skip
             ratio_lr = self.ratio_lr[:, None, :] + steps.cumsum(axis=1)
             self.ratio_lr = ratio_lr[:, -1]
@@ -145,28 +148,41 @@ class LatencyTests:
 
 def _reaches(log_values: np.ndarray, bound: float) -> np.ndarray:
     """Where the equal-weight mixture over the last axis reaches `bound`. The mixture never exceeds its
-    largest component, so it is computed only where that component does (exact, and most looks of a
-    healthy run are skipped)."""
-    top = log_values.max(axis=-1)
-    reached = np.zeros(top.shape, dtype=bool)
-    near = top >= bound
-    reached[near] = mixture(log_values[near]) >= bound
+    largest component, so it is computed only where that component does (exact): a run (leading axis)
+    none of whose values reaches the bound costs one max over them all, which is every healthy run."""
+    reached = np.zeros(log_values.shape[:-1], dtype=bool)
+    runs = np.flatnonzero(log_values.reshape(len(log_values), -1).max(axis=1) >= bound)
+    if runs.size:
+        candidates = log_values[runs]
+        top = candidates.max(axis=-1)
+        near = top >= bound
+        hits = np.zeros(top.shape, dtype=bool)
+        hits[near] = mixture(candidates[near]) >= bound
+        reached[runs] = hits
     return reached
 
 
-def error_floor(plan: Plan, candidate_rps: float, baseline_rps: float, p: float, p_base: float) -> float:
-    """Seconds a level-alpha test needs at least, on average, to reject: log(1/alpha) over the best
-    information rate among the shipped error tests (E1 against the threshold, R1 against the baseline)."""
+def error_floor(
+    plan: Plan, candidate_rps: float, baseline_rps: float, p: float, p_base: float, late: bool = False
+) -> float:
+    """Seconds the shipped budget allows a test to need at least, on average, to catch an error rate p:
+    `_floor` over the best information rate among the shipped error tests (E1 against the threshold, R1
+    against the baseline)."""
     rates = [candidate_rps * kl_bernoulli(p, plan.max_error_rate)] if p > plan.max_error_rate else []
     if plan.max_error_ratio is not None:
         rates.append(_ratio_information(candidate_rps * p, baseline_rps * p_base, candidate_rps, baseline_rps,
                                         plan.max_error_ratio))  # fmt: skip
-    best = max(rates, default=0.0)
-    return plan.log_bound / best if best > 0 else math.inf
+    return _floor(plan, rates, late)
 
 
 def latency_floor(
-    plan: Plan, candidate_rps: float, baseline_rps: float, edges: np.ndarray, slower, faster
+    plan: Plan,
+    candidate_rps: float,
+    baseline_rps: float,
+    edges: np.ndarray,
+    slower,
+    faster,
+    late: bool = False,
 ) -> float:
     """As `error_floor`, for TTFT: the SLO's exceedance test and each edge pair of the shift test.
     `slower(e)`, `faster(e)`: P(T > e) for the candidate and the baseline."""
@@ -178,8 +194,19 @@ def latency_floor(
     for i, j in zip(first, second, strict=True):
         rates.append(_ratio_information(candidate_rps * slower(edges[j]), baseline_rps * faster(edges[i]),
                                         candidate_rps, baseline_rps, 1.0))  # fmt: skip
+    return _floor(plan, rates, late)
+
+
+def _floor(plan: Plan, rates: list[float], late: bool) -> float:
+    """The evidence a decision needs over the best information rate (nats per second).
+
+    From the start, log(1/alpha): no level-alpha test rejects sooner on average (Wald). A regression that
+    begins late is the change detectors' to catch, and they need log A, their threshold: no procedure
+    whose false alarms come at least A looks apart on average detects a change sooner than log A over
+    the information rate, in the worst case over when it begins (Lorden 1971; Pollak 1985)."""
     best = max(rates, default=0.0)
-    return plan.log_bound / best if best > 0 else math.inf
+    bound = plan.log_detector_bound if late else plan.log_bound
+    return bound / best if best > 0 else math.inf
 
 
 def _ratio_information(

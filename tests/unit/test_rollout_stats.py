@@ -34,3 +34,12 @@ def test_the_retired_latency_rule_reads_quantiles_as_prometheus_does():
     assert retired_rules.quantile(0.5, edges, buckets)[0] == pytest.approx(0.1 + 0.1 * 40 / 50)
     assert retired_rules.quantile(0.99, edges, buckets)[0] == 0.4  # in +Inf: the highest finite edge
     assert np.isnan(retired_rules.quantile(0.5, edges, np.zeros((1, 4))))[0]
+
+
+def test_the_retired_rules_window_holds_the_last_looks_counts():
+    """Each look's window is the sum over it and the looks before it, at most `window` of them, whatever
+    the array's layout (the benchmark passes a (looks, runs, buckets) array transposed)."""
+    counts = np.random.default_rng(0).poisson(3.0, (30, 4, 5)).transpose(1, 0, 2)  # (runs, looks, buckets)
+    sums = retired_rules.rolling(counts, 12)
+    for look in range(counts.shape[1]):
+        np.testing.assert_array_equal(sums[:, look], counts[:, max(0, look - 11) : look + 1].sum(axis=1))

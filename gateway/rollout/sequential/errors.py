@@ -55,12 +55,19 @@ def shiryaev_roberts_looks(
     the first look with data.
 
     Unrolled, R after look n is R0 * exp(S_n) + sum over looks k <= n with data of exp(S_n - S_(k-1)),
-    S the running sum of the increments: one cumulative log-sum-exp instead of a loop over looks.
+    S the running sum of the increments: a cumulative log-sum-exp, one vector step per look over every
+    run and alternative at once. The steps run on contiguous per-look slices: numpy's
+    `logaddexp.accumulate` along this axis computes the same values about 3x slower.
     """
     total = inc.cumsum(axis=-2)
-    initial = np.where(started[..., None], log_sr, -np.inf)[..., None, :]
-    terms = np.concatenate([initial, np.where(carried[..., None], inc - total, -np.inf)], axis=-2)
-    return total + np.logaddexp.accumulate(terms, axis=-2)[..., 1:, :]
+    terms = np.where(carried[..., None], inc - total, -np.inf)
+    scan = np.moveaxis(terms, -2, 0).copy()  # (L, ..., K), each look contiguous
+    if not len(scan):
+        return total
+    np.logaddexp(np.where(started[..., None], log_sr, -np.inf), scan[0], out=scan[0])
+    for look in range(1, len(scan)):
+        np.logaddexp(scan[look - 1], scan[look], out=scan[look])
+    return total + np.moveaxis(scan, 0, -2)
 
 
 def threshold_look(

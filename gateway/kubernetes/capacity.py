@@ -1,17 +1,16 @@
 """The variants' replicas set from the split, in the cluster: the I/O edge of gateway/rollout/capacity.py.
 
-At each look of the leader's controller (`look`, on a worker thread): the replicas each variant wants
-for the live split go to its Deployment through the scale subresource, or, where the variant names an
+At each look of the leader's controller (`look`, on a worker thread) each variant's Deployment is read
+once: the replicas it wants for the live split go to it through the scale subresource (patched only
+where its `spec.replicas` differs, so a steady rollout writes nothing), or, where the variant names an
 HPA, to the HPA's `spec.minReplicas` (Flagger's way: the autoscaler keeps scaling above it, and the
-rollout and the autoscaler do not fight over `replicas`). Each object is read first and patched only
-when it differs, so a steady rollout writes nothing. Then the candidate's Deployment's
-`status.readyReplicas` says whether the next weight's pods are ready: the gate the machine waits on.
-Every variant's pods are counted (`status.replicas`, `readyReplicas`) for status, the
-`graystack_variant_replicas` gauges and, with a GPU-hour price, what they cost.
+rollout and the autoscaler do not fight over `replicas`). The same read counts its pods
+(`status.replicas`, `readyReplicas`) for status, the `graystack_variant_replicas` gauges and, with a
+GPU-hour price, what they cost; the candidate's ready pods are the gate the machine waits on.
 
 An API call that fails is logged and holds the stage (the gate is shut with the error as its reason):
 the machine's timeout turns a lasting failure into an alert, never an advance onto unknown capacity.
-RBAC: get/patch on `deployments/scale` and get on `deployments` (or get/patch on
+RBAC: get on `deployments` and patch on `deployments/scale` (or get/patch on
 `horizontalpodautoscalers`) of the named objects only (charts/graystack/templates/rbac.yaml).
 """
 
@@ -79,8 +78,11 @@ class DeploymentCapacity:
         for name, replicas in sizing.replicas.items():
             variant = self.settings.variants[name]
             try:
-                self._scale(variant, replicas)
-                pods[name] = self._pods(variant)
+                deployment = call_json(
+                    self._apps.read_namespaced_deployment, variant.deployment, self.namespace
+                )
+                self._scale(variant, deployment, replicas)
+                pods[name] = pods_of(deployment)
             except Exception as error:  # the API server's answer or its absence: hold, log, look again
                 problems[name] = why(error)
                 log.warning("cannot scale or count %s's pods (%d wanted): %s", name, replicas, problems[name])
@@ -91,7 +93,9 @@ class DeploymentCapacity:
         ready = self.view["candidate_ready"]
         return gate(candidate, sizing.candidate_needs, ready, timeout, problems.get(candidate, ""))
 
-    def _scale(self, variant: VariantCapacity, replicas: int) -> None:
+    def _scale(self, variant: VariantCapacity, deployment: dict, replicas: int) -> None:
+        """`replicas` to the variant's HPA's minReplicas, else to its Deployment (as just read) through
+        the scale subresource; written only where it differs."""
         if variant.hpa:
             hpa = call_json(
                 self._autoscaling.read_namespaced_horizontal_pod_autoscaler, variant.hpa, self.namespace
@@ -107,8 +111,7 @@ class DeploymentCapacity:
                     {"spec": {"minReplicas": replicas}},
                 )
             return
-        scale = call_json(self._apps.read_namespaced_deployment_scale, variant.deployment, self.namespace)
-        if scale["spec"].get("replicas") != replicas:
+        if deployment["spec"].get("replicas", 1) != replicas:  # the API server's default: 1
             self._patch(
                 self._apps.patch_namespaced_deployment_scale,
                 variant.deployment,
@@ -119,7 +122,8 @@ class DeploymentCapacity:
         log.info("capacity: %s %s -> %s", method.__name__, name, body["spec"])
         call_json(method, name, self.namespace, body, _content_type=MERGE_PATCH)
 
-    def _pods(self, variant: VariantCapacity) -> Pods:
-        deployment = call_json(self._apps.read_namespaced_deployment, variant.deployment, self.namespace)
-        status = deployment.get("status", {})
-        return Pods(int(status.get("replicas") or 0), int(status.get("readyReplicas") or 0))
+
+def pods_of(deployment: dict) -> Pods:
+    """The Deployment's pods as its status counts them."""
+    status = deployment.get("status", {})
+    return Pods(int(status.get("replicas") or 0), int(status.get("readyReplicas") or 0))

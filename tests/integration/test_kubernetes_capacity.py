@@ -194,6 +194,8 @@ async def test_replicas_follow_the_split_and_the_baseline_shrinks_only_after_the
     assert rollout.patched(f"/deployments/{CANDIDATE}/scale") == 2  # only when the number changed
     assert rollout.patched(f"/deployments/{BASELINE}/scale") == 2
     assert rollout.patched("/deployments/" + CANDIDATE) == 0  # never the Deployment itself
+    # One read of each Deployment a look (the Role grants no get on scale): none of its scale.
+    assert not [e for e in server.log if e.method == "GET" and e.path.endswith("/scale")]
 
 
 async def test_a_rollback_after_the_scale_down_moves_the_weight_at_once_and_says_what_the_baseline_can_take(

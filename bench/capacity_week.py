@@ -62,6 +62,12 @@ def rollout_spec(rules: list[dict]):
     )
 
 
+def routing_at(spec, state):
+    """The spec's routing with the default split the machine's state sets."""
+    weight = state.weight or 0
+    return spec.routing.model_copy(update={"weights": {"baseline": 100 - weight, "zero-layer": weight}})
+
+
 def passing() -> list[Check]:
     """One look with every check passing (a healthy candidate: the week is about capacity)."""
     return [Check(name, Verdict.PASS, 0.0, 5000, None, 1.0, "pass") for name in CHECK_NAMES]
@@ -110,11 +116,9 @@ def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float
     traffic = segments(spec.routing, MIX if mixed else {})  # what the users send, stated or not
     state = initial_state(spec, 0.0)
     start = {"baseline": fleet, "zero-layer": fleet if plan == "full" else 1}
-    if plan not in ("full", "fixed"):  # the rollout begins on a fleet already sized for its first stage
-        routing = spec.routing.model_copy(
-            update={"weights": {"baseline": 100 - state.weight, "zero-layer": state.weight}}
-        )
-        start = capacity_plan(settings, spec, state, routing, 0.0, "baseline", "zero-layer").replicas
+    following = plan not in ("full", "fixed")
+    if following:  # the rollout begins on a fleet already sized for its first stage
+        start = capacity_plan(settings, spec, state, routing_at(spec, state), 0.0, *VARIANTS).replicas
     pods = {name: Pods(replicas, pod_start) for name, replicas in start.items()}
     pod_hours = 0.0
     over = {v: 0.0 for v in VARIANTS}
@@ -123,12 +127,10 @@ def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float
     while now < days * DAY:
         for variant in pods.values():
             variant.tick(now)
-        weight = state.weight or 0
-        split = {"baseline": 100 - weight, "zero-layer": weight}
+        routing = routing_at(spec, state)
         capacity = None
-        if plan not in ("full", "fixed"):
-            routing = spec.routing.model_copy(update={"weights": split})
-            sizing = capacity_plan(settings, spec, state, routing, now, "baseline", "zero-layer")
+        if following:
+            sizing = capacity_plan(settings, spec, state, routing, now, *VARIANTS)
             for name, replicas in sizing.replicas.items():
                 pods[name].scale(replicas, now)
             capacity = gate(
@@ -139,7 +141,7 @@ def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float
             promoted_at = now
         load = demand(now, trough) * fleet  # in pods' worth of traffic
         for name in VARIANTS:
-            share = traffic.share(name, split[name]) / 100
+            share = traffic.share(name, routing.weights[name]) / 100
             if load * share > pods[name].ready + 1e-9:
                 over[name] += MINUTE
         pod_hours += sum(variant.running for variant in pods.values()) * MINUTE / HOUR

@@ -275,7 +275,8 @@ def capacity_view(
                 gpus = seen.running * settings.variants[name].gpus_per_pod
                 entry["cost_per_hour"] = gpus * settings.gpu_hour_price
         variants[name] = entry
-    notes = {"segments": plan.load.note()} if plan.load.note() else {}
+    note = plan.load.note()
+    notes = {"segments": note} if note else {}
     view = {"variants": variants, "problems": dict(problems) | notes}
     if candidate in plan.replicas:
         ready = pods[candidate].ready if candidate in pods else None

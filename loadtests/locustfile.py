@@ -140,10 +140,10 @@ class Run:
             self.absorb(self.tally.drain())
             gevent.sleep(self.options.weights_poll)
 
-    def absorb(self, report: dict) -> None:
+    def absorb(self, report: dict, source: str = "local") -> None:
         self.requests.update(report["requests"])
         self.failures.update(report["failures"])
-        self.tracker.add(report_bins(report))
+        self.tracker.add(report_bins(report), report["oldest_running"], source)
 
     def finish(self) -> summary.Summary:
         if self.poller is not None:
@@ -219,7 +219,7 @@ def _report(client_id, data) -> None:
 @events.worker_report.add_listener
 def _worker_report(client_id, data) -> None:
     if REPORT_KEY in data:
-        RUN.absorb(data[REPORT_KEY])
+        RUN.absorb(data[REPORT_KEY], client_id)
 
 
 @events.quitting.add_listener
@@ -256,23 +256,12 @@ class MessagesUser(HttpUser):
         }
         headers = {} if client_type == config.NO_HEADER else {"X-Client-Type": client_type}
         sent, timing = time.time(), StreamTiming(time.perf_counter())
-        with self.client.post(
-            "/v1/messages", json=body, headers=headers, stream=True, catch_response=True
-        ) as response:
-            variant = response.headers.get("x-graystack-variant", "unknown")
-            try:
-                if response.status_code != 200:
-                    raise StreamError(f"HTTP {response.status_code}: {response.text[:200]}")
-                lines = (line.decode("utf-8") for line in response.iter_lines())
-                for event in sse_events(lines):
-                    timing.record(event, time.perf_counter())
-                timing.check_complete()
-            except (StreamError, RequestException, UnicodeDecodeError) as error:
-                response.failure(f"{variant}: {error}")
-                failed = True
-            else:
-                response.success()
-                failed = False
+        RUN.tally.start(sent)  # stopped mid-stream (the run's end), it stays running: see loadtests/split.py
+        try:
+            failed, variant = self._stream(body, headers, timing)
+        except Exception:
+            RUN.tally.abandon(sent)
+            raise
         RUN.tally.record(sent, client_type, variant, failed)
         if not failed:
             for entry_type, seconds in (
@@ -289,3 +278,22 @@ class MessagesUser(HttpUser):
                         exception=None,
                         context={},
                     )
+
+    def _stream(self, body: dict, headers: dict, timing: StreamTiming) -> tuple[bool, str]:
+        """Send one request and read its stream to the end; (failed, the variant that answered)."""
+        with self.client.post(
+            "/v1/messages", json=body, headers=headers, stream=True, catch_response=True
+        ) as response:
+            variant = response.headers.get("x-graystack-variant", "unknown")
+            try:
+                if response.status_code != 200:
+                    raise StreamError(f"HTTP {response.status_code}: {response.text[:200]}")
+                lines = (line.decode("utf-8") for line in response.iter_lines())
+                for event in sse_events(lines):
+                    timing.record(event, time.perf_counter())
+                timing.check_complete()
+            except (StreamError, RequestException, UnicodeDecodeError) as error:
+                response.failure(f"{variant}: {error}")
+                return True, variant
+            response.success()
+            return False, variant

@@ -13,6 +13,12 @@ so requests sent from the previous poll's send time (less `guard` seconds) to `r
 second of their send time; a bin is folded into its period's counts once a later poll has confirmed
 that period, so the master holds only a few seconds of bins and memory stays bounded on a 72-hour soak.
 
+Requests are counted when they finish, so a bin is also held while a request sent before its end is
+still running. When the run ends, Locust stops its users mid-request and those requests are never
+counted; the ones still running are mostly on the slower variant (CI saw a last period of 15 of 15
+requests on the faster one, after a flip to 50/50). So every request sent from the first one still
+running at the end is left out too: the bins before it are complete, the ones after are not.
+
 Each (period, client type, variant) is a test: the observed share's exact two-sided Clopper-Pearson
 interval must contain the configured share. With many periods, a 95 % interval per test would fail
 a correct run by chance (12 periods: about 46 %), so the family-wise `alpha` is split evenly over the
@@ -55,18 +61,32 @@ class Tally:
     bins: Counter = field(default_factory=Counter)
     requests: Counter = field(default_factory=Counter)  # variant -> requests
     failures: Counter = field(default_factory=Counter)  # variant -> failed requests
+    running: Counter = field(default_factory=Counter)  # send time -> requests sent then, not finished
+
+    def start(self, sent: float) -> None:
+        """A request sent at `sent` is running: no bin from its send time on is complete until it ends."""
+        self.running[sent] += 1
 
     def record(self, sent: float, client_type: str, variant: str, failed: bool) -> None:
         self.bins[(int(sent * BINS_PER_SECOND), client_type, variant)] += 1
         self.requests[variant] += 1
         self.failures[variant] += int(failed)
+        self.abandon(sent)
+
+    def abandon(self, sent: float) -> None:
+        """The request sent at `sent` ended without an answer to count (the user code failed)."""
+        self.running[sent] -= 1
+        if self.running[sent] <= 0:
+            del self.running[sent]
 
     def drain(self) -> dict:
-        """A JSON-able report of everything since the last drain; empties the tally."""
+        """A JSON-able report of everything since the last drain; empties the tally (but not `running`,
+        which is the state now, not a change since the last report)."""
         report = {
             "bins": [[*key, count] for key, count in self.bins.items()],
             "requests": dict(self.requests),
             "failures": dict(self.failures),
+            "oldest_running": min(self.running, default=None),
         }
         self.bins, self.requests, self.failures = Counter(), Counter(), Counter()
         return report
@@ -107,6 +127,7 @@ class SplitResult:
     periods: int
     excluded: int  # requests left out: near a flip, or while the configuration was unknown
     counted: int
+    cut_off: int  # requests left out as sent after the first request still running at the end
     alpha: float
 
     @property
@@ -126,6 +147,7 @@ class SplitTracker:
         self._routing: list[Routing | None] = []
         self._counts: list[Counter] = []  # per change: (client type, variant) -> requests
         self._pending: Counter = Counter()
+        self._oldest_running: dict[str, float] = {}  # per reporting process
         self.excluded = 0
 
     def observe(self, sent: float, received: float, routing: Routing | None) -> None:
@@ -138,14 +160,26 @@ class SplitTracker:
         self._last_sent = sent
         self._settle(sent)
 
-    def add(self, bins: Counter) -> None:
+    def add(self, bins: Counter, oldest_running: float | None = None, source: str = "") -> None:
+        """Finished requests' bins, and the send time of the oldest request `source` still runs."""
         self._pending.update(bins)
+        if oldest_running is None:
+            self._oldest_running.pop(source, None)
+        else:
+            self._oldest_running[source] = oldest_running
         self._settle(self._last_sent)
 
+    def _complete_until(self) -> float:
+        return min(self._oldest_running.values(), default=math.inf)
+
     def _settle(self, confirmed_until: float) -> None:
-        """Assign bins that end `guard` before the last poll's send time: no later change can reach them."""
+        """Assign bins that end `guard` before the last poll's send time (no later change can reach them)
+        and before the oldest running request (every request sent in them has been counted)."""
+        complete = self._complete_until()
         ready = [
-            key for key in self._pending if (key[0] + 1) / BINS_PER_SECOND + self.guard <= confirmed_until
+            key
+            for key in self._pending
+            if (end := (key[0] + 1) / BINS_PER_SECOND) + self.guard <= confirmed_until and end <= complete
         ]
         for key in ready:
             self._assign(key, self._pending.pop(key))
@@ -166,8 +200,9 @@ class SplitTracker:
 
     def result(self) -> SplitResult:
         """Call after the last request and a last poll: no change can come after it, so every pending
-        bin is settled against the periods known now."""
+        bin is settled against the periods known now; those that never completed are left out."""
         self._settle(math.inf)
+        cut_off = sum(self._pending.values())
         cells = []
         for period, counts in enumerate(self._counts):
             routing = self._routing[period]
@@ -201,4 +236,4 @@ class SplitTracker:
                 )
             )
         counted = sum(sum(c.values()) for c in self._counts)
-        return SplitResult(checks, len(self._counts), self.excluded, counted, self.alpha)
+        return SplitResult(checks, len(self._counts), self.excluded, counted, cut_off, self.alpha)

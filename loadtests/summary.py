@@ -110,7 +110,8 @@ def render(summary: Summary, started: float) -> str:
     else:
         lines.append(
             f"split: {split.periods} weight period(s), {split.counted} requests compared, {split.excluded} "
-            f"left out near flips; exact intervals, family-wise alpha {split.alpha}"
+            f"left out near flips, {split.cut_off} sent after the first stream still open at the end; "
+            f"exact intervals, family-wise alpha {split.alpha}"
         )
         for c in split.checks:
             start = "start" if c.start <= started else f"{c.start - started:+.1f}s"

@@ -108,6 +108,57 @@ def test_bins_wait_for_a_later_poll_so_a_late_flip_can_still_exclude_them():
     assert (result.excluded, result.counted) == (1, 0)
 
 
+def ended_mid_stream(tally: Tally, flip: float, end: float) -> None:
+    """All to zero-layer, then 50/50 from `flip`, served exactly, 40 requests a second; zero-layer
+    answers in 0.5 s, baseline in 3 s, and the run stops at `end`: the streams still open then are
+    never recorded (Locust kills them)."""
+    for i in range(int((end - 0.5) * 40)):
+        sent = 0.5 + i / 40
+        variant, seconds = ("zero-layer", 0.5) if i % 2 or sent < flip else ("baseline", 3.0)
+        tally.start(sent)
+        if sent + seconds <= end:
+            tally.record(sent, NO_HEADER, variant, failed=False)
+
+
+@pytest.mark.parametrize("told_what_still_runs", [True, False])
+def test_streams_still_open_at_the_end_leave_their_stretch_out_rather_than_tilt_it(told_what_still_runs):
+    # CI saw it: after a flip to 50/50 near the end, the last period counted 15 of 15 on the faster
+    # variant, because the slower one's requests were still running when the run stopped.
+    tracker, tally = SplitTracker(guard=0.5), Tally()
+    ended_mid_stream(tally, flip=16.0, end=20.0)
+    for t in range(41):
+        tracker.observe(t / 2, t / 2 + 0.01, split(100 if t / 2 < 16 else 50))
+    report = tally.drain()
+    assert report["oldest_running"] == 17.05  # the first baseline request not finished by 20 s
+    tracker.add(report_bins(report), report["oldest_running"] if told_what_still_runs else None)
+    result = tracker.result()
+    if told_what_still_runs:
+        assert result.ok, [c for c in result.checks if not c.ok]
+        assert result.cut_off == 51  # from 17.0 s (its bin on): one baseline, 50 zero-layer answers
+        assert {c.period for c in result.checks} == {0, 1}
+    else:  # what the split check did before: the last period looks like a routing fault
+        assert not result.ok
+        assert {c.period for c in result.checks if not c.ok} == {1}
+
+
+def test_a_bin_waits_for_every_request_sent_before_it_to_finish():
+    tracker, tally = SplitTracker(guard=0.5), Tally()
+    tracker.observe(0, 0.01, split(50))
+    tally.start(5.0)  # a long stream
+    tally.start(6.0)
+    tally.record(6.0, NO_HEADER, "zero-layer", failed=False)
+    tracker.observe(10, 10.01, split(50))
+    report = tally.drain()
+    tracker.add(report_bins(report), report["oldest_running"])
+    assert tracker.result().counted == 0  # 6.0 is held: the stream sent at 5.0 has not been counted
+    tally.record(5.0, NO_HEADER, "baseline", failed=False)
+    report = tally.drain()
+    assert report["oldest_running"] is None
+    tracker.add(report_bins(report), report["oldest_running"])
+    result = tracker.result()
+    assert (result.counted, result.cut_off) == (2, 0)
+
+
 def test_an_unreadable_configuration_leaves_its_requests_out():
     tracker, tally = SplitTracker(), Tally()
     tracker.observe(0, 0.01, None)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import ctypes
+import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,37 +116,46 @@ class ManagedProcess:
             self.popen.wait(timeout=10)
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Arms PR_SET_PDEATHSIG (1, linux/prctl.h) with SIGTERM, then becomes the program (same PID). argv[1]
+# is the starting process: if it died before the prctl, no signal will come, so give up.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
-def die_with_parent(parent: int) -> Callable[[], None] | None:
-    """For Popen's preexec_fn, on Linux: the child gets SIGTERM when the process that started it dies,
-    even by SIGKILL (which leaves no chance to stop it by PID), so a killed `up` or test run leaves no
-    orphan holding its ports. (Linux sends it when the starting *thread* ends: start stacks from the
-    main thread.) Only a prctl call and getppid run between fork and exec."""
+def dying_with_parent(argv: list[str], path: str | None = None) -> list[str]:
+    """`argv` so that, on Linux, the program gets SIGTERM when the process starting it dies, even by
+    SIGKILL (which leaves no chance to stop it by PID): a killed `up` or test run leaves no orphan
+    holding its ports. (Linux sends it when the starting *thread* ends: start stacks from the main
+    thread.) The program is found on `path` (default: PATH) here, so a missing one fails as Popen's.
+
+    A shim and not Popen's preexec_fn: with one, Popen forks (not vfork) and the child runs every
+    pthread_atfork handler. gRPC's restart its event engine in the child, whose poller then aborts
+    it when Popen closes the child's descriptors before exec: about 1 in 100 starts from a process
+    with an xDS server or channel (an Envoy that died at birth, in CI)."""
     if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the prctl: no signal will come
-            os._exit(1)
-
-    return arm
+        return argv
+    program = shutil.which(argv[0], path=path)
+    if program is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), program, *argv[1:]]
 
 
 def start_process(name: str, argv: list[str], log_dir: Path, env: dict | None = None) -> ManagedProcess:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log_file = log_path.open("ab")
+    environment = {**os.environ, **(env or {})}
     popen = subprocess.Popen(
-        argv,
+        dying_with_parent(argv, environment.get("PATH")),
         stdout=log_file,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-        preexec_fn=die_with_parent(os.getpid()),
+        env=environment,
     )
     log_file.close()
     return ManagedProcess(name, popen, log_path)

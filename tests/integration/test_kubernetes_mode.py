@@ -132,8 +132,8 @@ class Cluster:
         self.gateways.append(gateway)
         return gateway
 
-    def envoy(self, gateway: KubernetesGatewayProcess) -> httpx.AsyncClient:
-        """A real Envoy taking its config from `gateway`; a client for its listener."""
+    async def envoy(self, gateway: KubernetesGatewayProcess) -> httpx.AsyncClient:
+        """A real Envoy taking its config from `gateway`, once its listener is up; a client for it."""
         listen = free_port()
         bootstrap = self.tmp_path / f"envoy-{listen}.yaml"
         options = BootstrapOptions(
@@ -142,7 +142,23 @@ class Cluster:
             admin_port=free_port(),
         )
         bootstrap.write_text(bootstrap_yaml(options))
-        self.processes.append(start_process("envoy", envoy_argv(self.envoy_binary, bootstrap, 1), self.logs))
+        envoy = start_process("envoy", envoy_argv(self.envoy_binary, bootstrap, 1), self.logs)
+        self.processes.append(envoy)
+        admin = httpx.AsyncClient(base_url=f"http://127.0.0.1:{options.admin_port}", timeout=2)
+
+        async def ready() -> bool:
+            assert envoy.alive(), f"Envoy exited ({envoy.popen.returncode}):\n{envoy.log_tail()}"
+            return (await admin.get("/ready")).status_code == 200
+
+        # CI once saw this listener refuse connections for 20 s, with nothing to say why: now the
+        # failure carries what Envoy logged and which proxies the gateway had heard from.
+        try:
+            await eventually(ready, 30, "Envoy's listener")
+        except AssertionError as error:
+            proxies = gateway.ads.streams()
+            raise AssertionError(f"{error}\nproxies: {proxies}\nEnvoy's log:\n{envoy.log_tail()}") from None
+        finally:
+            await admin.aclose()
         return httpx.AsyncClient(base_url=f"http://127.0.0.1:{listen}", timeout=10)
 
     async def stop(self) -> None:
@@ -209,7 +225,7 @@ async def test_spec_configmap_endpointslices_and_a_cli_flip_reach_envoy(cluster)
     cluster.api.put(endpoint_slice("zero-layer", cluster.ports["zero-layer"], ready=False))
     cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0})))
     gateway = await cluster.gateway("gateway-0")
-    client = cluster.envoy(gateway)
+    client = await cluster.envoy(gateway)
     await split_is(client, {"baseline": 20, "zero-layer": 0}, "Envoy to route by the ConfigMap's spec")
 
     # `graystack weight` through the kubeconfig: the spec ConfigMap changes, the gateway applies it;
@@ -297,7 +313,7 @@ async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster)
     await eventually(lambda: leader.elector.leading, 10, "gateway-a to take the Lease")
     await eventually(lambda: stored_label(cluster) == "step 0", 10, "the new rollout in the ConfigMap")
     follower = await cluster.gateway("gateway-b")
-    client = cluster.envoy(follower)  # this Envoy talks to the replica that does not lead
+    client = await cluster.envoy(follower)  # this Envoy talks to the replica that does not lead
     await split_is(client, {"baseline": 20, "zero-layer": 0}, "step 0 (weight 0) through the follower")
     assert cluster.api.get("Lease", NS, LEASE)["spec"]["holderIdentity"] == "gateway-a"
     assert not follower.elector.leading

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from graystack.local.processes import die_with_parent, wait_until
+from graystack.local.processes import dying_with_parent, wait_until
 from tests.support import network_faults as faults
 from tests.support.processes import unavailable
 
@@ -76,12 +76,11 @@ class Host:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             process = subprocess.Popen(
-                self.exec_argv(argv),
+                dying_with_parent(self.exec_argv(argv)),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=host_env(env),
-                preexec_fn=die_with_parent(os.getpid()),
             )
         self.network.processes.append(process)
         return process

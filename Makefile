@@ -58,7 +58,7 @@ up: install weights  ## the whole stack on trained weights until Ctrl-C; `grayst
 	$(BIN)/graystack up --weights-dir $(WEIGHTS)
 
 test: install helm third-party  ## everything CI runs (the chart tests need Helm, the third-party tests their servers)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 unit: install
 	$(BIN)/pytest -q tests/unit

@@ -74,7 +74,8 @@ class Tally:
         self.abandon(sent)
 
     def abandon(self, sent: float) -> None:
-        """The request sent at `sent` ended without an answer to count (the user code failed)."""
+        """The request sent at `sent` is no longer running: `record` counted it, or the user code
+        raised and there is no answer to count."""
         self.running[sent] -= 1
         if self.running[sent] <= 0:
             del self.running[sent]

@@ -39,8 +39,10 @@ ttft, ttft_sum: the model servers' TTFT histogram, buckets and sum, per `segment
   fall in the unlabelled stratum, compared only where every routed request is split at random.
   The probes' `graystack_probe_ttft_seconds` too, in a stratum of its own (observations.PROBED): the
   analysis compares it only where the servers export no TTFT histogram.
-itl, itl_sum: their inter-token histogram likewise (`graystack_request_inter_token_seconds`,
-  `vllm:inter_token_latency_seconds`, or `provider.histograms.itl`; stratum: its `segment`).
+itl, itl_sum: their histogram of each request's mean time per output token likewise
+  (`graystack_request_time_per_output_token_seconds`, `vllm:request_time_per_output_token_seconds`, or
+  `provider.histograms.itl`; stratum: its `segment`). One observation per request, not per token: the
+  gateway routes requests at random, so a request is the unit the comparison can count as independent.
 
 Targets: a plain URL's series carry their own `variant` label (graystack's servers and probes); a
 `NAME=URL` target's series are all variant NAME's, whatever the server labels them (a vLLM or
@@ -93,7 +95,12 @@ PENDING_FAILURE_EJECT = "envoy_cluster_upstream_rq_pending_failure_eject_total"
 RETRIES = "envoy_cluster_upstream_rq_retry_total"
 # Latency histograms by their base name: graystack's servers', then vLLM's.
 TTFT_HISTOGRAMS = ("graystack_request_ttft_seconds", "vllm:time_to_first_token_seconds")
-ITL_HISTOGRAMS = ("graystack_request_inter_token_seconds", "vllm:inter_token_latency_seconds")
+# ITL: each request's mean gap, one observation per request (per token would count one routed request
+# as dozens of independent ones, gateway/rollout/evidence.py).
+ITL_HISTOGRAMS = (
+    "graystack_request_time_per_output_token_seconds",
+    "vllm:request_time_per_output_token_seconds",
+)
 SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
 WEIGHT_STATUS = "graystack_probe_weight_status"
 SERVER_MISMATCH = "graystack_probe_server_mismatch"

@@ -33,7 +33,7 @@ REQUESTS = "requests"  # attempts that reached the variant (Envoy: upstream_rq_t
 ERRORS = "errors"  # of those, failed (Envoy: the route cluster's upstream_rq_retry + upstream_rq{5xx})
 TTFT = "ttft"  # the model servers' graystack_request_ttft_seconds buckets, stratum(segment, prompt_bucket)
 TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), le = inf
-ITL = "itl"  # graystack_request_inter_token_seconds buckets, stratum(segment)
+ITL = "itl"  # graystack_request_time_per_output_token_seconds buckets (one per request), stratum(segment)
 ITL_SUM = "itl_sum"  # ... and its _sum (seconds)
 COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ)
 DIFFERED = "differed"  # of those, a different answer

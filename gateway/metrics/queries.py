@@ -40,8 +40,8 @@ QUERIES: dict[str, str] = {
     # graystack's servers' histograms, or vLLM's (a scrape config labels a vLLM pod's series with its variant)
     "ttft": '{__name__=~"graystack_request_ttft_seconds_bucket|vllm:time_to_first_token_seconds_bucket",variant="{variant}"}',
     "ttft_sum": '{__name__=~"graystack_request_ttft_seconds_sum|vllm:time_to_first_token_seconds_sum",variant="{variant}"}',
-    "itl": '{__name__=~"graystack_request_inter_token_seconds_bucket|vllm:inter_token_latency_seconds_bucket",variant="{variant}"}',
-    "itl_sum": '{__name__=~"graystack_request_inter_token_seconds_sum|vllm:inter_token_latency_seconds_sum",variant="{variant}"}',
+    "itl": '{__name__=~"graystack_request_time_per_output_token_seconds_bucket|vllm:request_time_per_output_token_seconds_bucket",variant="{variant}"}',
+    "itl_sum": '{__name__=~"graystack_request_time_per_output_token_seconds_sum|vllm:request_time_per_output_token_seconds_sum",variant="{variant}"}',
     # the probes' synthetic requests, in a stratum of their own (compared where the servers have no TTFT)
     "probe_ttft": 'label_replace(graystack_probe_ttft_seconds_bucket{variant="{variant}"}, "segment", "'
     + PROBED

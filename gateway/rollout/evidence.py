@@ -24,7 +24,11 @@ What each test sees, per look:
   make it slower. Which looks count depends on request counts alone, never on the latencies, so
   the tests stay valid; a lightly loaded candidate that is still slower is all the more evidence.
   Where the servers export no TTFT histogram (llama.cpp, `transformers serve`), TTFT is compared, and
-  the SLO tested, on the probes' synthetic requests (the same one to every pod) instead;
+  the SLO tested, on the probes' synthetic requests (the same one to every pod) instead. Inter-token
+  latency is each request's mean gap, observed once per request: the tests' validity rests on each
+  observation's variant being chosen at random, which holds for a request, not for its tokens, whose
+  gaps share one server moment (counted per token, a healthy candidate's 173 gaps once passed for
+  strong evidence in CI and rolled it back; bench/itl_units.py measures both units);
 - shadow_agreement: the candidate's compared shadow answers and those that differed.
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
 counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`.

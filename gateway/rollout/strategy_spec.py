@@ -40,8 +40,8 @@ class Provider(SpecModel):
     url: str | None = None
     # PromQL replacing the prometheus provider's built-in queries by name (gateway/metrics/queries.py).
     queries: dict[str, str] | None = None
-    # The servers' TTFT and inter-token histograms by base name, where they are neither graystack's nor
-    # vLLM's (both providers read those by default): e.g. {ttft: my_server_ttft_seconds}.
+    # The servers' TTFT and per-request time-per-output-token histograms by base name, where they are
+    # neither graystack's nor vLLM's (both providers read those by default): e.g. {ttft: my_ttft_seconds}.
     histograms: dict[Literal["ttft", "itl"], MetricName] | None = None
 
     @field_validator("queries")

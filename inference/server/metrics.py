@@ -95,6 +95,15 @@ class ServerMetrics:
             buckets=INTER_TOKEN_BUCKETS,
             registry=self.registry,
         )
+        self.time_per_token = Histogram(
+            "graystack_request_time_per_output_token_seconds",
+            "Each request's mean time between its generated tokens (one observation per request of two "
+            "or more tokens, at its end), by the gateway segment it came through: what the rollout "
+            "compares, since a request, not a token, is what the gateway routes at random",
+            ["variant", "segment"],
+            buckets=INTER_TOKEN_BUCKETS,
+            registry=self.registry,
+        )
         self.e2e = Histogram(
             "graystack_request_e2e_seconds",
             "Time from a request's arrival to its last token",
@@ -213,6 +222,7 @@ class RequestTimer:
         self.prompt_tokens = prompt_tokens
         self.segment = segment
         self.arrived = arrived
+        self.first_token: float | None = None
         self.last_token: float | None = None
         self.generated = 0
         metrics.tokens.labels(metrics.variant, "prompt").inc(prompt_tokens)
@@ -221,6 +231,7 @@ class RequestTimer:
         now = time.monotonic()
         variant = self.metrics.variant
         if self.last_token is None:
+            self.first_token = now
             bucket = prompt_bucket(self.prompt_tokens)
             self.metrics.ttft.labels(variant, self.segment, bucket).observe(now - self.arrived)
         else:
@@ -230,6 +241,9 @@ class RequestTimer:
         self.metrics.tokens.labels(variant, "generated").inc()
 
     def finish(self, code: int) -> None:
+        if self.generated >= 2:
+            mean_gap = (self.last_token - self.first_token) / (self.generated - 1)
+            self.metrics.time_per_token.labels(self.metrics.variant, self.segment).observe(mean_gap)
         if code == 200:
             self.metrics.e2e.labels(self.metrics.variant).observe(time.monotonic() - self.arrived)
         self.metrics.count(code)

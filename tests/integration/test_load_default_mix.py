@@ -75,7 +75,8 @@ def test_up_defaults_survive_the_default_mix_with_no_failed_request(start, tmp_p
     assert {v["variant"] for v in summary["variants"]} == {"baseline", "zero-layer"}
     assert len(flipper.flips) >= 3
     rollout = stack.rollout()
-    assert rollout["phase"] == "manual", rollout["reason"]  # nothing was rolled back
+    seen = {key: rollout.get(key) for key in ("reason", "history", "evidence")}
+    assert rollout["phase"] == "manual", json.dumps({**seen, "flips": flipper.flips}, indent=1)  # no rollback
     assert stack.gateway_metric("graystack_analysis_checks_total", {"result": "fail"}) == 0
     assert all(code == 0 for _, _, code in flipper.flips), flipper.flips
     stats = stack.envoy_stats()

@@ -20,6 +20,7 @@ MODEL_SERVER_FAMILIES = {
     "graystack_requests": "counter",
     "graystack_request_ttft_seconds": "histogram",
     "graystack_request_inter_token_seconds": "histogram",
+    "graystack_request_time_per_output_token_seconds": "histogram",
     "graystack_request_e2e_seconds": "histogram",
     "graystack_tokens": "counter",
     "graystack_requests_running": "gauge",
@@ -341,3 +342,22 @@ async def test_unknown_paths_and_methods_answer_in_the_error_format(models):
     assert wrong_method.json()["error"]["type"] == "invalid_request_error"
     assert wrong_method_openai.json()["error"]["param"] is None
     assert missing.headers["x-graystack-variant"] == "baseline"
+
+
+async def test_a_request_is_one_observation_of_its_mean_gap_between_tokens(models):
+    """The rollout compares time per output token per request (the unit the gateway routes at random):
+    every gap still lands in the inter-token histogram, but each request adds one mean to this one."""
+    options = ServerOptions(enable_fault_injection=True)
+    async with running_app(models["baseline"], options) as (_, client):
+        await client.post("/admin/faults", json={"inter_token_latency_ms": 30})
+        replies = [await client.post("/v1/messages", json=message(max_tokens=6)) for _ in range(2)]
+        page = (await client.get("/metrics")).text
+    generated = [reply.json()["usage"]["output_tokens"] for reply in replies]
+    assert all(n >= 2 for n in generated), generated
+    families = metric_samples(page)
+    gaps = families["graystack_request_inter_token_seconds"]
+    assert sample_value(gaps, "graystack_request_inter_token_seconds_count") == sum(n - 1 for n in generated)
+    means = families["graystack_request_time_per_output_token_seconds"]
+    count = sample_value(means, "graystack_request_time_per_output_token_seconds_count")
+    assert count == 2
+    assert sample_value(means, "graystack_request_time_per_output_token_seconds_sum") / count >= 0.03

@@ -50,6 +50,13 @@ def test_counter_queries_select_raw_series_not_sums_over_a_window():
         assert not re.search(r"\b(sum|increase|rate)\b|\[", QUERIES[name]), name
 
 
+def test_inter_token_latency_is_read_once_per_request_not_per_token():
+    itl = PROVIDER.promql("itl", "zero-layer")
+    assert "graystack_request_time_per_output_token_seconds_bucket" in itl
+    assert "vllm:request_time_per_output_token_seconds_bucket" in itl
+    assert "inter_token" not in itl
+
+
 def test_a_variant_behind_the_fallback_is_counted_on_its_aggregate_cluster():
     assert "zero-layer-with-fallback" in PROVIDER.promql("failed", "zero-layer")
     assert '"baseline|baseline-shadow"' in PROVIDER.promql("failed", "baseline")

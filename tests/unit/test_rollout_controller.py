@@ -494,7 +494,12 @@ def test_a_histogram_the_spec_names_is_what_both_providers_read():
     direct = provider_factory("http://127.0.0.1:9901", ())(spec)
     assert "llm_first_token_seconds_bucket" in direct.wanted
     assert "graystack_request_ttft_seconds_bucket" not in direct.wanted
-    assert "vllm:inter_token_latency_seconds_bucket" in direct.wanted  # ITL left to the defaults
+    assert "vllm:request_time_per_output_token_seconds_bucket" in direct.wanted  # ITL left to the defaults
+    # ... which count a request once (its mean gap), never each of its tokens (bench/itl_units.py)
+    assert (
+        not {"graystack_request_inter_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket"}
+        & direct.wanted
+    )
     remote = {**provider, "type": "prometheus", "url": "http://p:9090"}
     promql = provider_factory(None, ())(validate_spec(spec_data(analysis={"provider": remote})))
     assert promql.promql("ttft", "zero-layer") == 'llm_first_token_seconds_bucket{variant="zero-layer"}'

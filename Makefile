@@ -126,6 +126,7 @@ bench: install third-party  ## writes JSON under bench/results/, quoted in BENCH
 	$(BIN)/python -m bench.weight_check
 	$(BIN)/python -m bench.capacity_week
 	$(BIN)/python -m bench.process_starts
+	$(BIN)/python -m bench.itl_units --runs 1000 --hours 1
 	$(BIN)/python -m bench.fleet_network  # network namespaces: as root, with nft (make nftables)
 	$(BIN)/python -m bench.kernel_gpu  # says "no CUDA device: skipped" without a GPU
 

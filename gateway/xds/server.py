@@ -105,13 +105,17 @@ class Stream:
     types: dict[str, TypeState] = field(default_factory=lambda: {t: TypeState() for t in types.PUSH_ORDER})
 
     def converged(self, snapshot: Snapshot | None) -> bool:
-        """True when every type this proxy subscribed to is ACKed at the snapshot's version."""
+        """True when the proxy has ACKed the snapshot's version of every type the snapshot holds
+        resources of, and of any other type it subscribed to. A proxy mid-handshake (clusters ACKed,
+        routes not yet asked for, as a just-reconnected Envoy is) has not converged: the split lives in
+        the routes, and a change it has not asked for is not live on it."""
         if snapshot is None:
             return False
+        held = {type_url for type_url, held in snapshot.resources.items() if held.items}
         return all(
             state.acked == snapshot.version(type_url)
             for type_url, state in self.types.items()
-            if state.requested
+            if state.requested or type_url in held
         )
 
     def rejected(self, snapshot: Snapshot | None) -> bool:

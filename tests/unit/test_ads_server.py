@@ -70,6 +70,28 @@ async def test_a_proxy_gets_its_whole_config_and_its_acks_are_recorded(served):
     client.cancel()
 
 
+async def test_a_proxy_mid_handshake_has_not_converged_until_it_acks_the_routes(served):
+    """A just-(re)connected Envoy asks for clusters first and for routes last: until it has ACKed the
+    routes, where the split lives, a flip is not live on it, and waiting for it must not say so."""
+    _, ads, channel = served
+    client = AdsClient(channel, "envoy-1")
+    await client.request(CLUSTER)
+    await client.ack(await client.receive())
+    await asyncio.sleep(0.1)
+    assert ads.streams()[0]["types"]["cds"]["acked"]
+    assert not ads.converged()
+    assert not await ads.wait_converged(seconds=0.3)
+    await client.request(LISTENER)
+    await client.ack(await client.receive())
+    await client.request(ENDPOINT, VARIANT_CLUSTERS)
+    await client.ack(await client.receive(), VARIANT_CLUSTERS)
+    assert not await ads.wait_converged(seconds=0.3)  # listeners and endpoints, still no routes
+    await client.request(ROUTE, ["graystack"])
+    await client.ack(await client.receive(), ["graystack"])
+    assert await ads.wait_converged(seconds=2)
+    client.cancel()
+
+
 async def test_a_change_touching_every_type_goes_out_clusters_endpoints_listeners_routes(served):
     cache, ads, channel = served
     client = AdsClient(channel, "envoy-1")

@@ -84,8 +84,13 @@ class Flipper:
         self._thread.join(timeout=90)
 
     def _run(self) -> None:
+        """A flip every `every` seconds on the clock, however long each takes to be ACKed (waiting
+        `every` after each one stretched the cadence by the CLI's start and the ACK, a second or more
+        on a loaded machine)."""
+        due = time.monotonic()
         for weight in itertools.cycle(self.weights):
-            if self._stop.wait(self.every):
+            due += self.every
+            if self._stop.wait(max(0.0, due - time.monotonic())):
                 return
             self.flip(weight)
 

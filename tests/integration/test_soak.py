@@ -79,11 +79,11 @@ def test_streaming_users_across_weight_flips_fail_nothing_and_every_split_holds(
         assert variants[variant]["latency"]["ttft"]["p50"] <= variants[variant]["latency"]["e2e"]["p50"]
 
     # The flips went live (every proxy ACKed), and each period kept to its weights.
-    assert len(flipper.flips) >= 10
+    assert len(flipper.flips) >= len(FLIPS) + 1  # the first, then every weight at least once
     assert all(code == 0 for _, _, code in flipper.flips), flipper.flips
     split = summary["split"]
     assert split["ok"]
-    assert split["periods"] >= 10
+    assert split["periods"] >= len(FLIPS) + 1
     assert split["counted"] > split["excluded"]
     configured = {
         c["expected"] for c in split["checks"] if c["client_type"] == "-" and c["variant"] == "zero-layer"

@@ -12,8 +12,8 @@ inter-token buckets (inference/server/metrics.py). The candidate is identical (h
 times slower (all its gaps). Per token: every gap is an observation, as `vllm:inter_token_latency_seconds`
 and the old `graystack_request_inter_token_seconds` count them. Per request: one observation, the
 request's mean gap, as `graystack_request_time_per_output_token_seconds` and
-`vllm:request_time_per_output_token_seconds` count them. Levels are the seed plan's (shipped_rules),
-looks every 5 s, the wealth and the change detector both, as the controller runs them.
+`vllm:request_time_per_output_token_seconds` count them. Levels are the seed plan's, looks every 5 s,
+the wealth and the change detector both, as the controller runs them (shipped_rules.ShiftTests).
 
 false_rollbacks: share of healthy runs that fire within `hours`. detection: median seconds to the
 first firing look for a candidate slower from the start.
@@ -30,9 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from bench._common import write_result
-from bench.shipped_rules import LOOK_SECONDS, _reaches, seed_plan
-from gateway.rollout.sequential.errors import shiryaev_roberts_step
-from gateway.rollout.sequential.latency import ShiftTest, edge_pairs, shift_look
+from bench.shipped_rules import LOOK_SECONDS, ShiftTests, seed_plan
 from inference.server.metrics import INTER_TOKEN_BUCKETS
 
 TOKENS = 32  # new tokens per request: the locustfile's default
@@ -46,8 +44,7 @@ UNITS = ("token", "request")
 def histogram(gaps_per_run: list[np.ndarray], edges: np.ndarray) -> np.ndarray:
     """Cumulative counts at each edge, then the total, per run: (runs, E+1)."""
     rows = [np.searchsorted(np.sort(g), edges, side="right") for g in gaps_per_run]
-    totals = [len(g) for g in gaps_per_run]
-    return np.column_stack([np.asarray(rows).reshape(len(rows), len(edges)), totals])
+    return np.column_stack([rows, [len(g) for g in gaps_per_run]])
 
 
 def look_gaps(rng: np.random.Generator, runs: int, slowdown: float, unit: str) -> list[np.ndarray]:
@@ -62,30 +59,14 @@ def look_gaps(rng: np.random.Generator, runs: int, slowdown: float, unit: str) -
 
 def simulate(unit: str, slowdown: float, runs: int, looks: int, seed: int) -> np.ndarray:
     """The look (1-based) at which each run first fires, 0 where it never does."""
-    plan = seed_plan()
     edges = np.asarray(INTER_TOKEN_BUCKETS)
-    test = ShiftTest.new(tuple(edges), plan.max_latency_ratio - 1)
-    pairs = edge_pairs(test.edges, test.max_slowdown)
-    ratios = np.asarray(test.alternatives)
-    log_lr = np.zeros((runs, len(pairs[0]), len(ratios)))
-    log_sr, wealth = np.zeros_like(log_lr), np.zeros(runs)
-    exceedances, base_requests = np.zeros((runs, len(pairs[0]))), np.zeros(runs)
-    started = np.zeros(runs, dtype=bool)
+    tests = ShiftTests(seed_plan(), runs, edges)
     fired_at = np.zeros(runs, dtype=int)
     rng = np.random.default_rng(seed)
     for look in range(1, looks + 1):
         cand = histogram(look_gaps(rng, runs, slowdown, unit), edges)
         base = histogram(look_gaps(rng, runs, 1.0, unit), edges)
-        before = log_lr
-        log_lr, wealth, exceedances, base_requests = shift_look(
-            pairs, ratios, log_lr, wealth, exceedances, base_requests, cand[:, None, :], base[:, None, :]
-        )
-        compared = (cand[:, -1] > 0) & (base[:, -1] > 0)
-        log_sr = shiryaev_roberts_step(log_sr, started[:, None], compared[:, None], log_lr - before)
-        started |= compared
-        fired = (wealth >= plan.log_bound) | (
-            started & _reaches(log_sr.reshape(runs, -1), plan.log_detector_bound)
-        )
+        fired = tests.look(cand, base)
         fired_at[(fired_at == 0) & fired] = look
         if slowdown > 1 and fired_at.all():
             break

@@ -111,7 +111,7 @@ class Stream:
         the routes, and a change it has not asked for is not live on it."""
         if snapshot is None:
             return False
-        held = {type_url for type_url, held in snapshot.resources.items() if held.items}
+        held = {type_url for type_url, resources in snapshot.resources.items() if resources.items}
         return all(
             state.acked == snapshot.version(type_url)
             for type_url, state in self.types.items()

@@ -106,9 +106,10 @@ $(VLLM_STAMP):
 test-vllm: install third-party $(VLLM_STAMP)  ## the third-party scenario against vLLM on the CPU
 	$(BIN)/pytest -q -m vllm tests/integration/test_vllm_server.py
 
-lint: install
+lint: install  ## style, the house's floors (pyproject's [tool.importlinter]) and the annotations
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 .PHONY: dashboards
 dashboards: install  ## regenerate the Grafana dashboards and alert rules under charts/graystack/files/

@@ -31,8 +31,8 @@ from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Phase
-from gateway.rollout.spec import validate_spec
 from gateway.rollout.stats import Verdict
+from gateway.spec.model import validate_spec
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 STEPS = [

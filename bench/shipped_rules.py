@@ -28,7 +28,7 @@ from gateway.rollout.sequential import (
     threshold_increments,
     threshold_look,
 )
-from gateway.rollout.spec import validate_spec
+from gateway.spec.model import validate_spec
 
 LOOK_SECONDS = 5.0
 

@@ -29,11 +29,11 @@ from gateway.metrics.provider import MetricsProvider
 from gateway.metrics.queries import histogram_queries
 from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
-from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import FileStateStore, StateStore
 from gateway.service import Gateway
 from gateway.sources.endpoints import static_endpoints
 from gateway.sources.spec_file import SpecFileWatcher, read_spec
+from gateway.spec.model import RolloutSpec, SpecError
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import FORGET_AFTER_S, AdsServer, start_server
 

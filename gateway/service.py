@@ -26,9 +26,10 @@ from gateway.envoy.bootstrap import listener_address
 from gateway.envoy.faults import Fault
 from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
 from gateway.rollout import metrics
-from gateway.rollout.overrides import Overrides, Segment, apply_overrides, surviving_overrides
-from gateway.rollout.spec import Mirror, RolloutSpec, SpecError, complete_split
 from gateway.sources.endpoints import static_endpoints
+from gateway.spec.model import RolloutSpec, SpecError, complete_split
+from gateway.spec.overrides import Overrides, Segment, apply_overrides, surviving_overrides
+from gateway.spec.split import RolloutSplit
 from gateway.xds.cache import InconsistentSnapshot, SnapshotCache, check_consistent
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,6 @@ class SpecRecord:
     spec: RolloutSpec
     sha256: str
     loaded_at: float
-
-
-@dataclass(frozen=True)
-class RolloutSplit:
-    """The rollout controller's layer: the default split it sets (None: leave it to the spec and the
-    operator), the variant every header segment goes to (None: each segment keeps its own), and,
-    while it sets the split, the mirroring too (None: none)."""
-
-    weights: dict[str, int] | None = None
-    segments_to: str | None = None
-    mirror: Mirror | None = None
 
 
 class Gateway:
@@ -75,6 +65,13 @@ class Gateway:
         self.generation = 0
         self.faults: dict[str, Fault] = {}
         self._nodes: dict[str, ListenerAddress] = {}
+
+    @property
+    def spec(self) -> RolloutSpec:
+        """The spec file's spec, without the operator's flips and the rollout's split."""
+        if self.file is None:
+            raise SpecError("no spec is loaded")
+        return self.file.spec
 
     # -- changes ----------------------------------------------------------------------------------
 

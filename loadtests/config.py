@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gateway.rollout.spec_fields import parse_duration
+from gateway.spec.fields import parse_duration
 
 NO_HEADER = "-"  # in a client-type mix: requests that carry no X-Client-Type header
 

@@ -25,7 +25,7 @@ from locust import HttpUser, events, task
 from locust.runners import WorkerRunner
 from requests import RequestException
 
-from gateway.rollout.spec_fields import parse_duration
+from gateway.spec.fields import parse_duration
 from graystack.admin_client import AdminClient, AdminError
 from loadtests import config, summary
 from loadtests.shapes import SHAPES

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.rollout.spec_fields import parse_duration
+from gateway.spec.fields import parse_duration
 from loadtests.config import Stage, parse_stages
 
 

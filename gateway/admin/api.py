@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.envoy.faults import MAX_LATENCY_MS, Fault
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import Command
-from gateway.rollout.spec import SpecError
 from gateway.service import Gateway, fault_status
+from gateway.spec.model import SpecError
 from gateway.xds.server import AdsServer
 
 

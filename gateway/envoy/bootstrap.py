@@ -30,7 +30,7 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
-from gateway.envoy import names
+from gateway import names
 from gateway.envoy.common import any_proto, duration
 from gateway.envoy.resources import ListenerAddress
 

@@ -52,7 +52,7 @@ from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.type.v3 import percent_pb2
 
-from gateway.envoy import names
+from gateway import names
 from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
 from gateway.envoy.variant_header import variant_metadata
 

@@ -24,7 +24,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
-from gateway.envoy import names
+from gateway import names
 from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
 from gateway.envoy.faults import (
     Fault,
@@ -36,7 +36,7 @@ from gateway.envoy.faults import (
 from gateway.envoy.local_replies import build_local_reply_config
 from gateway.envoy.routes import build_route_config, models_variant
 from gateway.envoy.variant_header import variant_metadata
-from gateway.rollout.spec import RolloutSpec
+from gateway.spec.model import RolloutSpec
 from gateway.xds import types
 
 EndpointMap = Mapping[str, Sequence[tuple[str, int]]]  # variant -> [(ip, port)]

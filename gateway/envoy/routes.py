@@ -28,10 +28,10 @@ from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
-from gateway.envoy import names
+from gateway import names
 from gateway.envoy.common import any_proto, duration
 from gateway.envoy.variant_header import served_header
-from gateway.rollout.spec import RolloutSpec
+from gateway.spec.model import RolloutSpec
 
 # The POST paths split between the variants: Anthropic's Messages and OpenAI's completions.
 INFERENCE_PATHS = ("/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions", "/v1/completions")

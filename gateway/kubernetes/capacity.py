@@ -34,7 +34,7 @@ from gateway.rollout.capacity import (
 )
 from gateway.rollout.plan import roles
 from gateway.rollout.rollout_state import CapacityGate, RolloutState
-from gateway.rollout.spec import RolloutSpec, Routing, SpecError
+from gateway.spec.model import RolloutSpec, Routing, SpecError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Mapping
 
 from gateway.envoy.resources import EndpointMap
-from gateway.rollout.spec import RolloutSpec
+from gateway.spec.model import RolloutSpec
 
 SERVICE_LABEL = "kubernetes.io/service-name"
 

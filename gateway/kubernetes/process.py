@@ -43,8 +43,8 @@ from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout import metrics
 from gateway.rollout.capacity import CapacityEdge, CapacitySettings
-from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore, decode_state
+from gateway.spec.model import RolloutSpec, SpecError
 
 log = logging.getLogger(__name__)
 

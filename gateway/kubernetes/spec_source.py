@@ -9,8 +9,8 @@ import hashlib
 import logging
 from collections.abc import Callable
 
-from gateway.rollout.spec import RolloutSpec, SpecError, parse_spec
 from gateway.service import Gateway
+from gateway.spec.model import RolloutSpec, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from gateway.kubernetes.api import call_json, status_of
 from gateway.kubernetes.spec_source import SPEC_KEY, spec_from_configmap
-from gateway.rollout.spec import RolloutSpec, SpecError, complete_split, parse_spec
+from gateway.spec.model import RolloutSpec, SpecError, complete_split, parse_spec
 
 
 def flipped(text: str, weights: Mapping[str, int], segment: str | None, where: str) -> str:

@@ -70,7 +70,7 @@ from collections.abc import Mapping, Sequence
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.envoy import names
+from gateway import names
 from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,

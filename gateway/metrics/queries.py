@@ -1,6 +1,6 @@
 """The prometheus provider's PromQL, by name, and the check of the spec's overrides of it.
 
-Its own module, importing nothing from gateway.rollout, so that the spec (gateway/rollout/spec.py)
+Its own module, importing nothing from gateway.rollout, so that the spec (gateway/spec/model.py)
 can check `analysis.provider.queries` without importing a provider.
 
 Each counter query selects raw series, one sample per series as it stands (no `increase()`, no
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gateway.envoy import names
+from gateway import names
 from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from gateway.envoy import names
+from gateway import names
 from gateway.metrics.observations import ITL, ITL_SUM, TTFT, TTFT_SUM, CounterKey, stratum
 
 LATENCY = frozenset({TTFT, TTFT_SUM, ITL, ITL_SUM})  # the model servers' histograms, stratified

@@ -36,7 +36,7 @@ from gateway.rollout.plan import (
 )
 from gateway.rollout.sequential import ShiftTest, ThresholdTest, error_rate_bounds
 from gateway.rollout.stats import Verdict
-from gateway.rollout.strategy_spec import Analysis
+from gateway.spec.strategy import Analysis
 
 __all__ = ["CHECK_NAMES", "Check", "analyse", "error_checks"]
 

@@ -37,9 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from gateway.rollout.rollout_state import CapacityGate, Phase, RolloutState
-from gateway.rollout.spec import RolloutSpec, Routing
-from gateway.rollout.spec_fields import Duration
 from gateway.rollout.views import hold_needed
+from gateway.spec.fields import Duration
+from gateway.spec.model import RolloutSpec, Routing
 
 READY_TIMEOUT = 600.0  # seconds a stage waits for the candidate's pods by default (10m)
 SCALE_DOWN_DELAY = 1800.0  # seconds the baseline keeps the size of a stage it left (30m): a warm rollback

@@ -56,6 +56,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from gateway.metrics.observations import Observations
 from gateway.metrics.provider import MetricsProvider
@@ -76,12 +77,12 @@ from gateway.rollout.rollout_state import (
     RecordDecision,
     RolloutState,
 )
-from gateway.rollout.spec import RolloutSpec, SpecError
 from gateway.rollout.state_store import StateStore
 from gateway.rollout.stats import Verdict
 from gateway.rollout.throughput import TokenRates
 from gateway.rollout.views import check_dict, rollback_reason, rollout_split, rollout_status, stage_of
-from gateway.service import Gateway
+from gateway.spec.model import RolloutSpec, SpecError
+from gateway.spec.split import RolloutSplit
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,22 @@ class ProviderUnavailable(Exception):
 ProviderFactory = Callable[[RolloutSpec], MetricsProvider]
 
 
+class SplitTarget(Protocol):
+    """The controller's edge on the gateway (gateway/service.py's `Gateway`): the spec file's spec, the
+    live spec, and the rollout's own layer of the split, which it sets."""
+
+    @property
+    def spec(self) -> RolloutSpec: ...
+
+    @property
+    def live(self) -> RolloutSpec | None: ...
+
+    @property
+    def rollout(self) -> RolloutSplit: ...
+
+    def set_rollout_split(self, rollout: RolloutSplit) -> RolloutSpec: ...
+
+
 def _not_yet_measurable(check: Check) -> Check:
     """`check` from before any proxy connected: an error becomes a hold that keeps the provider's
     message; any other verdict stands (a probe's evidence against the checkpoint rolls back now)."""
@@ -107,7 +124,7 @@ def _not_yet_measurable(check: Check) -> Check:
 class RolloutController:
     def __init__(
         self,
-        gateway: Gateway,
+        gateway: SplitTarget,
         proxies: Proxies,
         make_provider: ProviderFactory,
         store: StateStore,
@@ -142,7 +159,7 @@ class RolloutController:
 
     @property
     def spec(self) -> RolloutSpec:
-        return self.gateway.file.spec
+        return self.gateway.spec
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -83,9 +83,9 @@ from gateway.rollout.rollout_state import (
     RolloutState,
     Transition,
 )
-from gateway.rollout.spec import RolloutSpec
 from gateway.rollout.stats import Verdict
-from gateway.rollout.strategy_spec import Gate
+from gateway.spec.model import RolloutSpec
+from gateway.spec.strategy import Gate
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
 HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)

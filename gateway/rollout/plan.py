@@ -23,10 +23,10 @@ import json
 import math
 from dataclasses import dataclass
 
-from gateway.envoy.names import DEFAULT_SEGMENT
 from gateway.metrics.observations import UNLABELLED
+from gateway.names import DEFAULT_SEGMENT
 from gateway.rollout import sequential
-from gateway.rollout.spec import RolloutSpec, SpecError
+from gateway.spec.model import RolloutSpec, SpecError
 
 ERROR_RATE = "error_rate"
 ERROR_RATE_CHANGE = "error_rate_change"

@@ -17,9 +17,9 @@ from dataclasses import asdict
 from gateway.rollout.analysis import Check
 from gateway.rollout.plan import plan_for, roles
 from gateway.rollout.rollout_state import ADVANCING, Command, Phase, RolloutState
-from gateway.rollout.spec import Mirror, RolloutSpec, SpecError
 from gateway.rollout.stats import Verdict
-from gateway.service import RolloutSplit
+from gateway.spec.model import Mirror, RolloutSpec, SpecError
+from gateway.spec.split import RolloutSplit
 
 HISTORY_SHOWN = 10  # recent transitions shown in status
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.envoy.resources import EndpointMap
-from gateway.rollout.spec import RolloutSpec
+from gateway.spec.model import RolloutSpec
 
 
 def static_endpoints(spec: RolloutSpec) -> EndpointMap:

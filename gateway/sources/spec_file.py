@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from gateway.rollout.spec import RolloutSpec, SpecError, parse_spec
+from gateway.spec.model import RolloutSpec, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
 

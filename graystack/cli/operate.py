@@ -98,7 +98,7 @@ def _weight_in_cluster(
 ) -> None:
     from gateway.kubernetes.api import api_client
     from gateway.kubernetes.weight import flip_configmap
-    from gateway.rollout.spec import SpecError
+    from gateway.spec.model import SpecError
 
     try:
         with api_client(kubeconfig, kube_context) as api:

@@ -97,7 +97,7 @@ def gateway(
     """Run the xDS control plane, the rollout controller and the admin API, programming Envoy from SPEC
     (watched for edits)."""
     from gateway.app import GatewayOptions, run_gateway
-    from gateway.rollout.spec import SpecError
+    from gateway.spec.model import SpecError
 
     configure_logging(log_level)
     options = GatewayOptions(
@@ -213,7 +213,7 @@ def kube_gateway(
     a ConfigMap, leader election on a Lease (every replica serves xDS; the leader drives the rollout)."""
     from gateway.kubernetes.process import KubernetesOptions, gateway_options, run_kube_gateway
     from gateway.rollout.capacity import parse_settings
-    from gateway.rollout.spec import SpecError
+    from gateway.spec.model import SpecError
 
     configure_logging(log_level)
     try:

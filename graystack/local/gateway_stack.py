@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from gateway.envoy.names import ROUTE_CONFIG
+from gateway.names import ROUTE_CONFIG
 from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.prometheus import start_prometheus

@@ -73,7 +73,7 @@ class RolloutStack(GatewayStack):
 
     def expected_weight_status(self) -> list[str]:
         """What the spec's analysis expects the zero-layer's probes to report."""
-        from gateway.rollout.strategy_spec import Analysis
+        from gateway.spec.strategy import Analysis
 
         analysis = self.spec_changes.get("analysis") or {}
         return list(analysis.get("expected_weight_status", Analysis().expected_weight_status))

@@ -336,7 +336,7 @@ def upstream_options(
 def local_spec(user_spec: dict | None, upstreams: Upstreams | None = None) -> dict:
     """The top-level spec fields `up` runs with: the user's (variants excepted: they are always the
     servers `up` fronts), checked against the spec model now, before anything starts."""
-    from gateway.rollout.spec import validate_spec
+    from gateway.spec.model import validate_spec
 
     changes = {k: v for k, v in (user_spec or {}).items() if k != "variants"}
     if upstreams is None:

@@ -1,6 +1,6 @@
 """The Prometheus alert rules, one source for the rules file and the chart's PrometheusRule.
 
-Thresholds are the rollout analysis' defaults (gateway/rollout/strategy_spec.py `Analysis`), so a page means what
+Thresholds are the rollout analysis' defaults (gateway/spec/strategy.py `Analysis`), so a page means what
 the rollback guard would call a failure. tests/promtool/alerts_test.yml shows each alert firing and
 staying quiet; docs/dashboards-and-alerts.md says what to do about each.
 
@@ -14,7 +14,7 @@ import re
 
 import yaml
 
-from gateway.rollout.strategy_spec import Analysis
+from gateway.spec.strategy import Analysis
 
 DEFAULTS = Analysis()
 TTFT_OBJECTIVE = 0.95  # `max_ttft_p95`: 95 % of requests get their first token within the SLO edge

@@ -12,7 +12,7 @@ ROLLOUT = f'{NAMESPACE}, rollout=~"$rollout"'
 VARIANT = f'{NAMESPACE}, variant=~"$variant"'
 ROLLOUT_VARIANT = f'{ROLLOUT}, variant=~"$variant"'  # the gateway's per-variant series carry both
 # Envoy names a cluster after its variant; the route names `<variant>-with-fallback` when a failed
-# attempt may retry on the fallback variant (gateway/envoy/names.py).
+# attempt may retry on the fallback variant (gateway/names.py).
 ROUTE_CLUSTER = f'{NAMESPACE}, envoy_cluster_name=~"($variant)(-with-fallback)?"'
 # Mirrored copies of a shadow phase go to `<variant>-shadow`, never to the variant's own cluster.
 SHADOW_CLUSTER = f'{NAMESPACE}, envoy_cluster_name=~"($variant)-shadow"'

@@ -47,7 +47,7 @@ E2E_BUCKETS = (
     *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
 )
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-# The gateway sets this header to the routing segment of each request it forwards (gateway/envoy/names.py;
+# The gateway sets this header to the routing segment of each request it forwards (gateway/names.py;
 # inference/ does not import the gateway): "default" for the default split, else the header rule's value.
 # Latency histograms carry it, so the rollout compares variants only where traffic was split at random.
 SEGMENT_HEADER = "x-graystack-segment"

@@ -22,7 +22,7 @@ import yaml
 from gateway.envoy.bootstrap import BootstrapOptions, build_bootstrap, message_yaml
 from gateway.envoy.resources import ListenerAddress
 from gateway.kubernetes.role_label import LEADER, ROLE_LABEL
-from gateway.rollout.spec import parse_spec
+from gateway.spec.model import parse_spec
 from graystack.local.processes import free_port
 from tests.support.helm import CHART, Rendered, pod_specs, render, run_helm
 from tests.support.processes import require_binary

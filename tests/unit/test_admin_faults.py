@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from gateway.admin.api import FAULTS_OFF, create_admin_app, fault_injection_refusal
 from gateway.envoy.faults import Fault
-from gateway.rollout.spec import SpecError
 from gateway.service import Gateway
+from gateway.spec.model import SpecError
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
 from gateway.xds.types import LISTENER, ROUTE

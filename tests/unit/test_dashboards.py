@@ -17,8 +17,8 @@ from gateway.rollout import metrics as rollout_metrics
 from gateway.rollout.analysis import analyse
 from gateway.rollout.evidence import start
 from gateway.rollout.plan import plan_for
-from gateway.rollout.spec import validate_spec
-from gateway.rollout.strategy_spec import Analysis
+from gateway.spec.model import validate_spec
+from gateway.spec.strategy import Analysis
 from gateway.xds import metrics as xds_metrics
 from graystack.observability import alerts, dashboards
 from graystack.observability.__main__ import main

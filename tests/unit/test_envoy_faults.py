@@ -7,10 +7,10 @@ from envoy.extensions.filters.http.fault.v3 import fault_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.type.v3 import percent_pb2
 
-from gateway.envoy import names
+from gateway import names
 from gateway.envoy.faults import Fault
 from gateway.envoy.resources import ListenerAddress, build_resources
-from gateway.rollout.spec import load_yaml, validate_spec
+from gateway.spec.model import load_yaml, validate_spec
 from gateway.xds.cache import check_consistent
 from tests.unit.test_envoy_builders import ENDPOINTS
 from tests.unit.test_spec import DESIGN_EXAMPLE

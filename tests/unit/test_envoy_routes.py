@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from gateway.envoy import names
+from gateway import names
 from gateway.envoy.resources import ListenerAddress, build_resources
-from gateway.rollout.spec import load_yaml, validate_spec
+from gateway.spec.model import load_yaml, validate_spec
 from gateway.xds.cache import check_consistent
 from tests.unit.test_spec import DESIGN_EXAMPLE
 

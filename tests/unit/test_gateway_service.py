@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from envoy.config.listener.v3 import listener_pb2
 
-from gateway.rollout.spec import SpecError, load_yaml, validate_spec
 from gateway.service import Gateway
+from gateway.spec.model import SpecError, load_yaml, validate_spec
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.types import LISTENER
 from tests.support.ads_client import node

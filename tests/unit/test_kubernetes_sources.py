@@ -11,8 +11,8 @@ from gateway.kubernetes.spec_source import spec_from_configmap
 from gateway.kubernetes.state import decode_state
 from gateway.kubernetes.weight import flipped
 from gateway.rollout.machine import initial_state
-from gateway.rollout.spec import SpecError, parse_spec
 from gateway.rollout.state_store import load_state, save_state
+from gateway.spec.model import SpecError, parse_spec
 
 SPEC = """\
 name: zero-layer

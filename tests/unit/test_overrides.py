@@ -1,7 +1,7 @@
 """Operator flips hold until the file's own split for that segment changes."""
 
-from gateway.rollout.overrides import apply_overrides, surviving_overrides
-from gateway.rollout.spec import load_yaml, validate_spec
+from gateway.spec.model import load_yaml, validate_spec
+from gateway.spec.overrides import apply_overrides, surviving_overrides
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 

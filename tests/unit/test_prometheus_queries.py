@@ -16,7 +16,7 @@ from gateway.metrics import prometheus
 from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, CounterKey
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.queries import QUERIES, SIGNALS, check_overrides, render
-from gateway.rollout.spec import SpecError, validate_spec
+from gateway.spec.model import SpecError, validate_spec
 
 VARIANTS = ["baseline", "zero-layer"]
 PROVIDER = PrometheusProvider("http://p:9090", VARIANTS, "baseline")

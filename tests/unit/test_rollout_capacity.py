@@ -22,8 +22,8 @@ from gateway.rollout.capacity import (
 )
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.rollout_state import Alert, CapacityGate, Command, Phase
-from gateway.rollout.spec import Routing
 from gateway.rollout.throughput import TokenRates
+from gateway.spec.model import Routing
 from graystack.cli import main
 from tests.unit.test_rollout_machine import MANUAL, SPEC, STEPS_ONLY, failing, interval
 

@@ -17,9 +17,9 @@ from gateway.metrics.prometheus import PrometheusProvider
 from gateway.rollout.controller import ProviderUnavailable, RolloutController
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Command, RolloutState
-from gateway.rollout.spec import Mirror, SpecError, load_yaml, validate_spec
 from gateway.rollout.state_store import FileStateStore
 from gateway.service import Gateway
+from gateway.spec.model import Mirror, SpecError, load_yaml, validate_spec
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer, Disconnected, start_server
 from gateway.xds.types import CLUSTER

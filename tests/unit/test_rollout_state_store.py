@@ -7,8 +7,8 @@ import pytest
 
 from gateway.rollout.machine import step
 from gateway.rollout.rollout_state import Command, Phase, RolloutState, Transition
-from gateway.rollout.spec import validate_spec
 from gateway.rollout.state_store import load_state, save_state
+from gateway.spec.model import validate_spec
 
 SPEC = validate_spec(
     {

@@ -2,14 +2,14 @@
 
 import pytest
 
-from gateway.rollout.spec import (
+from gateway.spec.fields import parse_duration
+from gateway.spec.model import (
     SpecError,
     complete_split,
     load_yaml,
     parse_spec,
     validate_spec,
 )
-from gateway.rollout.spec_fields import parse_duration
 
 DESIGN_EXAMPLE = """
 name: zero-layer

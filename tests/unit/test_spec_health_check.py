@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.rollout.spec import SpecError, load_yaml, validate_spec
+from gateway.spec.model import SpecError, load_yaml, validate_spec
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 

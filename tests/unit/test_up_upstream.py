@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.rollout.spec import validate_spec
+from gateway.spec.model import validate_spec
 from graystack.local.processes import StartupError
 from graystack.local.supervisor import Supervisor, UpOptions, local_spec, upstream_options
 from graystack.local.upstream_stack import Upstream, overlay, parse_upstream, upstream_spec

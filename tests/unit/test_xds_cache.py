@@ -3,7 +3,7 @@
 import pytest
 
 from gateway.envoy.resources import ListenerAddress, build_resources
-from gateway.rollout.spec import load_yaml, validate_spec
+from gateway.spec.model import load_yaml, validate_spec
 from gateway.xds.cache import InconsistentSnapshot, SnapshotCache
 from gateway.xds.types import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from tests.unit.test_spec import DESIGN_EXAMPLE

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.rollout.spec import RolloutSpec
+from gateway.spec.model import RolloutSpec
 
 Segment = str | None  # None: the default split; otherwise a routing-header value
 Overrides = Mapping[Segment, Mapping[str, int]]

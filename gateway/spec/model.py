@@ -21,8 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.rollout.spec_fields import Duration, Percent, SpecError, SpecModel
-from gateway.rollout.strategy_spec import Analysis, Strategy
+from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
+from gateway.spec.strategy import Analysis, Strategy
 
 # RFC 9110 token: what Envoy accepts as a header name.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")

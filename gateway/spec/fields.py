@@ -1,6 +1,6 @@
 """The spec's building blocks: its error, durations, percentages and the base every part of it shares.
 
-Their own module, so that the spec's parts (gateway/rollout/spec.py, gateway/rollout/strategy_spec.py)
+Their own module, so that the spec's parts (gateway/spec/model.py, gateway/spec/strategy.py)
 share them without importing each other.
 """
 

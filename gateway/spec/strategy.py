@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.metrics.queries import check_overrides
-from gateway.rollout.spec_fields import Duration, Percent, SpecModel
+from gateway.spec.fields import Duration, Percent, SpecModel
 
 
 class Gate(SpecModel):

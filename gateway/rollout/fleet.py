@@ -10,9 +10,13 @@ such proxy has come back and ACKed (or has been forgotten: gone longer than the 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
+
+from gateway.rollout.rollout_state import Phase, RolloutState
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +101,58 @@ class CutOff:
             names = ", ".join(str(proxy["node"]) for proxy in self.pending)
             log.info("the proxies cut off (%s) are back or forgotten: the rollback is live everywhere", names)
         self.pending = []
+
+
+class RollbackConfirmation:
+    """A rollback on its way to the fleet (status shows how long the last one took, and whom it is
+    pending on): after the push, a task waits for every connected proxy's ACK (`deadline` at a time,
+    alerting past each one with the proxies that have not ACKed) and then calls `acked(now)` under the
+    lock; then it waits for the proxies cut off from the control plane (`CutOff`). `state()` is the
+    rollout's state as it stands: a retry makes the wait moot."""
+
+    def __init__(
+        self,
+        proxies: Proxies,
+        state: Callable[[], RolloutState],
+        acked: Callable[[float], Awaitable[None]],
+        lock: asyncio.Lock,
+        clock: Callable[[], float],
+        alert: Callable[[str, float], None],
+    ) -> None:
+        self.proxies = proxies
+        self._state = state
+        self._acked = acked
+        self._lock = lock
+        self._clock = clock
+        self._alert = alert
+        self.cut_off = CutOff()
+        self.last_seconds: float | None = None  # graystack_rollback_seconds of the last one ACKed
+        self.task: asyncio.Task | None = None
+
+    def start(self, deadline: float) -> None:
+        """Confirm the rollback in flight, unless a task does already."""
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._confirm(deadline))
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _confirm(self, deadline: float) -> None:
+        """Until every connected proxy ACKed the rollback (or a retry made it moot); then until the
+        proxies cut off from the control plane have come back and ACKed it too."""
+        while self._state().rollback_started is not None:
+            converged = await self.proxies.wait_converged(deadline)
+            async with self._lock:
+                now = self._clock()
+                if converged:
+                    await self._acked(now)
+                    break
+                started = self._state().rollback_started
+                since = now - started if started else 0.0
+                gone = self.proxies.disconnected()
+                self._alert(ack_timeout_message(since, self.proxies.streams(), gone, now), now)
+        rolled_back = lambda: self._state().phase == Phase.ROLLED_BACK  # noqa: E731
+        await self.cut_off.await_return(self.proxies, deadline, rolled_back, self._alert, self._clock())

@@ -16,6 +16,9 @@ One call handles, in order:
    fires the same test) and `analysis.on_shared_incident` is `hold`, the weights stay, the rollout
    pauses and one alert pages; resuming it starts new tests (`evidence` None), since the incident's
    errors are in the current ones. A failure that is the candidate's alone still rolls back.
+   Every rollback yields `RolledBack` with the label it is counted under (graystack_rollout_rollbacks_total):
+   the first failing check's name, `shared_incident` (every failing check shared), `operator` (the
+   command) or `metrics_error` (on_error: rollback).
 2. The command. pause / resume (timers freeze and continue; weights stay), promote (skip the rest of
    this stage: shadow -> step 0, step i -> i+1, last step -> promoted), rollback (an operator abort,
    handled like a FAIL), retry (rolled_back -> the first stage, fresh timers). A command that makes no
@@ -80,6 +83,7 @@ from gateway.rollout.rollout_state import (
     Ignored,
     Phase,
     RecordDecision,
+    RolledBack,
     RolloutState,
     Transition,
 )
@@ -113,7 +117,8 @@ def step(
     failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
     held = _shared_hold(spec, failing)
     if failing and state.phase != Phase.ROLLED_BACK and not held:
-        state = _roll_back(state, now, "; ".join(describe(c) for c in failing), actions)
+        label = "shared_incident" if all(c.shared for c in failing) else failing[0].name
+        state = _roll_back(state, now, "; ".join(describe(c) for c in failing), label, actions)
         outcome = "rollback"
         if command is not None:
             actions.append(Ignored(command, "a failing check rolled the rollout back"))
@@ -209,9 +214,12 @@ def _advance(spec: RolloutSpec, state: RolloutState, now: float, reason: str) ->
     return _enter_step(spec, state, index, now, reason)
 
 
-def _roll_back(state: RolloutState, now: float, cause: str, actions: list[Action]) -> RolloutState:
+def _roll_back(
+    state: RolloutState, now: float, cause: str, label: str, actions: list[Action]
+) -> RolloutState:
+    """Weight 0, shadow off, the rollback in flight; `label` is the rollbacks counter's reason."""
     reason = f"rolled back: {cause}"
-    actions.append(Alert(reason))
+    actions.extend((Alert(reason), RolledBack(label)))
     state = _stage(state, now, reason, Phase.ROLLED_BACK, state.step, 0, 0)
     return replace(state, errors=0, rollback_started=now)
 
@@ -268,7 +276,7 @@ def _command(
     if command == Command.PROMOTE:
         return _advance(spec, state, now, "operator promote"), True
     if command == Command.ROLLBACK:
-        return _roll_back(state, now, "operator rollback", actions), True
+        return _roll_back(state, now, "operator rollback", "operator", actions), True
     return _first_stage(spec, replace(state, evidence=None, incident=None), now, "operator retry"), True
 
 
@@ -292,8 +300,8 @@ def _judge(
         return state, "guard: no failing check"
     if state.paused or not may_advance:
         return state, "hold: paused" if state.paused else "hold: a command moved the rollout this interval"
-    needed = _hold_needed(spec, state)
-    if state.held < needed:
+    needed = hold_needed(spec, state)
+    if needed is not None and state.held < needed:
         return state, f"hold: {state.held:.0f}s of {needed:.0f}s held"
     waiting = [c.name for c in checks if c.verdict != Verdict.PASS]
     if not checks or waiting:
@@ -317,7 +325,7 @@ def _on_error(
         return state, f"hold: metrics error {state.errors} (already escalated): {check.reason}"
     cause = f"metrics unavailable for {ERROR_LIMIT} intervals ({check.reason})"
     if spec.analysis.on_error == "rollback":
-        return _roll_back(state, now, cause, actions), "rollback"
+        return _roll_back(state, now, cause, "metrics_error", actions), "rollback"
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
     if state.phase in ADVANCING and not state.paused:
         state = _pause(state, now, f"frozen: {cause}")
@@ -337,10 +345,14 @@ def _wait_for_capacity(
     return _pause(state, now, f"frozen: {cause}"), "freeze: capacity"
 
 
-def _hold_needed(spec: RolloutSpec, state: RolloutState) -> float:
+def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
+    """The hold the stage needs before it may advance; None where nothing advances."""
+    if state.phase not in ADVANCING or spec.strategy is None:
+        return None
     if state.phase == Phase.SHADOW:
-        return spec.strategy.shadow.duration
-    return spec.strategy.steps[state.step].hold
+        return spec.strategy.shadow.duration if spec.strategy.shadow else None
+    steps = spec.strategy.steps
+    return steps[state.step].hold if state.step < len(steps) else None
 
 
 def _gate_missed(gate: Gate, checks: tuple[Check, ...]) -> str | None:

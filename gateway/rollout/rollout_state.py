@@ -119,4 +119,12 @@ class Ignored:
     reason: str
 
 
-Action = Alert | RecordDecision | Ignored
+@dataclass(frozen=True)
+class RolledBack:
+    """The rollout rolled back in this call; `reason` is graystack_rollout_rollbacks_total's label: the
+    first failing check's name, `shared_incident`, `operator` or `metrics_error`."""
+
+    reason: str
+
+
+Action = Alert | RecordDecision | Ignored | RolledBack

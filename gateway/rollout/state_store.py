@@ -11,11 +11,13 @@ the safe direction, instead of crash-looping on the same bad file at every start
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -97,3 +99,48 @@ class FileStateStore:
 
     def save(self, state: RolloutState) -> None:
         save_state(self.path, state)
+
+
+class SavedState:
+    """The controller's side of its store: the state the store holds, as far as it knows, and the last
+    save's failure until a save succeeds. A save that fails (disk full, API server unreachable) raises
+    nothing: the first failure of a run alerts, later ones are logged, and every later save tries again."""
+
+    def __init__(self, store: StateStore, name: Callable[[], str], alert: Callable[[str], None]) -> None:
+        self.store = store
+        self._name = name  # the rollout's, for the logs
+        self._alert = alert
+        self.stored: RolloutState | None = None
+        self.error: str | None = None
+
+    def save_now(self, state: RolloutState) -> None:
+        """Save on the caller's thread (at start: there is no event loop to keep free yet)."""
+        if state != self.stored:
+            self._result(state, _call(self.store.save, state))
+
+    async def save(self, state: RolloutState) -> None:
+        """Save off the event loop (a disk, the API server), unless the store holds `state` already."""
+        if state != self.stored:
+            self._result(state, await asyncio.to_thread(_call, self.store.save, state))
+
+    def _result(self, state: RolloutState, error: Exception | None) -> None:
+        where = self.store.where
+        if error is None:
+            self.stored = state
+            if self.error is not None:
+                log.info("rollout %s: state saved to %s again", self._name(), where)
+            self.error = None
+            return
+        if self.error is None:  # one alert per run of failures; each retry is logged
+            self._alert(f"rollout state not saved to {where}, retrying at every step: {error}")
+        else:
+            log.warning("rollout %s: state still not saved to %s: %s", self._name(), where, error)
+        self.error = f"{type(error).__name__}: {error}"
+
+
+def _call(save: Callable[[RolloutState], None], state: RolloutState) -> Exception | None:
+    try:
+        save(state)
+    except Exception as error:  # whatever the store's failure, the controller carries on
+        return error
+    return None

@@ -1,6 +1,5 @@
 """Pure views of a rollout's state, for the controller (gateway/rollout/controller.py) to apply and show:
-the split the Gateway layer goes live with, the rollout section of `graystack status`, and the label a
-rollback is counted under. No I/O.
+the split the Gateway layer goes live with, and the rollout section of `graystack status`. No I/O.
 
 The split: while the state has a weight, the controller owns the default split ({baseline: 100 - w,
 candidate: w}, any other variant 0); in manual mode (weight None) the spec's own and the operator's
@@ -15,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from gateway.rollout.analysis import Check
+from gateway.rollout.machine import hold_needed
 from gateway.rollout.plan import plan_for, roles
-from gateway.rollout.rollout_state import ADVANCING, Command, Phase, RolloutState
-from gateway.rollout.stats import Verdict
+from gateway.rollout.rollout_state import ADVANCING, Phase, RolloutState
 from gateway.spec.model import Mirror, RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
 
@@ -32,25 +31,6 @@ def rollout_split(spec: RolloutSpec, state: RolloutState) -> RolloutSplit:
     weights = dict.fromkeys(spec.variants, 0) | {baseline: 100 - state.weight, candidate: state.weight}
     mirror = Mirror(variant=candidate, percent=state.shadow_percent) if state.shadow_percent else None
     return RolloutSplit(weights, baseline if state.phase == Phase.ROLLED_BACK else None, mirror)
-
-
-def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
-    if state.phase not in ADVANCING or spec.strategy is None:
-        return None
-    if state.phase == Phase.SHADOW:
-        return spec.strategy.shadow.duration if spec.strategy.shadow else None
-    steps = spec.strategy.steps
-    return steps[state.step].hold if state.step < len(steps) else None
-
-
-def rollback_reason(checks: list[Check] | None, command: Command | None) -> str:
-    """The short `reason` label of graystack_rollout_rollbacks_total."""
-    failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
-    if failing and all(c.shared for c in failing):
-        return "shared_incident"
-    if failing:
-        return failing[0].name
-    return "operator" if command == Command.ROLLBACK else "metrics_error"
 
 
 def stage_of(state: RolloutState) -> str:

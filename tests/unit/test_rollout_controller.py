@@ -263,7 +263,7 @@ async def test_a_failing_check_sends_every_segment_to_the_baseline_until_a_retry
     assert status["reason"].startswith("rolled back: error_rate fail")
     assert saved(tmp_path)["phase"] == "rolled_back"
     assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="error_rate") == rollbacks + 1
-    await controller._confirm  # every proxy (of none) ACKed
+    await controller.rollback.task  # every proxy (of none) ACKed
     assert controller.status()["rollback_in_flight"] is False
     assert saved(tmp_path)["rollback_started"] is None
     assert metric("graystack_rollback_seconds_count", rollout=NAME) == histogram + 1
@@ -389,7 +389,7 @@ async def test_a_rollback_no_proxy_acks_raises_an_alert(tmp_path, clock):
     await asyncio.sleep(0.2)
     assert any("not ACKed by every proxy" in a["message"] for a in controller.status()["alerts"])
     assert controller.status()["rollback_in_flight"]
-    controller._confirm.cancel()
+    controller.rollback.task.cancel()
 
 
 async def test_a_rollback_is_acked_by_the_connected_proxies_and_pending_on_one_cut_off(tmp_path, clock):
@@ -410,7 +410,7 @@ async def test_a_rollback_is_acked_by_the_connected_proxies_and_pending_on_one_c
     fleet.heal()
     await asyncio.sleep(0.1)
     assert controller.status()["rollback_pending"] == []
-    assert controller._confirm.done()
+    assert controller.rollback.task.done()
 
 
 async def test_without_a_metrics_source_the_guard_is_off_and_says_so(tmp_path, clock):
@@ -450,7 +450,7 @@ async def test_a_controller_killed_before_the_rollback_was_acked_waits_for_the_a
     gateway = new_gateway()
     controller = new_controller(gateway, tmp_path, clock, proxies=SilentProxies())
     await controller.command(Command.ROLLBACK)
-    controller._confirm.cancel()
+    controller.rollback.task.cancel()
     assert saved(tmp_path)["rollback_started"] == clock.now
 
     clock.now += 5

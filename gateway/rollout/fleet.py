@@ -42,6 +42,12 @@ class Proxies(Protocol):
     def disconnected(self) -> Sequence[Disconnected]: ...
 
 
+class Alerting(Protocol):
+    """The controller's alert: logged, counted, shown in status, at `now` (None: the clock's)."""
+
+    def __call__(self, message: str, now: float | None = None) -> None: ...
+
+
 def cut_off(gone: Sequence[Disconnected], now: float) -> str:
     """`envoy-3 (disconnected 12.0s ago, last heard 16.1s ago), ...`"""
     return ", ".join(
@@ -117,7 +123,7 @@ class RollbackConfirmation:
         acked: Callable[[float], Awaitable[None]],
         lock: asyncio.Lock,
         clock: Callable[[], float],
-        alert: Callable[[str, float], None],
+        alert: Alerting,
     ) -> None:
         self.proxies = proxies
         self._state = state

@@ -59,8 +59,8 @@ controller also sends every header segment to the baseline while rolled back: th
 the default split only.
 
 The sequential tests' state (`evidence`, gateway/rollout/evidence.py) rides in the state, so it is
-saved and restored with it; each look (gateway/rollout/look.py) adds to it, and the machine only keeps it or,
-on `retry` and on resuming after a held shared incident, drops it so that new tests start.
+saved and restored with it; each look (gateway/rollout/look.py) adds to it, and the machine only
+keeps it or, on `retry` and on resuming after a held shared incident, drops it so that new tests start.
 
 A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
 exists restarts the strategy from its first stage; a changed weight or shadow percent is applied.

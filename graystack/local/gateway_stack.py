@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 import yaml
 
-from gateway.names import ROUTE_CONFIG
 from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.prometheus import start_prometheus
@@ -222,11 +221,6 @@ class GatewayStack:
         tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
         tmp.replace(self.spec_path)
 
-    def write_raw_spec(self, text: str) -> None:
-        tmp = self.spec_path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(self.spec_path)
-
     def status(self) -> dict:
         return httpx.get(f"{self.admin_url}/v1/status", timeout=5).json()
 
@@ -248,53 +242,12 @@ class GatewayStack:
     def request(self, headers: dict | None = None) -> httpx.Response:
         return self.client.post(INFERENCE_PATH, json={}, headers=headers)
 
-    def variant_counts(self, n: int, headers: dict | None = None) -> dict[str, int]:
-        counts = dict.fromkeys(VARIANTS, 0)
-        for _ in range(n):
-            response = self.request(headers)
-            if response.status_code != 200:
-                raise AssertionError(f"request failed ({response.status_code}): {response.text}")
-            counts[response.headers["x-graystack-variant"]] += 1
-        return counts
-
     def inject_fault(
         self, variant: str, error_rate: float = 0.0, latency_ms: int = 0, status: int = 503
     ) -> dict:
         """`graystack fault`: Envoy fails or delays `variant`'s attempts, whatever its upstream."""
         with AdminClient(self.admin_url) as admin:
             return admin.set_fault(variant, error_rate, status, latency_ms)
-
-    def set_upstream(
-        self, variant: str, mode: str, stall_seconds: float = 5.0, anonymous: bool = False
-    ) -> None:
-        """`anonymous`: its answers carry no `x-graystack-variant`, as a server not graystack's."""
-        body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True, "anonymous": anonymous}
-        httpx.post(
-            f"http://127.0.0.1:{self.ports[variant]}/_control", json=body, timeout=5
-        ).raise_for_status()
-
-    def upstream_answers(self, variant: str) -> dict[str, int]:
-        return httpx.get(f"http://127.0.0.1:{self.ports[variant]}/_stats", timeout=5).json()
-
-    def envoy_stats(self) -> dict[str, int]:
-        text = httpx.get(f"http://127.0.0.1:{self.ports['envoy_admin']}/stats", timeout=5).text
-        stats = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(": ")
-            if value.strip().lstrip("-").isdigit():
-                stats[name] = int(value)
-        return stats
-
-    def envoy_route_version(self) -> str:
-        dump = httpx.get(
-            f"http://127.0.0.1:{self.ports['envoy_admin']}/config_dump",
-            params={"resource": "dynamic_route_configs"},
-            timeout=5,
-        ).json()
-        (main,) = [
-            c for c in dump["configs"] if c["route_config"]["name"] == ROUTE_CONFIG
-        ]  # not a fault hop's
-        return main["version_info"]
 
     @staticmethod
     def _get(port: int, path: str) -> bool:

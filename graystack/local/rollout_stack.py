@@ -154,9 +154,6 @@ class RolloutStack(GatewayStack):
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
 
-    def gateway_metric(self, name: str, labels: dict) -> float:
-        return self.metric(f"{self.admin_url}/metrics", name, labels)
-
 
 def fresh_weights(workdir: Path) -> dict[str, Path]:
     """Untrained checkpoints for both variants (one backbone), zero-layer's bias layer erased."""

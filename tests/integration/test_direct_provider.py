@@ -99,7 +99,7 @@ def test_refused_connections_count_as_errors_though_they_carry_no_response_code(
     provider = provider_for(stack)
     start = observe(provider)
     served = variant_counts(stack, 40)
-    stack.upstreams["zero-layer"].stop()
+    stack.upstreams.running["zero-layer"].stop()
     assert [stack.request().status_code for _ in range(40)] == [200] * 40
     requests, errors = counts(start, observe(provider), "zero-layer")
     assert errors >= 5  # about half of 40 tried it first
@@ -279,7 +279,7 @@ def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(st
     assert {key.signal for key in failed.counters if shadow in key.source} == {REQUESTS, ERRORS}
 
     # A variant that is down fails its copies where the analysis sees them (no health check hides it).
-    stack.upstreams["zero-layer"].stop()
+    stack.upstreams.running["zero-layer"].stop()
     assert variant_counts(stack, 40) == {"baseline": 40, "zero-layer": 0}
     refused = wait_until(
         lambda: (c := counts(failed, observe(provider), "zero-layer"))[1] >= 40 and c, 10, "refused copies"

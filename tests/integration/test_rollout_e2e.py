@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 
+from graystack.local.gateway_stack import graystack_argv
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import SEGMENT, RolloutStack, Traffic
 from tests.support.processes import require_binary
@@ -68,7 +69,7 @@ def prometheus_stack(tmp_path, envoy_binary):
     envoy = (f"127.0.0.1:{stack.ports['envoy_admin']}", "/stats/prometheus")
     prometheus = start_prometheus(binary, tmp_path / "prometheus", {"envoy": envoy})
     provider = {"type": "prometheus", "url": prometheus.url}
-    stack.spec_changes = ROLLOUT | {"analysis": ROLLOUT["analysis"] | {"provider": provider}}
+    stack.models.spec_changes = ROLLOUT | {"analysis": ROLLOUT["analysis"] | {"provider": provider}}
     try:
         yield from running(stack)
     finally:
@@ -120,7 +121,7 @@ def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promot
         assert promoted["weight"] == 100
         assert stack.status()["routing"]["weights"] == {"baseline": 0, "zero-layer": 100}
         refused = subprocess.run(
-            [*stack.graystack_argv(), "promote", "--admin-url", stack.admin_url],
+            [*graystack_argv(), "promote", "--admin-url", stack.admin_url],
             capture_output=True,
             text=True,
         )

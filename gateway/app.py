@@ -1,5 +1,6 @@
-"""`graystack gateway`: the xDS server, the spec watcher, the rollout controller and the admin API in one
-asyncio process.
+"""The gateway process: the xDS server, the rollout controller and the admin API in one asyncio process,
+given its parts by a mode (files: gateway/local.py, `graystack gateway`; a cluster:
+gateway/kubernetes/process.py, `graystack kube-gateway`).
 
 The controller always runs: with a `strategy` it moves the rollout, without one (manual mode) it still
 guards the live split. Its metrics source: `provider: {type: prometheus}` asks the spec's URL;

@@ -41,7 +41,8 @@ class LeaderElector:
     ) -> None:
         """`on_change(leading)`, given to `start`, is called on the elector's thread (and at stop)
         whenever leadership is won or lost; `each_round(leading)` after every round and at a clean stop,
-        for work that must follow leadership and be tried again until it succeeds (the leader label)."""
+        for work that must follow leadership and be tried again until it succeeds (the leader label on
+        the pod)."""
         self.namespace = namespace
         self.name = name
         self.identity = identity

@@ -48,7 +48,7 @@ def stack(tmp_path_factory, envoy_binary, prometheus_binary):
         yield running
     finally:
         running.stop()
-        for process in [running.envoy, running.gateway, *running.upstreams.values()]:
+        for process in [running.envoy, running.gateway, *running.upstreams.processes()]:
             assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
 
 

@@ -34,6 +34,7 @@ from prometheus_client import REGISTRY
 
 from bench._common import rss_kib, summarize, write_result
 from gateway.app import GatewayOptions, GatewayProcess
+from gateway.local import local_gateway
 from gateway.xds import types
 from graystack.local.gateway_stack import default_spec
 from graystack.local.processes import free_port
@@ -193,7 +194,7 @@ PENDING = PendingTaskCounter()
 async def measure(n: int, flips: int, per_process: int, per_channel: int, workdir: Path) -> dict:
     spec_path = workdir / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(default_spec(free_port(), free_port()), sort_keys=False))
-    process = GatewayProcess(GatewayOptions(spec=spec_path, xds_port=free_port(), admin_port=free_port()))
+    process = local_gateway(GatewayOptions(spec=spec_path, xds_port=free_port(), admin_port=free_port()))
     await process.start()
     leaked = PENDING.count
     clients: list[asyncio.subprocess.Process] = []

@@ -1,5 +1,6 @@
-"""`graystack gateway`: the xDS server, the spec watcher, the rollout controller and the admin API in one
-asyncio process.
+"""The gateway process: the xDS server, the rollout controller and the admin API in one asyncio process,
+given its parts by a mode (files: gateway/local.py, `graystack gateway`; a cluster:
+gateway/kubernetes/process.py, `graystack kube-gateway`).
 
 The controller always runs: with a `strategy` it moves the rollout, without one (manual mode) it still
 guards the live split. Its metrics source: `provider: {type: prometheus}` asks the spec's URL;
@@ -18,6 +19,7 @@ import signal
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import uvicorn
 
@@ -29,10 +31,8 @@ from gateway.metrics.provider import MetricsProvider
 from gateway.metrics.queries import histogram_queries
 from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
-from gateway.rollout.state_store import FileStateStore, StateStore
+from gateway.rollout.state_store import StateStore
 from gateway.service import Gateway
-from gateway.sources.endpoints import static_endpoints
-from gateway.sources.spec_file import SpecFileWatcher, read_spec
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import FORGET_AFTER_S, AdsServer, start_server
@@ -93,23 +93,59 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+class Driver(Protocol):
+    """What keeps a built gateway current and moves its rollout: a mode's spec source and watches."""
+
+    def background(self) -> list[Coroutine]:
+        """What runs beside the admin API until the process stops (cancelled then)."""
+        ...
+
+    async def start(self) -> None:
+        """Once the admin API serves."""
+
+    async def stop(self) -> None:
+        """First thing at stop, while the admin API still serves."""
+
+
+def _alone() -> Leadership | None:
+    return None
+
+
+@dataclass(frozen=True)
+class GatewayParts:
+    """What a mode gives the process (go-control-plane's `NewServer(ctx, watcher, callbacks)` shape):
+    gateway/local.py assembles them from files, gateway/kubernetes/process.py from the cluster.
+
+    `first_spec()`: the spec and the hash of its text, read once the process has checked its options;
+    with no last good spec yet, a bad one stops the process there. `driver`: called with the gateway and
+    the controller the process built. `leadership()`: asked at every admin call; None where this process
+    alone drives the rollout."""
+
+    first_spec: Callable[[], tuple[RolloutSpec, str]]
+    endpoints_for: Callable[[RolloutSpec], EndpointMap]
+    store: StateStore
+    driver: Callable[[Gateway, RolloutController], Driver]
+    capacity: CapacityEdge | None = None  # what scales the variants from the split; None: nothing does
+    leadership: Callable[[], Leadership | None] = _alone
+
+
 class GatewayProcess:
     """The gateway's parts wired together; `start`/`stop` so tests and benchmarks can embed it."""
 
-    def __init__(self, options: GatewayOptions) -> None:
+    def __init__(self, options: GatewayOptions, parts: GatewayParts) -> None:
         if not _is_loopback(options.admin_host) and not options.admin_token:
             raise SpecError(
                 f"refusing to serve the admin API on {options.admin_host} without a token: "
                 "set --admin-token (GRAYSTACK_ADMIN_TOKEN) or bind to 127.0.0.1"
             )
         self.options = options
-        spec, digest = self._initial_spec()  # no last good spec yet: a bad one stops here
+        spec, digest = parts.first_spec()  # no last good spec yet: a bad one stops here
         self.cache = SnapshotCache()
         fault_refusal = fault_injection_refusal(
             options.enable_fault_injection, _is_loopback(options.admin_host), options.admin_token
         )
         self.gateway = Gateway(
-            self.cache, options.spec, self._endpoints_source(), fault_injection=fault_refusal is None
+            self.cache, options.spec, parts.endpoints_for, fault_injection=fault_refusal is None
         )
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
@@ -121,17 +157,11 @@ class GatewayProcess:
             self.gateway,
             self.ads,
             provider_factory(options.envoy_admin, options.metrics_targets),
-            self._state_store(),
-            capacity=self._capacity(),
+            parts.store,
+            capacity=parts.capacity,
         )
         self.controller.restore()
-        self._watcher = SpecFileWatcher(
-            options.spec,
-            self.gateway.load,
-            self.gateway.refuse,
-            last_hash=digest,
-            interval=options.poll_interval,
-        )
+        self.driver = parts.driver(self.gateway, self.controller)
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
                 create_admin_app(
@@ -139,7 +169,7 @@ class GatewayProcess:
                     self.ads,
                     options.admin_token,
                     self.controller,
-                    self._leadership,
+                    parts.leadership,
                     fault_refusal,
                 ),
                 host=options.admin_host,
@@ -152,33 +182,10 @@ class GatewayProcess:
         self._admin_task: asyncio.Task | None = None
         self._grpc = None
 
-    # -- what a mode replaces (gateway/kubernetes: the spec's and the state's ConfigMaps, EndpointSlices) --
-
-    def _initial_spec(self) -> tuple[RolloutSpec, str]:
-        return read_spec(self.options.spec)
-
-    def _endpoints_source(self) -> Callable[[RolloutSpec], EndpointMap]:
-        return static_endpoints
-
-    def _state_store(self) -> StateStore:
-        return FileStateStore(self.options.rollout_state_path)
-
-    def _capacity(self) -> CapacityEdge | None:
-        """What scales the variants from the split (Kubernetes mode, opt-in); None: nothing does."""
-        return None
-
-    def _leadership(self) -> Leadership | None:
-        """Which replica drives the rollout, for the admin API; None: this process alone does."""
-        return None
-
-    def _background(self) -> list[Coroutine]:
-        """What runs beside the admin API: the spec watcher and the rollout controller."""
-        return [self._watcher.run(), self.controller.run()]
-
     async def start(self) -> None:
         self._grpc = await start_server(self.ads, self.options.xds_host, self.options.xds_port)
         self._admin_task = asyncio.create_task(self.admin.serve())
-        self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self._background())]
+        self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self.driver.background())]
         while not self.admin.started:
             if self._admin_task.done():
                 self._admin_task.result()
@@ -195,12 +202,14 @@ class GatewayProcess:
             self.options.admin_port,
             self.options.spec,
         )
+        await self.driver.start()
 
     async def wait(self) -> None:
         """Until the admin server exits (stop() or a signal)."""
         await self._admin_task
 
     async def stop(self) -> None:
+        await self.driver.stop()
         self.admin.should_exit = True
         for task in self._tasks:
             if task is not self._admin_task:
@@ -209,10 +218,6 @@ class GatewayProcess:
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         log.info("gateway stopped")
-
-
-async def run_gateway(options: GatewayOptions) -> None:
-    await serve_until_signalled(GatewayProcess(options))
 
 
 async def serve_until_signalled(process: GatewayProcess) -> None:

@@ -36,13 +36,13 @@ class LeaderElector:
         namespace: str,
         name: str,
         identity: str,
-        on_change: Callable[[bool], None],
         lease_seconds: float = 15.0,
         each_round: Callable[[bool], None] = lambda leading: None,
     ) -> None:
-        """`on_change(leading)` is called on the elector's thread whenever leadership is won or lost;
-        `each_round(leading)` after every round and at a clean stop, for work that must follow leadership
-        and be tried again until it succeeds (the leader label on the pod)."""
+        """`on_change(leading)`, given to `start`, is called on the elector's thread (and at stop)
+        whenever leadership is won or lost; `each_round(leading)` after every round and at a clean stop,
+        for work that must follow leadership and be tried again until it succeeds (the leader label on
+        the pod)."""
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -52,14 +52,15 @@ class LeaderElector:
         self.leading = False
         self.holder = ""  # the Lease's holder at the last round; "" for none (or not read yet)
         self._leases = client.CoordinationV1Api(api)
-        self._on_change = on_change
+        self._on_change: Callable[[bool], None] = lambda leading: None
         self._each_round = each_round
         self._observed: tuple[str, float] | None = None  # (resourceVersion, when first seen)
         self._renewed_at = 0.0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, on_change: Callable[[bool], None]) -> None:
+        self._on_change = on_change
         self._thread = threading.Thread(target=self._run, name=f"lease {self.name}", daemon=True)
         self._thread.start()
 

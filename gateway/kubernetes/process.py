@@ -30,8 +30,7 @@ from typing import Any
 from kubernetes import client
 
 from gateway.admin.api import Leadership
-from gateway.app import GatewayOptions, GatewayProcess, serve_until_signalled
-from gateway.envoy.resources import EndpointMap
+from gateway.app import GatewayOptions, GatewayParts, GatewayProcess, serve_until_signalled
 from gateway.kubernetes import events
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.capacity import DeploymentCapacity
@@ -42,8 +41,10 @@ from gateway.kubernetes.role_label import RoleLabel
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout import metrics
-from gateway.rollout.capacity import CapacityEdge, CapacitySettings
-from gateway.rollout.state_store import StateStore, decode_state
+from gateway.rollout.capacity import CapacitySettings
+from gateway.rollout.controller import RolloutController
+from gateway.rollout.state_store import decode_state
+from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -71,62 +72,98 @@ def gateway_options(kube: KubernetesOptions, **listen: Any) -> GatewayOptions:
     return GatewayOptions(spec=Path(origin(kube.namespace, kube.spec_configmap)), **listen)
 
 
-class KubernetesGatewayProcess(GatewayProcess):
-    def __init__(self, options: GatewayOptions, kube: KubernetesOptions) -> None:
-        """Lists the spec, the EndpointSlices and the stored state first: a gateway that cannot read
-        them (or whose spec is invalid, with no last good one yet) does not start."""
+class ClusterSources:
+    """What the gateway reads in the cluster, before it is built: the spec's and the state's ConfigMaps
+    and the EndpointSlices (each a reflector: listed now, watched once the gateway serves), the Lease, and
+    the state store that writes only while this replica holds it."""
+
+    def __init__(self, kube: KubernetesOptions) -> None:
         self.kube = kube
         self.api = api_client(kube.kubeconfig, kube.context)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._controller_task: asyncio.Task | None = None
-        self._background_tasks: set[asyncio.Task] = set()
         discovery = client.DiscoveryV1Api(self.api)
-        self._reflectors = {
-            "spec": self._configmap_reflector(kube.spec_configmap, self._on_spec),
-            "state": self._configmap_reflector(kube.state_configmap, self._on_state),
+        self.reflectors = {
+            "spec": self._configmap_reflector(kube.spec_configmap),
+            "state": self._configmap_reflector(kube.state_configmap),
             "endpoints": self._reflector(
                 "endpointslices",
                 functools.partial(
                     discovery.list_namespaced_endpoint_slice, kube.namespace, label_selector=SERVICE_LABEL
                 ),
-                self._on_slices,
             ),
         }
         self.slices = EndpointSlices()
-        self.slices.update(self._reflectors["endpoints"].list_now())
         self.elector = LeaderElector(
             self.api,
             kube.namespace,
             kube.lease,
             kube.identity,
-            self._threadsafe(self._on_leadership),
             kube.lease_seconds,
             RoleLabel(self.api, kube.namespace, kube.pod).sync if kube.pod else lambda leading: None,
         )
-        self.state_store = ConfigMapStateStore(
+        self.store = ConfigMapStateStore(
             self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading
         )
-        super().__init__(options)  # reads the spec (_initial_spec), restores the state from the store
-        self.spec_source = SpecConfigMap(
-            self.gateway, kube.spec_configmap, self._report, kube.spec_key, self.gateway.file.sha256
-        )
 
-    def _configmap_reflector(self, name: str, handler: Callable[[dict], None]) -> Reflector:
+    def _configmap_reflector(self, name: str) -> Reflector:
         """One ConfigMap, watched by name (what RBAC's resourceNames can allow for list and watch)."""
         core = client.CoreV1Api(self.api)
         list_call = functools.partial(
             core.list_namespaced_config_map, self.kube.namespace, field_selector=f"metadata.name={name}"
         )
-        return self._reflector(f"configmap {name}", list_call, handler)
+        return self._reflector(f"configmap {name}", list_call)
 
-    def _reflector(self, what: str, list_call: Callable, handler: Callable[[dict], None]) -> Reflector:
+    def _reflector(self, what: str, list_call: Callable) -> Reflector:
         return Reflector(
-            what,
-            list_call,
-            self._threadsafe(handler),
-            resync=self.kube.resync_seconds,
-            watch_timeout=self.kube.watch_timeout,
+            what, list_call, resync=self.kube.resync_seconds, watch_timeout=self.kube.watch_timeout
         )
+
+    def first_spec(self) -> tuple[RolloutSpec, str]:
+        objects = self.reflectors["spec"].list_now()
+        obj = objects.get(self.kube.spec_configmap)
+        if obj is None:
+            raise SpecError(f"{origin(self.kube.namespace, self.kube.spec_configmap)}: not found")
+        return spec_from_configmap(obj, self.kube.spec_key)
+
+    def leadership(self) -> Leadership:
+        return Leadership(self.elector.leading, self.kube.identity, self.elector.holder or None)
+
+
+class ClusterDriver:
+    """Keeps the built gateway in step with the cluster: each spec edit and EndpointSlice change applied,
+    the leader's state followed, and the controller's loop run only while this replica leads. Nothing
+    runs beside the admin API: the spec and the state arrive by watch (the reflectors' threads)."""
+
+    def __init__(self, sources: ClusterSources, gateway: Gateway, controller: RolloutController) -> None:
+        self.sources = sources
+        self.kube = sources.kube
+        self.gateway = gateway
+        self.controller = controller
+        self.spec_source = SpecConfigMap(
+            gateway,
+            self.kube.spec_configmap,
+            self._report,
+            self.kube.spec_key,
+            gateway.file.sha256 if gateway.file else None,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._controller_task: asyncio.Task | None = None
+        self._background_tasks: set[asyncio.Task] = set()
+
+    def background(self) -> list[Coroutine]:
+        return []
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        handlers = {"spec": self._on_spec, "state": self._on_state, "endpoints": self._on_slices}
+        for name, reflector in self.sources.reflectors.items():
+            reflector.start(self._threadsafe(handlers[name]))
+        self.sources.elector.start(self._threadsafe(self._on_leadership))
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.sources.elector.stop)  # releases the Lease: a successor takes over now
+        for reflector in self.sources.reflectors.values():
+            await asyncio.to_thread(reflector.stop)
+        await self._stop_controller()
 
     def _threadsafe(self, handler: Callable[[Any], None]) -> Callable[[Any], None]:
         """A callback for the reflector and elector threads that runs `handler` on the event loop."""
@@ -137,57 +174,13 @@ class KubernetesGatewayProcess(GatewayProcess):
 
         return call
 
-    # -- GatewayProcess hooks -----------------------------------------------------------------------
-
-    def _initial_spec(self) -> tuple[RolloutSpec, str]:
-        objects = self._reflectors["spec"].list_now()
-        obj = objects.get(self.kube.spec_configmap)
-        if obj is None:
-            raise SpecError(f"{origin(self.kube.namespace, self.kube.spec_configmap)}: not found")
-        return spec_from_configmap(obj, self.kube.spec_key)
-
-    def _endpoints_source(self) -> Callable[[RolloutSpec], EndpointMap]:
-        return self.slices.endpoints_for
-
-    def _state_store(self) -> StateStore:
-        return self.state_store
-
-    def _capacity(self) -> CapacityEdge | None:
-        if self.kube.capacity is None:
-            return None
-        return DeploymentCapacity(self.api, self.kube.namespace, self.kube.capacity)
-
-    def _leadership(self) -> Leadership:
-        return Leadership(self.elector.leading, self.kube.identity, self.elector.holder or None)
-
-    def _background(self) -> list[Coroutine]:
-        """Nothing beside the admin API: the spec and the state arrive by watch (reflector threads), and
-        the controller's loop runs only while this replica leads (`_lead`)."""
-        return []
-
-    # -- lifecycle ----------------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        await super().start()
-        for reflector in self._reflectors.values():
-            reflector.start()
-        self.elector.start()
-
-    async def stop(self) -> None:
-        await asyncio.to_thread(self.elector.stop)  # releases the Lease: a successor takes over now
-        for reflector in self._reflectors.values():
-            await asyncio.to_thread(reflector.stop)
-        await self._stop_controller()
-        await super().stop()
-
     # -- changes from the cluster (on the event loop) -----------------------------------------------
 
     def _on_spec(self, objects: dict[str, dict]) -> None:
         self.spec_source.apply(objects)
 
     def _on_slices(self, objects: dict[str, dict]) -> None:
-        if not self.slices.update(objects) or self.gateway.file is None:
+        if not self.sources.slices.update(objects) or self.gateway.file is None:
             return
         try:  # the same spec, split and overrides, built again with the new endpoints
             self.gateway.set_rollout_split(self.gateway.rollout)
@@ -195,7 +188,7 @@ class KubernetesGatewayProcess(GatewayProcess):
             log.error("new endpoints could not go live: %s", error)
 
     def _on_state(self, objects: dict[str, dict]) -> None:
-        if self.elector.leading:
+        if self.sources.elector.leading:
             return  # the leader's own write coming back
         text = state_text(objects.get(self.kube.state_configmap))
         if not text:
@@ -226,11 +219,11 @@ class KubernetesGatewayProcess(GatewayProcess):
         again until it can be: a leader never drives from a guess."""
         while True:
             try:
-                saved = await asyncio.to_thread(self.state_store.load)
+                saved = await asyncio.to_thread(self.sources.store.load)
                 break
             except Exception as error:
                 log.warning("leading, but the rollout state cannot be read yet: %s", error)
-                await asyncio.sleep(self.elector.retry)
+                await asyncio.sleep(self.sources.elector.retry)
         await self.controller.resume(saved)
         log.info("leading: the rollout continues at %s", self.controller.state.label())
         await self.controller.run()
@@ -251,9 +244,34 @@ class KubernetesGatewayProcess(GatewayProcess):
         if self._loop is not None:
             self._loop.run_in_executor(
                 None,
-                functools.partial(events.report, self.api, obj, reason, message, kind, self.kube.identity),
+                functools.partial(
+                    events.report, self.sources.api, obj, reason, message, kind, self.kube.identity
+                ),
             )
 
 
+def kubernetes_parts(kube: KubernetesOptions) -> GatewayParts:
+    """The cluster's parts; lists the EndpointSlices now, the spec when the process asks (after it has
+    checked its options) and the stored state as it restores: a gateway that cannot read them (or whose
+    spec is invalid, with no last good one yet) does not start."""
+    sources = ClusterSources(kube)
+    sources.slices.update(sources.reflectors["endpoints"].list_now())
+    capacity = (
+        None if kube.capacity is None else DeploymentCapacity(sources.api, kube.namespace, kube.capacity)
+    )
+    return GatewayParts(
+        first_spec=sources.first_spec,
+        endpoints_for=sources.slices.endpoints_for,
+        store=sources.store,
+        driver=functools.partial(ClusterDriver, sources),
+        capacity=capacity,
+        leadership=sources.leadership,
+    )
+
+
+def kubernetes_gateway(options: GatewayOptions, kube: KubernetesOptions) -> GatewayProcess:
+    return GatewayProcess(options, kubernetes_parts(kube))
+
+
 async def run_kube_gateway(options: GatewayOptions, kube: KubernetesOptions) -> None:
-    await serve_until_signalled(KubernetesGatewayProcess(options, kube))
+    await serve_until_signalled(kubernetes_gateway(options, kube))

@@ -31,16 +31,16 @@ class Reflector:
         self,
         what: str,
         list_call: Callable[..., Any],
-        on_change: Callable[[dict[str, dict]], None],
         resync: float = 300.0,
         watch_timeout: int = 60,
         backoff: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         """`list_call`: a generated list method with its arguments bound (functools.partial), e.g. the
-        namespace and a selector; the reflector adds the watch arguments itself."""
+        namespace and a selector; the reflector adds the watch arguments itself. It lists when asked
+        (`list_now`); it watches, and calls `on_change` with each new set of objects, once started."""
         self.what = what
         self._list_call = list_call
-        self._on_change = on_change
+        self._on_change: Callable[[dict[str, dict]], None] = lambda objects: None
         self._resync = resync
         self._watch_timeout = watch_timeout
         self._backoff = backoff
@@ -64,7 +64,8 @@ class Reflector:
         self._listed_at = time.monotonic()
         return self.objects
 
-    def start(self) -> None:
+    def start(self, on_change: Callable[[dict[str, dict]], None]) -> None:
+        self._on_change = on_change
         self._thread = threading.Thread(target=self._run, name=f"reflector {self.what}", daemon=True)
         self._thread.start()
 

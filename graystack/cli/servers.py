@@ -96,7 +96,8 @@ def gateway(
 ) -> None:
     """Run the xDS control plane, the rollout controller and the admin API, programming Envoy from SPEC
     (watched for edits)."""
-    from gateway.app import GatewayOptions, run_gateway
+    from gateway.app import GatewayOptions
+    from gateway.local import run_gateway
     from gateway.spec.model import SpecError
 
     configure_logging(log_level)

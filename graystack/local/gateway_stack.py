@@ -1,19 +1,21 @@
-"""A gateway stack on loopback: two stand-in upstreams, the real `graystack gateway` process and the
-real Envoy, each on a free port (or the ports given), each stopped by PID. Tests and benchmarks use it;
-RolloutStack (graystack.local.rollout_stack) puts the real model servers in the stand-ins' place."""
+"""A gateway stack on loopback: its upstreams (two stand-ins unless it is given others), the real
+`graystack gateway` process and the real Envoy, each on a free port (or the ports given), each stopped by
+PID. Tests and benchmarks use it; RolloutStack (graystack.local.rollout_stack) gives it the real model
+servers, UpstreamStack (graystack.local.upstream_stack) servers the user runs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from copy import deepcopy
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import yaml
 
-from gateway.names import ROUTE_CONFIG
 from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.prometheus import start_prometheus
@@ -21,7 +23,7 @@ from graystack.local.prometheus import start_prometheus
 VARIANTS = ("baseline", "zero-layer")
 # A path Envoy routes to the variants (gateway/envoy/routes.py); the stand-ins answer any body.
 INFERENCE_PATH = "/v1/chat/completions"
-PORT_NAMES = ("listen", "envoy_admin", "xds", "admin", "baseline", "zero-layer")
+STACK_PORTS = ("listen", "envoy_admin", "xds", "admin", "prometheus")  # the upstreams name theirs
 
 
 def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
@@ -65,30 +67,99 @@ def envoy_argv(envoy: str, bootstrap: Path, concurrency: int = 2) -> list[str]:
     ]
 
 
+def graystack_argv() -> list[str]:
+    return [sys.executable, "-m", "graystack"]
+
+
+def measuring_args(envoy_admin: str, targets: list[str]) -> list[str]:
+    """`graystack gateway` flags for a guard that measures: Envoy's admin and the pods' /metrics."""
+    argv = ["--envoy-admin", envoy_admin]
+    for target in targets:
+        argv += ["--metrics-target", target]
+    return argv
+
+
+def answers(port: int, path: str) -> bool:
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200
+
+
+class UpstreamServers(Protocol):
+    """What serves behind Envoy: started (or found) before the gateway, stopped with the stack by PID."""
+
+    port_names: tuple[str, ...]  # the ports they listen on, chosen with the stack's (STACK_PORTS)
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+        """Start them (or find them) and wait until they answer; the spec the gateway starts with."""
+        ...
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        """More `graystack gateway` flags: what the guard measures (none: it measures nothing)."""
+        ...
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        """Prometheus jobs for them, `(host:port, metrics path)`."""
+        ...
+
+    def processes(self) -> list[ManagedProcess]:
+        """What they started (stopped by the stack)."""
+        ...
+
+
+class StandIns:
+    """Two stand-in upstreams (graystack.local.standin), one per variant; the guard measures nothing."""
+
+    port_names = VARIANTS
+
+    def __init__(self) -> None:
+        self.running: dict[str, ManagedProcess] = {}
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+        for variant in VARIANTS:
+            argv = [sys.executable, "-m", "graystack.local.standin", "--name", variant]
+            self.running[variant] = start_process(variant, [*argv, "--port", str(ports[variant])], logs)
+        for variant in VARIANTS:
+            wait_until(lambda v=variant: answers(ports[v], "/readyz"), 15, f"{variant} stand-in upstream")
+        return default_spec(ports["baseline"], ports["zero-layer"])
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        return []
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        return {}
+
+    def processes(self) -> list[ManagedProcess]:
+        return list(self.running.values())
+
+
 class GatewayStack:
     node_id = "graystack-envoy"
     fault_injection = True  # the gateway takes `graystack fault`, as `graystack up` starts it
-    prometheus_binary: str | None = None  # the measuring stacks': a Prometheus scraping scrape_jobs()
 
-    port_names = PORT_NAMES
-
-    def __init__(self, workdir: Path, envoy: str, ports: dict[str, int] | None = None) -> None:
-        """`ports`: fixed ports by name (see `port_names`); the others are free ones."""
+    def __init__(
+        self,
+        workdir: Path,
+        envoy: str,
+        ports: dict[str, int] | None = None,
+        *,
+        upstreams: UpstreamServers | None = None,
+        prometheus: str | None = None,
+    ) -> None:
+        """`ports`: fixed ports by name (STACK_PORTS and the upstreams' `port_names`); the others are
+        free ones. `upstreams`: default two stand-ins. `prometheus`: its binary, to run one scraping
+        `scrape_jobs()` (default: none)."""
         self.workdir = workdir
         self.envoy_binary = envoy
+        self.upstreams = StandIns() if upstreams is None else upstreams
+        self.prometheus_binary = prometheus
         self.logs = workdir / "logs"
-        self.ports = {name: free_port() for name in self.port_names} | (ports or {})
+        names = (*STACK_PORTS, *self.upstreams.port_names)
+        self.ports = {name: free_port() for name in names} | (ports or {})
         self.spec_path = workdir / "spec.yaml"
-        self._spec = self.first_spec()
-        self.upstreams: dict[str, ManagedProcess] = {}
+        self._spec: dict = {}  # the upstreams' first spec, once they started
         self.gateway: ManagedProcess | None = None
         self.envoy: ManagedProcess | None = None
         self.prometheus: ManagedProcess | None = None
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.ports['listen']}", timeout=15.0)
-
-    def first_spec(self) -> dict:
-        """The spec the stack starts with (before `start_upstreams()`, which may complete it)."""
-        return default_spec(self.ports["baseline"], self.ports["zero-layer"])
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -107,11 +178,11 @@ class GatewayStack:
         return self
 
     def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        """Prometheus jobs, `(host:port, metrics path)`: Envoy and the gateway (the measuring stacks add
-        their servers and probes)."""
+        """Prometheus jobs, `(host:port, metrics path)`: Envoy's, the gateway's and the upstreams'."""
         return {
             "envoy": (f"127.0.0.1:{self.ports['envoy_admin']}", "/stats/prometheus"),
             "gateway": (f"127.0.0.1:{self.ports['admin']}", "/metrics"),
+            **self.upstreams.scrape_jobs(),
         }
 
     def serving(self) -> bool:
@@ -119,21 +190,7 @@ class GatewayStack:
         return self.request().status_code == 200
 
     def start_upstreams(self) -> None:
-        for variant in VARIANTS:
-            argv = [
-                sys.executable,
-                "-m",
-                "graystack.local.standin",
-                "--name",
-                variant,
-                "--port",
-                str(self.ports[variant]),
-            ]
-            self.upstreams[variant] = start_process(variant, argv, self.logs)
-        for variant in VARIANTS:
-            wait_until(
-                lambda v=variant: self._get(self.ports[v], "/readyz"), 15, f"{variant} stand-in upstream"
-            )
+        self._spec = self.upstreams.start(self.ports, self.logs)
 
     def bootstrap_args(self) -> list[str]:
         return [
@@ -148,9 +205,10 @@ class GatewayStack:
         ]
 
     def gateway_argv(self) -> list[str]:
-        """`graystack gateway` on this stack's spec and ports, with the subclass's `gateway_args()`."""
+        """`graystack gateway` on this stack's spec and ports: fault injection (`graystack fault`) as `up`
+        has it, and what the upstreams' guard measures."""
         return [
-            *self.graystack_argv(),
+            *graystack_argv(),
             "gateway",
             "--spec",
             str(self.spec_path),
@@ -158,30 +216,20 @@ class GatewayStack:
             str(self.ports["xds"]),
             "--admin-port",
             str(self.ports["admin"]),
-            *self.gateway_args(),
+            *(["--enable-fault-injection"] if self.fault_injection else []),
+            *self.upstreams.gateway_args(f"http://127.0.0.1:{self.ports['envoy_admin']}"),
         ]
 
     def start_gateway(self) -> ManagedProcess:
         self.gateway = start_process("gateway", self.gateway_argv(), self.logs)
         self.gateway.wait_healthy(
-            lambda: self._get(self.ports["admin"], "/healthz"), 20, "the gateway admin API"
+            lambda: answers(self.ports["admin"], "/healthz"), 20, "the gateway admin API"
         )
         return self.gateway
 
-    def gateway_args(self) -> list[str]:
-        """More `graystack gateway` flags: fault injection (`graystack fault`) as `up` has it; the stacks
-        whose guard measures add Envoy's admin and the targets the direct provider scrapes."""
-        return ["--enable-fault-injection"] if self.fault_injection else []
-
-    def measuring_args(self, targets: list[str]) -> list[str]:
-        argv = ["--envoy-admin", f"http://127.0.0.1:{self.ports['envoy_admin']}"]
-        for target in targets:
-            argv += ["--metrics-target", target]
-        return argv
-
     def processes(self) -> list[ManagedProcess | None]:
         """Every process the stack started (None: not started), each stopped by PID in `stop()`."""
-        return [self.prometheus, self.envoy, self.gateway, *self.upstreams.values()]
+        return [self.prometheus, self.envoy, self.gateway, *self.upstreams.processes()]
 
     def stop(self) -> None:
         self.client.close()
@@ -191,13 +239,9 @@ class GatewayStack:
 
     # -- driving it -------------------------------------------------------------------------------
 
-    @staticmethod
-    def graystack_argv() -> list[str]:
-        return [sys.executable, "-m", "graystack"]
-
     def cli(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(
-            [*self.graystack_argv(), *args],
+            [*graystack_argv(), *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -222,11 +266,6 @@ class GatewayStack:
         tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
         tmp.replace(self.spec_path)
 
-    def write_raw_spec(self, text: str) -> None:
-        tmp = self.spec_path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(self.spec_path)
-
     def status(self) -> dict:
         return httpx.get(f"{self.admin_url}/v1/status", timeout=5).json()
 
@@ -248,54 +287,9 @@ class GatewayStack:
     def request(self, headers: dict | None = None) -> httpx.Response:
         return self.client.post(INFERENCE_PATH, json={}, headers=headers)
 
-    def variant_counts(self, n: int, headers: dict | None = None) -> dict[str, int]:
-        counts = dict.fromkeys(VARIANTS, 0)
-        for _ in range(n):
-            response = self.request(headers)
-            if response.status_code != 200:
-                raise AssertionError(f"request failed ({response.status_code}): {response.text}")
-            counts[response.headers["x-graystack-variant"]] += 1
-        return counts
-
     def inject_fault(
         self, variant: str, error_rate: float = 0.0, latency_ms: int = 0, status: int = 503
     ) -> dict:
         """`graystack fault`: Envoy fails or delays `variant`'s attempts, whatever its upstream."""
         with AdminClient(self.admin_url) as admin:
             return admin.set_fault(variant, error_rate, status, latency_ms)
-
-    def set_upstream(
-        self, variant: str, mode: str, stall_seconds: float = 5.0, anonymous: bool = False
-    ) -> None:
-        """`anonymous`: its answers carry no `x-graystack-variant`, as a server not graystack's."""
-        body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True, "anonymous": anonymous}
-        httpx.post(
-            f"http://127.0.0.1:{self.ports[variant]}/_control", json=body, timeout=5
-        ).raise_for_status()
-
-    def upstream_answers(self, variant: str) -> dict[str, int]:
-        return httpx.get(f"http://127.0.0.1:{self.ports[variant]}/_stats", timeout=5).json()
-
-    def envoy_stats(self) -> dict[str, int]:
-        text = httpx.get(f"http://127.0.0.1:{self.ports['envoy_admin']}/stats", timeout=5).text
-        stats = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(": ")
-            if value.strip().lstrip("-").isdigit():
-                stats[name] = int(value)
-        return stats
-
-    def envoy_route_version(self) -> str:
-        dump = httpx.get(
-            f"http://127.0.0.1:{self.ports['envoy_admin']}/config_dump",
-            params={"resource": "dynamic_route_configs"},
-            timeout=5,
-        ).json()
-        (main,) = [
-            c for c in dump["configs"] if c["route_config"]["name"] == ROUTE_CONFIG
-        ]  # not a fault hop's
-        return main["version_info"]
-
-    @staticmethod
-    def _get(port: int, path: str) -> bool:
-        return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200

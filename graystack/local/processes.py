@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -98,12 +97,6 @@ class ManagedProcess:
                 f"{self.name} exited (code {self.popen.returncode}) before {what} was ready; "
                 f"the end of {self.log_path}:\n{self.log_tail()}"
             )
-
-    def kill_hard(self) -> None:
-        """SIGKILL: a crash, not a shutdown."""
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
-            self.popen.wait(timeout=10)
 
     def stop(self, grace: float = 5.0) -> None:
         if not self.alive():

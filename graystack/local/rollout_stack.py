@@ -10,13 +10,20 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from graystack.local.gateway_stack import PORT_NAMES, VARIANTS, GatewayStack, default_spec
+from graystack.local.gateway_stack import (
+    VARIANTS,
+    GatewayStack,
+    answers,
+    default_spec,
+    graystack_argv,
+    measuring_args,
+)
 from graystack.local.processes import ManagedProcess, StartupError, start_process
 
 Conversation = tuple[tuple[str, str], ...]  # (role, text) turns
@@ -36,8 +43,100 @@ def body(conversation: Conversation = HI) -> dict:
 SEGMENT = {"X-Client-Type": "high_load"}  # default_spec sends this segment wholly to zero-layer
 
 
+class ModelServers:
+    """`graystack serve` for both variants (zero-layer with fault injection unless `server_faults` says
+    otherwise) and a probe per server; the guard measures them all."""
+
+    port_names = (*VARIANTS, *(f"probe-{v}" for v in VARIANTS))
+
+    def __init__(
+        self,
+        workdir: Path,
+        spec_changes: dict,
+        error_rate: float = 0.0,
+        *,
+        weights: dict[str, Path] | None = None,
+        probe_interval: float = 0.5,
+        server_faults: tuple[str, ...] = ("zero-layer",),
+    ) -> None:
+        """See RolloutStack."""
+        self.workdir = workdir
+        self.spec_changes = spec_changes
+        self.error_rate = error_rate
+        self.weights = weights
+        self.probe_interval = probe_interval
+        self.server_faults = server_faults
+        self.servers: dict[str, tuple[ManagedProcess, int]] = {}
+        self.probes: dict[str, tuple[ManagedProcess, int]] = {}
+
+    def expected_weight_status(self) -> list[str]:
+        """What the spec's analysis expects the zero-layer's probes to report."""
+        from gateway.spec.strategy import Analysis
+
+        analysis = self.spec_changes.get("analysis") or {}
+        return list(analysis.get("expected_weight_status", Analysis().expected_weight_status))
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+        weights = self.weights or fresh_weights(self.workdir)
+        check_checkpoints(weights, self.expected_weight_status())
+        for variant in VARIANTS:
+            flags = ["--enable-fault-injection"] if variant in self.server_faults else []
+            if variant != "baseline":  # count how often its answers to shadow copies match the baseline's
+                flags += ["--compare-with", f"http://127.0.0.1:{ports['baseline']}"]
+            self.servers[variant] = self._start(
+                variant, ["serve", "--variant", variant], weights[variant], flags, ports, logs
+            )
+        for variant in VARIANTS:
+            argv = ["probe", "--target", self.server_url(variant), "--variant", variant]
+            self.probes[variant] = self._start(
+                f"probe-{variant}",
+                argv,
+                weights[variant],
+                ["--interval", str(self.probe_interval)],
+                ports,
+                logs,
+            )
+        for variant in VARIANTS:
+            process, port = self.servers[variant]
+            process.wait_healthy(lambda p=port: answers(p, "/readyz"), 120, f"the {variant} model server")
+        self.set_fault(self.error_rate)
+        return default_spec(self.servers["baseline"][1], self.servers["zero-layer"][1]) | self.spec_changes
+
+    @staticmethod
+    def _start(
+        name: str, command: list[str], weights: Path, flags: list[str], ports: Mapping[str, int], logs: Path
+    ) -> tuple[ManagedProcess, int]:
+        port = ports[name]
+        argv = [*graystack_argv(), *command, "--weights", str(weights), "--port", str(port)]
+        return start_process(name, [*argv, "--log-level", "warning", *flags], logs), port
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        targets = [f"{self.server_url(v)}/metrics" for v in VARIANTS]
+        targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
+        return measuring_args(envoy_admin, targets)
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        """Each model server's and probe's."""
+        jobs = {}
+        for variant in VARIANTS:
+            jobs[f"model-{variant}"] = (f"127.0.0.1:{self.servers[variant][1]}", "/metrics")
+            jobs[f"probe-{variant}"] = (f"127.0.0.1:{self.probes[variant][1]}", "/metrics")
+        return jobs
+
+    def processes(self) -> list[ManagedProcess]:
+        return [p for p, _ in (*self.probes.values(), *self.servers.values())]
+
+    def server_url(self, variant: str) -> str:
+        return f"http://127.0.0.1:{self.servers[variant][1]}"
+
+    def set_fault(self, error_rate: float, latency_ms: int = 0, variant: str = "zero-layer") -> None:
+        """`variant`'s server fails `error_rate` of its requests and waits `latency_ms` before each."""
+        change = {"error_rate": error_rate, "added_latency_ms": latency_ms}
+        httpx.post(f"{self.server_url(variant)}/admin/faults", json=change, timeout=5).raise_for_status()
+
+
 class RolloutStack(GatewayStack):
-    port_names = (*PORT_NAMES, "prometheus", *(f"probe-{v}" for v in VARIANTS))
+    """The gateway stack given ModelServers, driven as the rollout's tests, `up` and the demo drive it."""
 
     def __init__(
         self,
@@ -57,88 +156,42 @@ class RolloutStack(GatewayStack):
         checkpoint (default: fresh ones in `workdir`, zero-layer's bias erased); `prometheus`: its
         binary, to run one scraping every process (default: none); `server_faults`: the variants
         whose servers serve /admin/faults."""
-        super().__init__(workdir, envoy, ports)
-        self.spec_changes = spec_changes
-        self.error_rate = error_rate
-        self.weights = weights
-        self.probe_interval = probe_interval
-        self.prometheus_binary = prometheus
-        self.server_faults = server_faults
-        self.servers: dict[str, tuple[ManagedProcess, int]] = {}
-        self.probes: dict[str, tuple[ManagedProcess, int]] = {}
+        models = ModelServers(
+            workdir,
+            spec_changes,
+            error_rate,
+            weights=weights,
+            probe_interval=probe_interval,
+            server_faults=server_faults,
+        )
+        super().__init__(workdir, envoy, ports, upstreams=models, prometheus=prometheus)
+        self.models = models
 
     @property
     def state_path(self) -> Path:
         return self.workdir / "spec.yaml.state.json"
 
-    def expected_weight_status(self) -> list[str]:
-        """What the spec's analysis expects the zero-layer's probes to report."""
-        from gateway.spec.strategy import Analysis
+    # -- driving it (the model servers' side: for the tests, `up` and the demo) ---------------------
 
-        analysis = self.spec_changes.get("analysis") or {}
-        return list(analysis.get("expected_weight_status", Analysis().expected_weight_status))
+    @property
+    def servers(self) -> dict[str, tuple[ManagedProcess, int]]:
+        return self.models.servers
 
-    def start_upstreams(self) -> None:
-        weights = self.weights or fresh_weights(self.workdir)
-        check_checkpoints(weights, self.expected_weight_status())
-        for variant in VARIANTS:
-            flags = ["--enable-fault-injection"] if variant in self.server_faults else []
-            if variant != "baseline":  # count how often its answers to shadow copies match the baseline's
-                flags += ["--compare-with", f"http://127.0.0.1:{self.ports['baseline']}"]
-            self.servers[variant] = self._start(
-                variant, ["serve", "--variant", variant], weights[variant], flags
-            )
-        for variant in VARIANTS:
-            argv = ["probe", "--target", self.server_url(variant), "--variant", variant]
-            self.probes[variant] = self._start(
-                f"probe-{variant}", argv, weights[variant], ["--interval", str(self.probe_interval)]
-            )
-        for variant in VARIANTS:
-            process, port = self.servers[variant]
-            process.wait_healthy(lambda p=port: self._get(p, "/readyz"), 120, f"the {variant} model server")
-        self.set_fault(self.error_rate)
-        self._spec = default_spec(self.servers["baseline"][1], self.servers["zero-layer"][1])
-        self._spec.update(self.spec_changes)
-
-    def _start(
-        self, name: str, command: list[str], weights: Path, flags: list[str]
-    ) -> tuple[ManagedProcess, int]:
-        port = self.ports[name]
-        argv = [*self.graystack_argv(), *command, "--weights", str(weights), "--port", str(port)]
-        return start_process(name, [*argv, "--log-level", "warning", *flags], self.logs), port
-
-    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        """Envoy's and the gateway's, each model server's and probe's."""
-        jobs = super().scrape_jobs()
-        for variant in VARIANTS:
-            jobs[f"model-{variant}"] = (f"127.0.0.1:{self.servers[variant][1]}", "/metrics")
-            jobs[f"probe-{variant}"] = (f"127.0.0.1:{self.probes[variant][1]}", "/metrics")
-        return jobs
+    @property
+    def probes(self) -> dict[str, tuple[ManagedProcess, int]]:
+        return self.models.probes
 
     def server_url(self, variant: str) -> str:
-        return f"http://127.0.0.1:{self.servers[variant][1]}"
+        return self.models.server_url(variant)
 
-    def gateway_args(self) -> list[str]:
-        targets = [f"{self.server_url(v)}/metrics" for v in VARIANTS]
-        targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
-        return [*super().gateway_args(), *self.measuring_args(targets)]
-
-    def processes(self) -> list[ManagedProcess | None]:
-        pods = [p for p, _ in (*self.probes.values(), *self.servers.values())]
-        return [*super().processes(), *pods]
-
-    # -- driving it -------------------------------------------------------------------------------
+    def set_fault(self, error_rate: float, latency_ms: int = 0, variant: str = "zero-layer") -> None:
+        self.models.set_fault(error_rate, latency_ms, variant)
 
     def request(self, headers: dict | None = None) -> httpx.Response:
         return self.client.post("/v1/messages", json=body(), headers=headers)
 
     def rollout(self) -> dict:
         return self.status()["rollout"]
-
-    def set_fault(self, error_rate: float, latency_ms: int = 0, variant: str = "zero-layer") -> None:
-        """`variant`'s server fails `error_rate` of its requests and waits `latency_ms` before each."""
-        change = {"error_rate": error_rate, "added_latency_ms": latency_ms}
-        httpx.post(f"{self.server_url(variant)}/admin/faults", json=change, timeout=5).raise_for_status()
 
     def clear_fault(self) -> None:
         """Heal zero-layer. A `retry` after it starts new tests: no old failure counts against it."""
@@ -153,9 +206,6 @@ class RolloutStack(GatewayStack):
             for sample in family.samples
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
-
-    def gateway_metric(self, name: str, labels: dict) -> float:
-        return self.metric(f"{self.admin_url}/metrics", name, labels)
 
 
 def fresh_weights(workdir: Path) -> dict[str, Path]:

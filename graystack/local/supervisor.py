@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graystack.binaries import find_binary
-from graystack.local.gateway_stack import VARIANTS, default_spec
+from graystack.local.gateway_stack import STACK_PORTS, VARIANTS, default_spec
 from graystack.local.processes import StartupError, port_in_use
-from graystack.local.rollout_stack import RolloutStack
+from graystack.local.rollout_stack import ModelServers, RolloutStack
 from graystack.local.run_state import RunState
 from graystack.local.upstream_stack import Upstream, UpstreamStack, overlay, parse_upstream, upstream_spec
 
@@ -100,7 +100,7 @@ class Supervisor:
             self.run_dir,
             envoy,
             self._expecting_served({} if weights is None else {"zero-layer": weights["zero-layer"]}),
-            ports=self._ports(RolloutStack.port_names),
+            ports=self._ports((*STACK_PORTS, *ModelServers.port_names)),
             weights=weights,
             probe_interval=self.options.probe_interval,
             prometheus=self._prometheus(),
@@ -117,7 +117,7 @@ class Supervisor:
             upstreams.baseline,
             self._expecting_served(self._candidate_checkpoints(upstreams)),
             probes=upstreams.probes,
-            ports=self._ports(UpstreamStack.port_names),
+            ports=self._ports(STACK_PORTS),  # a probe's port is a free one
             probe_interval=self.options.probe_interval,
             prometheus=self._prometheus(),
         )

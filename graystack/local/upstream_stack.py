@@ -24,11 +24,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from graystack.local.gateway_stack import GatewayStack
+from graystack.local.gateway_stack import GatewayStack, graystack_argv, measuring_args
 from graystack.local.processes import ManagedProcess, StartupError, start_process, wait_until
 
 HEALTH_PATHS = ("/readyz", "/health")  # graystack's readiness; vLLM's, llama.cpp's, transformers serve's
-PORT_NAMES = ("listen", "envoy_admin", "xds", "admin", "prometheus")
 
 
 @dataclass(frozen=True)
@@ -133,10 +132,65 @@ def overlay(spec: dict, changes: dict) -> dict:
     return {**spec, **changes, "analysis": analysis}
 
 
-class UpstreamStack(GatewayStack):
-    """The gateway stack in front of `upstreams` (name -> (IP, port)); `probes`: name -> checkpoint."""
+class UserServers:
+    """Servers the user runs (name -> (IP, port)), asked what they offer at start, and a probe per
+    `probes` checkpoint (name -> path); the guard measures each that serves /metrics, and each probe."""
 
-    port_names = PORT_NAMES
+    def __init__(
+        self,
+        addresses: Mapping[str, tuple[str, int]],
+        baseline: str,
+        spec_changes: dict,
+        probes: Mapping[str, Path] | None = None,
+        probe_interval: float = 2.0,
+    ) -> None:
+        self.addresses = dict(addresses)
+        self.baseline = baseline
+        self.spec_changes = spec_changes
+        self.probe_weights = dict(probes or {})
+        self.probe_interval = probe_interval
+        self.port_names = tuple(sorted(f"probe-{name}" for name in self.probe_weights))
+        self.found: dict[str, Upstream] = {}
+        self.probes: dict[str, tuple[ManagedProcess, int]] = {}
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+        """The spec is written once the servers were asked what they offer."""
+        self.found = {name: discover(name, host, port) for name, (host, port) in self.addresses.items()}
+        for name, weights in self.probe_weights.items():
+            port = ports[f"probe-{name}"]
+            argv = [*graystack_argv(), "probe", "--target", self.found[name].url, "--variant", name]
+            argv += ["--weights", str(weights), "--port", str(port), "--interval", str(self.probe_interval)]
+            argv += ["--api", "openai", "--fingerprint-header", ""]  # what every server speaks; few send one
+            argv += ["--loaded-check", "off"]  # see the module docstring
+            self.probes[name] = (
+                start_process(f"probe-{name}", [*argv, "--log-level", "warning"], logs),
+                port,
+            )
+        return overlay(upstream_spec(self.found, self.baseline), self.spec_changes)
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        """The `direct` provider scrapes each server with /metrics (its series are the variant's, named
+        by the `NAME=` prefix, whatever labels the server gives them), and each probe."""
+        targets = [f"{name}={up.url}/metrics" for name, up in self.found.items() if up.metrics]
+        targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
+        return measuring_args(envoy_admin, targets)
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        jobs = {}
+        for name, up in self.found.items():
+            if up.metrics:
+                jobs[f"upstream-{name}"] = (up.url.removeprefix("http://"), "/metrics")
+        for name, (_, port) in self.probes.items():
+            jobs[f"probe-{name}"] = (f"127.0.0.1:{port}", "/metrics")
+        return jobs
+
+    def processes(self) -> list[ManagedProcess]:
+        return [p for p, _ in self.probes.values()]
+
+
+class UpstreamStack(GatewayStack):
+    """The gateway stack given UserServers: `upstreams` (name -> (IP, port)), `probes` (name ->
+    checkpoint)."""
 
     def __init__(
         self,
@@ -151,59 +205,19 @@ class UpstreamStack(GatewayStack):
         probe_interval: float = 2.0,
         prometheus: str | None = None,
     ) -> None:
-        probe_ports = {f"probe-{name}" for name in probes or {}}
-        self.port_names = (*PORT_NAMES, *sorted(probe_ports))
-        super().__init__(workdir, envoy, ports)
-        self.addresses = dict(upstreams)
-        self.baseline = baseline
-        self.spec_changes = spec_changes
-        self.probe_weights = dict(probes or {})
-        self.probe_interval = probe_interval
-        self.prometheus_binary = prometheus
-        self.found: dict[str, Upstream] = {}
-        self.probes: dict[str, tuple[ManagedProcess, int]] = {}
+        servers = UserServers(upstreams, baseline, spec_changes, probes, probe_interval)
+        super().__init__(workdir, envoy, ports, upstreams=servers, prometheus=prometheus)
+        self.user_servers = servers
 
-    def first_spec(self) -> dict:
-        return {}  # written once the servers were asked what they offer (start_upstreams)
-
-    def start_upstreams(self) -> None:
-        self.found = {name: discover(name, host, port) for name, (host, port) in self.addresses.items()}
-        for name, weights in self.probe_weights.items():
-            port = self.ports[f"probe-{name}"]
-            argv = [*self.graystack_argv(), "probe", "--target", self.found[name].url, "--variant", name]
-            argv += ["--weights", str(weights), "--port", str(port), "--interval", str(self.probe_interval)]
-            argv += ["--api", "openai", "--fingerprint-header", ""]  # what every server speaks; few send one
-            argv += ["--loaded-check", "off"]  # see the module docstring
-            self.probes[name] = (
-                start_process(f"probe-{name}", [*argv, "--log-level", "warning"], self.logs),
-                port,
-            )
-        self._spec = overlay(upstream_spec(self.found, self.baseline), self.spec_changes)
-
-    def gateway_args(self) -> list[str]:
-        """The `direct` provider scrapes each server with /metrics (its series are the variant's, named
-        by the `NAME=` prefix, whatever labels the server gives them), and each probe."""
-        targets = [f"{name}={up.url}/metrics" for name, up in self.found.items() if up.metrics]
-        targets += [f"http://127.0.0.1:{port}/metrics" for _, port in self.probes.values()]
-        return [*super().gateway_args(), *self.measuring_args(targets)]
-
-    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        jobs = super().scrape_jobs()
-        for name, up in self.found.items():
-            if up.metrics:
-                jobs[f"upstream-{name}"] = (up.url.removeprefix("http://"), "/metrics")
-        for name, (_, port) in self.probes.items():
-            jobs[f"probe-{name}"] = (f"127.0.0.1:{port}", "/metrics")
-        return jobs
+    @property
+    def probes(self) -> dict[str, tuple[ManagedProcess, int]]:
+        return self.user_servers.probes
 
     def server_url(self, name: str) -> str:
-        return self.found[name].url
+        return self.user_servers.found[name].url
 
     def serving(self) -> bool:
         """Envoy is live and holds the gateway's config: requests reach the servers (a request of our
         own would need a model name each server accepts)."""
         ready = httpx.get(f"http://127.0.0.1:{self.ports['envoy_admin']}/ready", timeout=2).status_code == 200
         return ready and bool(self.status()["xds"]["converged"])
-
-    def processes(self) -> list[ManagedProcess | None]:
-        return [*super().processes(), *(p for p, _ in self.probes.values())]

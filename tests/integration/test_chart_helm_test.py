@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from tests.support.helm import render
+from tests.support.stacks import set_upstream
 
 CHART_URL = "http://gs-graystack-envoy:80"
 
@@ -44,7 +45,7 @@ def test_the_helm_test_passes_when_both_variants_answer_through_envoy(stack):
 
 def test_the_helm_test_fails_when_a_variant_only_answers_by_fallback(stack):
     pin_test_segments(stack)
-    stack.set_upstream("zero-layer", "fail")  # clients still get 200s: the baseline answers for it
+    set_upstream(stack, "zero-layer", "fail")  # clients still get 200s: the baseline answers for it
     result = run_script(stack)
     assert result.returncode == 1
     assert "zero-layer: answered by baseline" in result.stdout

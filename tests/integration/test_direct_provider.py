@@ -33,6 +33,7 @@ from graystack.local.rollout_stack import SEGMENT
 from inference.config import ModelConfig
 from tests.support.counters import increments, total
 from tests.support.model_server import graystack, start_model_server, variant_weights, wait_ready
+from tests.support.stacks import envoy_stats, set_upstream, upstream_answers, variant_counts
 
 
 def provider_for(stack, pods: list[str] | None = None) -> DirectProvider:
@@ -69,10 +70,10 @@ def test_a_variant_failing_every_attempt_shows_every_failure_though_no_client_se
     fifty_fifty(stack)
     provider = provider_for(stack)
     start = observe(provider)
-    stack.set_upstream("zero-layer", "fail")
+    set_upstream(stack, "zero-layer", "fail")
     assert [stack.request().status_code for _ in range(300)] == [200] * 300
     failed = observe(provider)
-    failures = stack.upstream_answers("zero-layer")["503"]
+    failures = upstream_answers(stack, "zero-layer")["503"]
     assert 100 < failures < 200  # about half the traffic tried the variant first
     assert counts(start, failed, "zero-layer") == (failures, failures)  # an error rate of 100 %
     assert counts(start, failed, "baseline") == (300, 0)  # its own share and every fallback
@@ -83,8 +84,8 @@ def test_a_variant_failing_every_attempt_shows_every_failure_though_no_client_se
     assert f'instance="{provider.envoy_url}"' in retries[0]
 
     # Healthy again: the next increments have no failure.
-    stack.set_upstream("zero-layer", "ok")
-    served = stack.variant_counts(300)  # asserts every request succeeded
+    set_upstream(stack, "zero-layer", "ok")
+    served = variant_counts(stack, 300)  # asserts every request succeeded
     healthy = observe(provider)
     assert counts(failed, healthy, "zero-layer") == (served["zero-layer"], 0)
     assert counts(failed, healthy, "baseline") == (served["baseline"], 0)
@@ -97,13 +98,13 @@ def test_refused_connections_count_as_errors_though_they_carry_no_response_code(
     fifty_fifty(stack, health_check={"interval": "30s", "unhealthy_threshold": 100})
     provider = provider_for(stack)
     start = observe(provider)
-    served = stack.variant_counts(40)
-    stack.upstreams["zero-layer"].stop()
+    served = variant_counts(stack, 40)
+    stack.upstreams.running["zero-layer"].stop()
     assert [stack.request().status_code for _ in range(40)] == [200] * 40
     requests, errors = counts(start, observe(provider), "zero-layer")
     assert errors >= 5  # about half of 40 tried it first
     assert requests == served["zero-layer"] + errors
-    assert stack.envoy_stats().get("cluster.zero-layer-with-fallback.retry.upstream_rq_503", 0) == 0
+    assert envoy_stats(stack).get("cluster.zero-layer-with-fallback.retry.upstream_rq_503", 0) == 0
 
 
 def test_without_a_fallback_the_failures_clients_see_are_counted(stack):
@@ -111,7 +112,7 @@ def test_without_a_fallback_the_failures_clients_see_are_counted(stack):
     envoy_admin = f"http://127.0.0.1:{stack.ports['envoy_admin']}"
     provider = DirectProvider(envoy_admin, [], VARIANTS, fallback=None)
     start = observe(provider)
-    stack.set_upstream("zero-layer", "fail")
+    set_upstream(stack, "zero-layer", "fail")
     codes = [stack.request().status_code for _ in range(100)]
     after = observe(provider)
     assert counts(start, after, "zero-layer") == (codes.count(503), codes.count(503))
@@ -266,11 +267,11 @@ def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(st
     flip(stack, spec)
     provider = provider_for(stack)
     start = observe(provider)
-    stack.set_upstream("zero-layer", "fail")
-    assert stack.variant_counts(100) == {"baseline": 100, "zero-layer": 0}
-    assert stack.variant_counts(20, SEGMENT) == {"baseline": 20, "zero-layer": 0}  # routed, fell back
+    set_upstream(stack, "zero-layer", "fail")
+    assert variant_counts(stack, 100) == {"baseline": 100, "zero-layer": 0}
+    assert variant_counts(stack, 20, SEGMENT) == {"baseline": 20, "zero-layer": 0}  # routed, fell back
     # Copies travel on their own: 100 of them, none for the segment zero-layer already serves.
-    wait_until(lambda: stack.upstream_answers("zero-layer").get("503") == 120, 10, "every copy answered")
+    wait_until(lambda: upstream_answers(stack, "zero-layer").get("503") == 120, 10, "every copy answered")
     failed = observe(provider)
     assert counts(start, failed, "zero-layer") == (120, 120)
     assert counts(start, failed, "baseline") == (120, 0)
@@ -278,8 +279,8 @@ def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(st
     assert {key.signal for key in failed.counters if shadow in key.source} == {REQUESTS, ERRORS}
 
     # A variant that is down fails its copies where the analysis sees them (no health check hides it).
-    stack.upstreams["zero-layer"].stop()
-    assert stack.variant_counts(40) == {"baseline": 40, "zero-layer": 0}
+    stack.upstreams.running["zero-layer"].stop()
+    assert variant_counts(stack, 40) == {"baseline": 40, "zero-layer": 0}
     refused = wait_until(
         lambda: (c := counts(failed, observe(provider), "zero-layer"))[1] >= 40 and c, 10, "refused copies"
     )

@@ -10,6 +10,7 @@ import pytest
 
 from graystack.local.gateway_stack import INFERENCE_PATH
 from graystack.local.processes import wait_until
+from tests.support.stacks import envoy_route_version, envoy_stats, variant_counts, write_raw_spec
 
 
 def test_a_file_edit_reaches_envoy_without_a_restart(stack):
@@ -21,8 +22,8 @@ def test_a_file_edit_reaches_envoy_without_a_restart(stack):
     after = stack.wait_converged(generation_above=before["generation"])
     rds = after["xds"]["proxies"][0]["types"]["rds"]
     assert rds["acked"] == rds["current"] != before["xds"]["proxies"][0]["types"]["rds"]["current"]
-    assert stack.envoy_route_version() == rds["current"]  # Envoy's own view, from its admin API
-    assert stack.variant_counts(50) == {"baseline": 0, "zero-layer": 50}
+    assert envoy_route_version(stack) == rds["current"]  # Envoy's own view, from its admin API
+    assert variant_counts(stack, 50) == {"baseline": 0, "zero-layer": 50}
     assert stack.envoy.pid == envoy_pid
     assert stack.envoy.alive()
 
@@ -31,10 +32,10 @@ def test_a_cli_flip_is_acked_and_served(stack):
     out = stack.cli("weight", "zero-layer=100")
     assert "zero-layer 100%" in out
     assert "ACKed by every proxy" in out
-    assert stack.variant_counts(50) == {"baseline": 0, "zero-layer": 50}
+    assert variant_counts(stack, 50) == {"baseline": 0, "zero-layer": 50}
     out = stack.cli("weight", "baseline=100", "--segment", "mobile")
     assert "X-Client-Type: mobile" in out
-    assert stack.variant_counts(50, {"X-Client-Type": "mobile"}) == {"baseline": 50, "zero-layer": 0}
+    assert variant_counts(stack, 50, {"X-Client-Type": "mobile"}) == {"baseline": 50, "zero-layer": 0}
     status = stack.cli("status")
     assert "split     baseline 0%  zero-layer 100%  (operator flip)" in status
     assert "converged" in status
@@ -97,7 +98,7 @@ def test_two_hundred_flips_under_load_fail_no_request(stack):
     failures = [c for c in codes if c != 200]
     assert len(codes) >= 450
     assert failures == [], f"{len(failures)} of {len(codes)} requests failed: {failures[:5]}"
-    stats = stack.envoy_stats()
+    stats = envoy_stats(stack)
     assert stats["http.ingress.rds.graystack.update_success"] >= 200
 
 
@@ -125,9 +126,9 @@ def bad_spec(stack, case: str) -> str:
 def test_bad_spec_edits_are_refused_and_the_last_good_spec_stays_live(stack):
     stack.cli("weight", "zero-layer=50")
     live = stack.status()
-    version = stack.envoy_route_version()
+    version = envoy_route_version(stack)
     for case, (text, message) in BAD_EDITS.items():
-        stack.write_raw_spec(text or bad_spec(stack, case))
+        write_raw_spec(stack, text or bad_spec(stack, case))
         status = wait_until(
             lambda m=message: (
                 (s := stack.status())["spec"]["last_error"] and m in s["spec"]["last_error"]["message"] and s
@@ -137,9 +138,9 @@ def test_bad_spec_edits_are_refused_and_the_last_good_spec_stays_live(stack):
         )
         assert status["generation"] == live["generation"], case
         assert status["routing"] == live["routing"], case
-        assert stack.envoy_route_version() == version, case
+        assert envoy_route_version(stack) == version, case
         assert f"REFUSED, last good still live: {stack.spec_path!s}" in stack.cli("status")
-    counts = stack.variant_counts(200)
+    counts = variant_counts(stack, 200)
     assert counts["baseline"] > 50
     assert counts["zero-layer"] > 50
     # A good edit goes live and clears the error (the file's split changed, so it supersedes the flip).
@@ -148,4 +149,4 @@ def test_bad_spec_edits_are_refused_and_the_last_good_spec_stays_live(stack):
     stack.write_spec(spec)
     status = stack.wait_converged(generation_above=live["generation"])
     assert status["spec"]["last_error"] is None
-    assert stack.variant_counts(20) == {"baseline": 0, "zero-layer": 20}
+    assert variant_counts(stack, 20) == {"baseline": 0, "zero-layer": 20}

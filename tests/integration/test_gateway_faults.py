@@ -9,7 +9,7 @@ import time
 import pytest
 
 from graystack.local.gateway_stack import GatewayStack
-from tests.support.stacks import running
+from tests.support.stacks import envoy_stats, running, set_upstream, upstream_answers, variant_counts
 
 TO_ZERO_LAYER = {"X-Client-Type": "high_load"}  # the spec's rule: this segment goes wholly to zero-layer
 
@@ -29,7 +29,7 @@ def stack(tmp_path_factory, envoy_binary):
 def cleared(stack):
     yield
     stack.cli("fault", "zero-layer", "--clear")
-    stack.set_upstream("zero-layer", "ok")
+    set_upstream(stack, "zero-layer", "ok")
 
 
 COUNTED = [
@@ -41,26 +41,26 @@ COUNTED = [
 
 
 def stat(stack: GatewayStack, cluster: str, name: str) -> int:
-    return stack.envoy_stats().get(f"cluster.{cluster}.{name}", 0)
+    return envoy_stats(stack).get(f"cluster.{cluster}.{name}", 0)
 
 
 def counted(stack: GatewayStack) -> dict[tuple[str, str], int]:
-    stats = stack.envoy_stats()
+    stats = envoy_stats(stack)
     return {(cluster, name): stats.get(f"cluster.{cluster}.{name}", 0) for cluster, name in COUNTED}
 
 
 def counted_while(stack: GatewayStack, n: int) -> dict[tuple[str, str], int]:
     """What Envoy counts while `n` requests go to zero-layer; each must reach the client as a 200."""
     before = counted(stack)
-    assert stack.variant_counts(n, TO_ZERO_LAYER) == {"baseline": n, "zero-layer": 0}
+    assert variant_counts(stack, n, TO_ZERO_LAYER) == {"baseline": n, "zero-layer": 0}
     return {key: value - before[key] for key, value in counted(stack).items()}
 
 
 def test_a_fault_on_every_attempt_is_counted_as_a_real_failing_variant_and_falls_back_unseen(stack):
-    stack.set_upstream("zero-layer", "fail")  # the stand-in itself answers 503
+    set_upstream(stack, "zero-layer", "fail")  # the stand-in itself answers 503
     real = counted_while(stack, 40)
-    stack.set_upstream("zero-layer", "ok")
-    served_by_stand_in = stack.upstream_answers("zero-layer")
+    set_upstream(stack, "zero-layer", "ok")
+    served_by_stand_in = upstream_answers(stack, "zero-layer")
 
     said = stack.cli("fault", "zero-layer", "--error-rate", "1.0")
     assert said.startswith("zero-layer: fails 100.0% of attempts with 503 (ACKed by every proxy")
@@ -69,7 +69,7 @@ def test_a_fault_on_every_attempt_is_counted_as_a_real_failing_variant_and_falls
     assert injected == real
     assert injected[("zero-layer", "upstream_rq_total")] == 40
     assert injected[("zero-layer-with-fallback", "upstream_rq_retry")] == 40
-    assert stack.upstream_answers("zero-layer") == served_by_stand_in  # Envoy failed them, not the server
+    assert upstream_answers(stack, "zero-layer") == served_by_stand_in  # Envoy failed them, not the server
 
     assert stack.status()["faults"]["zero-layer"]["error_rate"] == 1.0
     assert "FAULT     zero-layer fails 100.0% of attempts with 503" in stack.cli("status")
@@ -91,7 +91,7 @@ def test_half_the_attempts_fail_without_a_fallback_and_clear_restores_the_varian
         assert stat(stack, "zero-layer", "upstream_rq_500") - before == failed  # each one an attempt's
 
         assert stack.cli("fault", "zero-layer", "--clear").startswith("zero-layer: no fault (ACKed")
-        assert stack.variant_counts(50, TO_ZERO_LAYER) == {"baseline": 0, "zero-layer": 50}
+        assert variant_counts(stack, 50, TO_ZERO_LAYER) == {"baseline": 0, "zero-layer": 50}
         assert stack.status()["faults"] == {}
     finally:
         generation = stack.status()["generation"]

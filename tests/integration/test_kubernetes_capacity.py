@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from gateway.admin.api import full_status
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.capacity import DeploymentCapacity
-from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
+from gateway.kubernetes.process import KubernetesOptions, gateway_options, kubernetes_gateway
 from gateway.rollout.capacity import parse_settings
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import Command
@@ -365,9 +365,7 @@ async def test_the_leading_kube_gateway_sizes_the_variants_from_its_capacity_set
         NS, SPEC_CM, STATE_CM, LEASE, "gateway-a", kubeconfig=kubeconfig, lease_seconds=2.0,
         capacity=parse_settings(settings()),
     )  # fmt: skip
-    gateway = KubernetesGatewayProcess(
-        gateway_options(kube, xds_port=free_port(), admin_port=free_port()), kube
-    )
+    gateway = kubernetes_gateway(gateway_options(kube, xds_port=free_port(), admin_port=free_port()), kube)
     gauge = {"rollout": "zero-layer", "variant": "baseline", "state": "wanted"}
     await gateway.start()
     try:

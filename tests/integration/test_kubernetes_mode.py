@@ -26,10 +26,11 @@ import pytest
 import yaml
 from urllib3.exceptions import MaxRetryError
 
+from gateway.app import GatewayProcess
 from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
 from gateway.envoy.resources import ListenerAddress
 from gateway.kubernetes.api import api_client
-from gateway.kubernetes.process import KubernetesGatewayProcess, KubernetesOptions, gateway_options
+from gateway.kubernetes.process import KubernetesOptions, gateway_options, kubernetes_gateway
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
@@ -86,7 +87,7 @@ class Cluster:
         self.kubeconfig = self.api.write_kubeconfig(tmp_path / "kubeconfig", NS)
         self.ports = {variant: free_port() for variant in VARIANTS}
         self.processes: list[ManagedProcess] = []
-        self.gateways: list[KubernetesGatewayProcess] = []
+        self.gateways: list[GatewayProcess] = []
         for variant in VARIANTS:
             argv = [sys.executable, "-m", "graystack.local.standin", "--name", variant]
             self.processes.append(
@@ -111,7 +112,7 @@ class Cluster:
         }
         return spec | ({"strategy": strategy} if strategy else {})
 
-    async def gateway(self, identity: str) -> KubernetesGatewayProcess:
+    async def gateway(self, identity: str) -> GatewayProcess:
         """A replica in its pod (named `identity`, as the chart's downward API names it); a second call
         with the same identity is its container restarted, in the same pod."""
         if self.api.get("Pod", NS, identity) is None:
@@ -127,12 +128,12 @@ class Cluster:
             lease_seconds=2.0,
         )
         options = gateway_options(kube, xds_port=free_port(), admin_port=free_port())
-        gateway = KubernetesGatewayProcess(options, kube)
+        gateway = kubernetes_gateway(options, kube)
         await gateway.start()
         self.gateways.append(gateway)
         return gateway
 
-    async def envoy(self, gateway: KubernetesGatewayProcess) -> httpx.AsyncClient:
+    async def envoy(self, gateway: GatewayProcess) -> httpx.AsyncClient:
         """A real Envoy taking its config from `gateway`, once its listener is up; a client for it."""
         listen = free_port()
         bootstrap = self.tmp_path / f"envoy-{listen}.yaml"
@@ -290,7 +291,7 @@ def stored_label(cluster: Cluster) -> str | None:
     return decode_state(text).label() if text else None
 
 
-async def admin_call(gateway: KubernetesGatewayProcess, method: str, path: str) -> httpx.Response:
+async def admin_call(gateway: GatewayProcess, method: str, path: str) -> httpx.Response:
     """A call to the replica's admin API, as `graystack` makes it."""
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{gateway.options.admin_port}", timeout=10
@@ -298,7 +299,7 @@ async def admin_call(gateway: KubernetesGatewayProcess, method: str, path: str) 
         return await admin.request(method, path)
 
 
-async def operate(gateway: KubernetesGatewayProcess, command: str) -> dict:
+async def operate(gateway: GatewayProcess, command: str) -> dict:
     """`command` (promote, pause, resume...) through the replica's admin API, as `graystack` sends it."""
     response = await admin_call(gateway, "POST", f"/v1/rollout/{command}")
     assert response.status_code == 200, response.text
@@ -310,13 +311,13 @@ async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster)
     strategy = {"steps": [{"weight": 0, "hold": "1h"}, {"weight": 100, "hold": "1h"}]}
     cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0}, strategy)))
     leader = await cluster.gateway("gateway-a")
-    await eventually(lambda: leader.elector.leading, 10, "gateway-a to take the Lease")
+    await eventually(lambda: leader.driver.sources.elector.leading, 10, "gateway-a to take the Lease")
     await eventually(lambda: stored_label(cluster) == "step 0", 10, "the new rollout in the ConfigMap")
     follower = await cluster.gateway("gateway-b")
     client = await cluster.envoy(follower)  # this Envoy talks to the replica that does not lead
     await split_is(client, {"baseline": 20, "zero-layer": 0}, "step 0 (weight 0) through the follower")
     assert cluster.api.get("Lease", NS, LEASE)["spec"]["holderIdentity"] == "gateway-a"
-    assert not follower.elector.leading
+    assert not follower.driver.sources.elector.leading
 
     # The leader moves the rollout: the step is in the ConfigMap by the time the command is answered,
     # and goes through the cluster to the follower and its Envoy.
@@ -326,12 +327,14 @@ async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster)
 
     # The follower stops watching the state, so all it can resume from is the ConfigMap it reads on taking
     # the Lease. The leader takes one more step and dies at once, without handing the Lease back.
-    await asyncio.to_thread(follower._reflectors["state"].stop)
+    await asyncio.to_thread(follower.driver.sources.reflectors["state"].stop)
     await operate(leader, "pause")
     assert stored_label(cluster) == "step 1 (paused)"
-    leader.elector.stop(release=False)
+    leader.driver.sources.elector.stop(release=False)
     await leader.stop()
-    await eventually(lambda: follower.elector.leading, 15, "gateway-b to take over the expired Lease")
+    await eventually(
+        lambda: follower.driver.sources.elector.leading, 15, "gateway-b to take over the expired Lease"
+    )
     lease = cluster.api.get("Lease", NS, LEASE)["spec"]
     assert lease["holderIdentity"] == "gateway-b"
     assert lease["leaseTransitions"] == 1
@@ -359,10 +362,12 @@ async def test_the_leader_labels_its_pod_and_a_follower_refuses_commands_naming_
     strategy = {"steps": [{"weight": w, "hold": "1h"} for w in (0, 50, 100)]}
     cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0}, strategy)))
     leader = await cluster.gateway("gateway-a")
-    await eventually(lambda: leader.elector.leading, 10, "gateway-a to take the Lease")
+    await eventually(lambda: leader.driver.sources.elector.leading, 10, "gateway-a to take the Lease")
     await eventually(lambda: stored_label(cluster) == "step 0", 10, "the new rollout in the ConfigMap")
     follower = await cluster.gateway("gateway-b")
-    await eventually(lambda: follower.elector.holder == "gateway-a", 10, "gateway-b to see gateway-a lead")
+    await eventually(
+        lambda: follower.driver.sources.elector.holder == "gateway-a", 10, "gateway-b to see gateway-a lead"
+    )
     await eventually(lambda: labelled_leaders(cluster) == ["gateway-a"], 10, "the leader's pod labelled")
     labels = gateway_pod("gateway-b")["metadata"]["labels"]
     assert cluster.api.get("Pod", NS, "gateway-b")["metadata"]["labels"] == labels  # no leader label
@@ -384,9 +389,11 @@ async def test_the_leader_labels_its_pod_and_a_follower_refuses_commands_naming_
 
     # The leader dies without handing anything back: its pod keeps the label (in a cluster the pod is
     # not ready meanwhile, so no Service sends it anything). The successor labels its own pod.
-    leader.elector.stop(release=False)
+    leader.driver.sources.elector.stop(release=False)
     await leader.stop()
-    await eventually(lambda: follower.elector.leading, 15, "gateway-b to take over the expired Lease")
+    await eventually(
+        lambda: follower.driver.sources.elector.leading, 15, "gateway-b to take over the expired Lease"
+    )
     await eventually(lambda: "gateway-b" in labelled_leaders(cluster), 10, "the successor's pod labelled")
     assert labelled_leaders(cluster) == ["gateway-a", "gateway-b"]
 
@@ -509,9 +516,9 @@ def test_a_stopped_reflector_leaves_its_open_watch_at_once(api):
     _, client = api
     seen = []
     core = kubernetes.client.CoreV1Api(client)
-    reflector = Reflector("configmaps", functools.partial(core.list_namespaced_config_map, NS), seen.append)
+    reflector = Reflector("configmaps", functools.partial(core.list_namespaced_config_map, NS))
     reflector.list_now()
-    reflector.start()
+    reflector.start(seen.append)
     time.sleep(0.5)  # into the watch, which would block for its whole timeout
     reflector.stop(timeout=5.0)
     assert not reflector._thread.is_alive()

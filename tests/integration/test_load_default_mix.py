@@ -21,7 +21,7 @@ import pytest
 from graystack.local.processes import start_process
 from graystack.local.rollout_stack import RolloutStack
 from loadtests.launch import LOCAL_ANALYSIS, Flipper, locust_command, wait_for
-from tests.support.stacks import running
+from tests.support.stacks import envoy_stats, gateway_metric, running
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def test_up_defaults_survive_the_default_mix_with_no_failed_request(start, tmp_p
     rollout = stack.rollout()
     seen = {key: rollout.get(key) for key in ("reason", "history", "evidence")}
     assert rollout["phase"] == "manual", json.dumps({**seen, "flips": flipper.flips}, indent=1)  # no rollback
-    assert stack.gateway_metric("graystack_analysis_checks_total", {"result": "fail"}) == 0
+    assert gateway_metric(stack, "graystack_analysis_checks_total", {"result": "fail"}) == 0
     assert all(code == 0 for _, _, code in flipper.flips), flipper.flips
-    stats = stack.envoy_stats()
+    stats = envoy_stats(stack)
     assert sum(v for k, v in stats.items() if k.endswith("upstream_rq_per_try_idle_timeout")) == 0

@@ -13,7 +13,7 @@ import pytest
 
 from graystack.local.gateway_stack import GatewayStack
 from graystack.local.processes import wait_until
-from tests.support.stacks import running
+from tests.support.stacks import envoy_stats, running, set_upstream, upstream_answers, variant_counts
 
 ZERO_LAYER = {"X-Client-Type": "high_load"}  # the default spec's rule: this segment goes to zero-layer
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -30,7 +30,7 @@ def default_spec(stack):
     original = stack.spec
     yield
     for variant in ("baseline", "zero-layer"):
-        stack.set_upstream(variant, "ok")
+        set_upstream(stack, variant, "ok")
     if stack.spec != original:
         apply(stack, original)
 
@@ -64,7 +64,7 @@ def test_a_timed_out_variant_is_each_sdks_typed_timeout_naming_the_variant(stack
     """Both stand-ins stall past `first_byte` (1 s): zero-layer's attempt is cut, its retry on the
     baseline too, and Envoy answers 504 itself."""
     for variant in ("baseline", "zero-layer"):
-        stack.set_upstream(variant, "stall", stall_seconds=3)
+        set_upstream(stack, variant, "stall", stall_seconds=3)
     from_anthropic, from_openai = sdk_errors(stack, ZERO_LAYER)
 
     assert isinstance(from_anthropic, anthropic.GatewayTimeoutError)
@@ -88,12 +88,12 @@ def test_a_timed_out_variant_is_each_sdks_typed_timeout_naming_the_variant(stack
 def test_a_server_that_does_not_name_itself_is_named_by_envoy_after_the_host_that_answered(stack):
     """Servers that are not graystack's send no `x-graystack-variant`: Envoy names the variant whose host
     answered, so a failed attempt retried on the fallback names the fallback."""
-    stack.set_upstream("baseline", "ok", anonymous=True)
-    stack.set_upstream("zero-layer", "ok", anonymous=True)
-    assert stack.variant_counts(3, ZERO_LAYER) == {"baseline": 0, "zero-layer": 3}
-    stack.set_upstream("zero-layer", "fail", anonymous=True)
-    assert stack.variant_counts(3, ZERO_LAYER) == {"baseline": 3, "zero-layer": 0}
-    assert stack.upstream_answers("zero-layer") == {"503": 3}  # each tried on zero-layer first
+    set_upstream(stack, "baseline", "ok", anonymous=True)
+    set_upstream(stack, "zero-layer", "ok", anonymous=True)
+    assert variant_counts(stack, 3, ZERO_LAYER) == {"baseline": 0, "zero-layer": 3}
+    set_upstream(stack, "zero-layer", "fail", anonymous=True)
+    assert variant_counts(stack, 3, ZERO_LAYER) == {"baseline": 3, "zero-layer": 0}
+    assert upstream_answers(stack, "zero-layer") == {"503": 3}  # each tried on zero-layer first
 
 
 @pytest.mark.usefixtures("default_spec")
@@ -107,7 +107,7 @@ def test_health_checks_run_on_each_servers_path_or_not_at_all(stack):
     apply(stack, spec)
     wait_until(lambda: stack.request(ZERO_LAYER).status_code == 503, 10, "zero-layer to fail /health")
 
-    assert stack.variant_counts(5) == {"baseline": 5, "zero-layer": 0}  # its /health is 404 too
+    assert variant_counts(stack, 5) == {"baseline": 5, "zero-layer": 0}  # its /health is 404 too
     from_anthropic, from_openai = sdk_errors(stack, ZERO_LAYER)
     assert isinstance(from_anthropic, anthropic.ServiceUnavailableError)
     assert from_anthropic.body["error"] == {"type": "api_error", "message": "no healthy upstream"}
@@ -119,7 +119,7 @@ def test_health_checks_run_on_each_servers_path_or_not_at_all(stack):
     spec["variants"]["zero-layer"]["health_check"] = {"path": "/readyz"}
     apply(stack, spec)
     wait_until(lambda: stack.request(ZERO_LAYER).status_code == 200, 10, "zero-layer to pass /readyz")
-    assert stack.variant_counts(5, ZERO_LAYER) == {"baseline": 0, "zero-layer": 5}
+    assert variant_counts(stack, 5, ZERO_LAYER) == {"baseline": 0, "zero-layer": 5}
 
 
 @pytest.mark.parametrize(
@@ -158,11 +158,11 @@ def test_an_unrouted_anthropic_path_is_the_anthropic_sdks_not_found(stack):
 def test_models_are_answered_by_the_baseline_outside_the_analysis_counts(stack):
     """`GET /v1/models` goes to the baseline's endpoints through its own cluster, so no variant's
     request count (what the `direct` provider reads) moves."""
-    before = stack.envoy_stats()
+    before = envoy_stats(stack)
     response = stack.client.get("/v1/models", headers=ZERO_LAYER)
     assert response.status_code == 200
     assert response.headers["x-graystack-variant"] == "baseline"
-    after = stack.envoy_stats()
+    after = envoy_stats(stack)
 
     def moved(cluster: str) -> int:
         name = f"cluster.{cluster}.upstream_rq_total"

@@ -12,8 +12,9 @@ import sys
 import httpx
 from prometheus_client import REGISTRY
 
-from gateway.app import GatewayOptions, GatewayProcess
+from gateway.app import GatewayOptions
 from gateway.envoy.resources import ListenerAddress, build_resources
+from gateway.local import local_gateway
 from gateway.sources.endpoints import static_endpoints
 from gateway.xds.types import ROUTE
 from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
@@ -44,7 +45,7 @@ async def test_a_rejected_route_leaves_the_last_acked_one_serving(tmp_path, envo
     spec = stack.spec
     spec["routing"]["weights"] = {"baseline": 0, "zero-layer": 100}
     stack.write_spec(spec)
-    gateway = GatewayProcess(
+    gateway = local_gateway(
         GatewayOptions(spec=stack.spec_path, xds_port=stack.ports["xds"], admin_port=stack.ports["admin"])
     )
     await gateway.start()

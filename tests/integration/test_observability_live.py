@@ -45,7 +45,7 @@ from tests.support import capacity_exporter
 from tests.support.network import host_env, module_argv
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
-from tests.support.stacks import running
+from tests.support.stacks import gateway_metric, running, write_raw_spec
 
 pytestmark = pytest.mark.integration
 
@@ -161,10 +161,10 @@ class LongPrompts:
 
 
 def apply_spec(stack: RolloutStack, changes: dict) -> None:
-    applied = stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"})
+    applied = gateway_metric(stack, "graystack_spec_reloads_total", {"result": "applied"})
     stack.write_spec(stack.spec | changes)
     wait_until(
-        lambda: stack.gateway_metric("graystack_spec_reloads_total", {"result": "applied"}) > applied,
+        lambda: gateway_metric(stack, "graystack_spec_reloads_total", {"result": "applied"}) > applied,
         30,
         "the rewritten spec applied",
     )
@@ -208,7 +208,7 @@ def history(stack, prometheus) -> tuple[float, float]:
         apply_spec(stack, SHADOW_FIRST)
         stack.cli("retry")
         wait_until(lambda: stack.rollout()["phase"] == "promoted", 60, "the clean retry to promote")
-    stack.write_raw_spec("name: [not a spec")
+    write_raw_spec(stack, "name: [not a spec")
     refused = 'graystack_spec_reloads_total{result="refused"} >= 1'
     wait_until(lambda: instant(prometheus, refused), 30, "a scrape of the refused spec reload")
     time.sleep(3)  # a few more scrapes, so the last rates cover the end

@@ -23,6 +23,7 @@ from tests.support.counters import increments, total
 from tests.support.model_server import start_model_server, variant_weights, wait_ready
 from tests.support.processes import require_binary
 from tests.support.prometheus import PrometheusServer, start_prometheus
+from tests.support.stacks import set_upstream, upstream_answers
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def stack(tmp_path_factory, envoy_binary, prometheus_binary):
         yield running
     finally:
         running.stop()
-        for process in [running.envoy, running.gateway, *running.upstreams.values()]:
+        for process in [running.envoy, running.gateway, *running.upstreams.processes()]:
             assert process is None or not process.alive(), f"{process.name} (pid {process.pid}) left running"
 
 
@@ -99,9 +100,9 @@ def looks(stack, server: PrometheusServer) -> tuple[Observations, Observations]:
 
 def test_both_providers_give_the_same_increments_and_show_every_hidden_failure(stack, prometheus):
     direct_before, prometheus_before = looks(stack, prometheus)
-    stack.set_upstream("zero-layer", "fail")
+    set_upstream(stack, "zero-layer", "fail")
     assert [stack.request().status_code for _ in range(300)] == [200] * 300
-    failures = stack.upstream_answers("zero-layer")["503"]
+    failures = upstream_answers(stack, "zero-layer")["503"]
     assert 100 < failures < 200  # about half the traffic tried the variant first
     direct_after, prometheus_after = looks(stack, prometheus)
 

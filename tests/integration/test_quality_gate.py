@@ -13,7 +13,7 @@ import pytest
 from graystack.local.completions import held_out_completions
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
-from tests.support.stacks import running
+from tests.support.stacks import gateway_metric, running
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +92,7 @@ def test_a_candidate_that_answers_differently_is_rolled_back_in_shadow(serving, 
     assert checks["weight_status"]["verdict"] == "pass"
     assert traffic.snapshot().keys() == {(200, "baseline")}  # no client met the candidate
     reason = {"rollout": "zero-layer", "reason": "shadow_agreement"}
-    assert stack.gateway_metric("graystack_rollout_rollbacks_total", reason) == 1
+    assert gateway_metric(stack, "graystack_rollout_rollbacks_total", reason) == 1
     zero_layer_metrics = f"{stack.server_url('zero-layer')}/metrics"
     differ = {"variant": "zero-layer", "result": "differ"}
     assert stack.metric(zero_layer_metrics, "graystack_shadow_comparisons_total", differ) > 0

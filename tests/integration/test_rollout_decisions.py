@@ -18,7 +18,7 @@ import pytest
 
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
-from tests.support.stacks import running
+from tests.support.stacks import gateway_metric, running
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def test_a_slower_first_token_is_rolled_back_against_the_baseline(start):
     ttft = checks(rollout)["ttft_vs_baseline"]
     assert ttft["log_evalue"] >= ttft["log_bound"]
     reason = {"rollout": "zero-layer", "reason": "ttft_vs_baseline"}
-    assert stack.gateway_metric("graystack_rollout_rollbacks_total", reason) == 1
+    assert gateway_metric(stack, "graystack_rollout_rollbacks_total", reason) == 1
     assert {code for code, _ in traffic.answers} == {200}  # slower, never failed
 
 
@@ -100,7 +100,7 @@ def test_both_variants_failing_is_a_shared_incident_under_either_policy(start, p
     if policy == "rollback":
         assert "shared incident (the baseline fails the same test)" in rollout["reason"]
         shared = {"rollout": "zero-layer", "reason": "shared_incident"}
-        assert stack.gateway_metric("graystack_rollout_rollbacks_total", shared) == 1
+        assert gateway_metric(stack, "graystack_rollout_rollbacks_total", shared) == 1
     else:
         assert rollout["weight"] == 20  # the weights held
         assert "shared incident" in rollout["evidence"]["incident"]

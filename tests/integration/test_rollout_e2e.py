@@ -16,11 +16,12 @@ import subprocess
 
 import pytest
 
+from graystack.local.gateway_stack import graystack_argv
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import SEGMENT, RolloutStack, Traffic
 from tests.support.processes import require_binary
 from tests.support.prometheus import start_prometheus
-from tests.support.stacks import running
+from tests.support.stacks import gateway_metric, running, variant_counts
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,7 @@ def prometheus_stack(tmp_path, envoy_binary):
     envoy = (f"127.0.0.1:{stack.ports['envoy_admin']}", "/stats/prometheus")
     prometheus = start_prometheus(binary, tmp_path / "prometheus", {"envoy": envoy})
     provider = {"type": "prometheus", "url": prometheus.url}
-    stack.spec_changes = ROLLOUT | {"analysis": ROLLOUT["analysis"] | {"provider": provider}}
+    stack.models.spec_changes = ROLLOUT | {"analysis": ROLLOUT["analysis"] | {"provider": provider}}
     try:
         yield from running(stack)
     finally:
@@ -88,7 +89,7 @@ def wait_rolled_back(stack) -> dict:
 def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promotes(stack):
     assert stack.rollout()["label"] == "step 0"
     # The gateway analysed before Envoy connected: those intervals held, none was a metrics error.
-    assert stack.gateway_metric("graystack_analysis_checks_total", {"result": "error"}) == 0
+    assert gateway_metric(stack, "graystack_analysis_checks_total", {"result": "error"}) == 0
     with Traffic(stack.client.base_url, RATE) as traffic:
         rolled_back = wait_rolled_back(stack)
         checks = {c["name"]: c for c in rolled_back["last_decision"]["checks"]}
@@ -104,10 +105,10 @@ def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promot
         assert status["xds"]["converged"]
         assert len(status["xds"]["proxies"]) == 1
         for headers in ({}, SEGMENT, {"X-Client-Type": "mobile"}):
-            assert stack.variant_counts(10, headers) == {"baseline": 10, "zero-layer": 0}
-        assert stack.gateway_metric("graystack_rollback_seconds_count", {"rollout": "zero-layer"}) == 1
+            assert variant_counts(stack, 10, headers) == {"baseline": 10, "zero-layer": 0}
+        assert gateway_metric(stack, "graystack_rollback_seconds_count", {"rollout": "zero-layer"}) == 1
         reason = {"rollout": "zero-layer", "reason": "error_rate"}
-        assert stack.gateway_metric("graystack_rollout_rollbacks_total", reason) == 1
+        assert gateway_metric(stack, "graystack_rollout_rollbacks_total", reason) == 1
         assert json.loads(stack.state_path.read_text())["state"]["phase"] == "rolled_back"
         assert "phase     rolled_back" in stack.cli("status")
 
@@ -120,7 +121,7 @@ def test_a_faulty_candidate_is_rolled_back_by_the_guard_and_a_clean_retry_promot
         assert promoted["weight"] == 100
         assert stack.status()["routing"]["weights"] == {"baseline": 0, "zero-layer": 100}
         refused = subprocess.run(
-            [*stack.graystack_argv(), "promote", "--admin-url", stack.admin_url],
+            [*graystack_argv(), "promote", "--admin-url", stack.admin_url],
             capture_output=True,
             text=True,
         )

@@ -7,11 +7,13 @@ the time, so a rejected sample is drawn once more and the split fails only if bo
 
 from scipy.stats import binomtest
 
+from tests.support.stacks import variant_counts
+
 
 def assert_split(stack, n: int, share: float, headers: dict | None = None) -> None:
     tests = []
     for _ in range(2):
-        counts = stack.variant_counts(n, headers)
+        counts = variant_counts(stack, n, headers)
         tests.append((counts, binomtest(counts["zero-layer"], n, share).pvalue))
         if tests[-1][1] > 0.01:
             return
@@ -19,10 +21,10 @@ def assert_split(stack, n: int, share: float, headers: dict | None = None) -> No
 
 
 def test_header_rules_send_every_matching_request_to_their_variant(stack):
-    assert stack.variant_counts(200, {"X-Client-Type": "high_load"}) == {"baseline": 0, "zero-layer": 200}
+    assert variant_counts(stack, 200, {"X-Client-Type": "high_load"}) == {"baseline": 0, "zero-layer": 200}
     # Values match exactly (Envoy's header value match is case-sensitive); names do not.
-    assert stack.variant_counts(50, {"x-client-type": "high_load"}) == {"baseline": 0, "zero-layer": 50}
-    assert stack.variant_counts(50, {"X-Client-Type": "HIGH_LOAD"}) == {"baseline": 50, "zero-layer": 0}
+    assert variant_counts(stack, 50, {"x-client-type": "high_load"}) == {"baseline": 0, "zero-layer": 50}
+    assert variant_counts(stack, 50, {"X-Client-Type": "HIGH_LOAD"}) == {"baseline": 50, "zero-layer": 0}
 
 
 def test_unmatched_requests_split_by_weight(stack):
@@ -33,7 +35,7 @@ def test_unmatched_requests_split_by_weight(stack):
 def test_a_segment_splits_by_its_own_weights(stack):
     assert_split(stack, 1000, 0.20, {"X-Client-Type": "mobile"})
     # The default split (100/0 in the spec) is untouched by the segment's.
-    assert stack.variant_counts(100) == {"baseline": 100, "zero-layer": 0}
+    assert variant_counts(stack, 100) == {"baseline": 100, "zero-layer": 0}
 
 
 def test_an_endpoint_that_leaves_a_variant_stops_taking_its_traffic_though_still_healthy(stack):
@@ -47,9 +49,9 @@ def test_an_endpoint_that_leaves_a_variant_stops_taking_its_traffic_though_still
     generation = stack.status()["generation"]
     stack.write_spec(spec)
     stack.wait_converged(generation_above=generation)
-    assert stack.variant_counts(40, {"X-Client-Type": "high_load"})["baseline"] > 0  # both hosts serve it
+    assert variant_counts(stack, 40, {"X-Client-Type": "high_load"})["baseline"] > 0  # both hosts serve it
     spec["variants"]["zero-layer"]["endpoints"] = [zero_layer]
     generation = stack.status()["generation"]
     stack.write_spec(spec)
     stack.wait_converged(generation_above=generation)
-    assert stack.variant_counts(100, {"X-Client-Type": "high_load"}) == {"baseline": 0, "zero-layer": 100}
+    assert variant_counts(stack, 100, {"X-Client-Type": "high_load"}) == {"baseline": 0, "zero-layer": 100}

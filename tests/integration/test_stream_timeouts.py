@@ -14,6 +14,8 @@ import time
 import anthropic
 import httpx
 
+from tests.support.stacks import envoy_stats
+
 ZERO_LAYER = {"X-Client-Type": "high_load"}  # the default spec's rule: this segment goes to zero-layer
 
 
@@ -23,7 +25,7 @@ def set_faults(stack, **faults: int) -> None:
 
 def idle_timeouts(stack) -> int:
     """Attempts cut by per_try_idle_timeout, counted on the cluster the route names."""
-    return stack.envoy_stats().get("cluster.zero-layer-with-fallback.upstream_rq_per_try_idle_timeout", 0)
+    return envoy_stats(stack).get("cluster.zero-layer-with-fallback.upstream_rq_per_try_idle_timeout", 0)
 
 
 def first_byte_timeout(stack, seconds: str) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 from typing import NoReturn
 
 import pytest
 
 from graystack.binaries import find_binary
+from graystack.local.processes import ManagedProcess
 
 
 def unavailable(message: str) -> NoReturn:
@@ -23,3 +25,10 @@ def require_binary(name: str, why: str, provided_by: str = "make install") -> st
     if path is None:
         unavailable(f"`{name}` not found on PATH ({why}); `{provided_by}` provides it")
     return path
+
+
+def kill_hard(process: ManagedProcess) -> None:
+    """SIGKILL: a crash, not a shutdown."""
+    if process.alive():
+        os.kill(process.pid, signal.SIGKILL)
+        process.popen.wait(timeout=10)

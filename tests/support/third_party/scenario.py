@@ -14,6 +14,7 @@ import httpx
 import openai
 from scipy.stats import binomtest
 
+from tests.support.stacks import envoy_stats
 from tests.support.third_party.models import MODEL_NAME
 from tests.support.third_party.servers import chat_body
 from tests.support.third_party.stack import HEADER, ThirdPartyStack
@@ -28,7 +29,7 @@ def check_header_routing(stack: ThirdPartyStack) -> None:
 def check_health_checked(stack: ThirdPartyStack) -> None:
     """Envoy health-checks each server on its own `/health` (the spec's `health_check.path`), and
     each passes: a healthy member, successes, no failure."""
-    stats = stack.envoy_stats()
+    stats = envoy_stats(stack)
     for name in stack.servers:
         assert stats[f"cluster.{name}.membership_healthy"] == 1, name
         assert stats[f"cluster.{name}.health_check.success"] > 0, name

@@ -8,12 +8,13 @@ the stack (session fixtures), so one stack per test module costs only Envoy's an
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
 
-from graystack.local.gateway_stack import GatewayStack
+from graystack.local.gateway_stack import GatewayStack, measuring_args
+from graystack.local.processes import ManagedProcess
 from tests.support.third_party.servers import ThirdPartyServer, chat_body, identity_of
 
 HEADER = "X-Client-Type"
@@ -36,6 +37,29 @@ def upstream_spec(servers: dict[str, ThirdPartyServer]) -> dict:
     }
 
 
+class RunningServers:
+    """The upstreams, already running: nothing to start or stop. The gateway always reads Envoy's admin
+    (`--envoy-admin`): each variant's requests and errors as Envoy saw them."""
+
+    port_names = ()
+
+    def __init__(self, spec: dict, gateway_args: Sequence[str]) -> None:
+        self.spec = spec
+        self.extra_gateway_args = list(gateway_args)
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+        return self.spec
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        return [*measuring_args(envoy_admin, []), *self.extra_gateway_args]
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        return {}
+
+    def processes(self) -> list[ManagedProcess]:
+        return []
+
+
 class ThirdPartyStack(GatewayStack):
     def __init__(
         self,
@@ -47,26 +71,18 @@ class ThirdPartyStack(GatewayStack):
     ) -> None:
         """`servers`: variant name -> its running server; the first takes the default traffic.
         `spec_changes`: top-level spec fields over upstream_spec's (a strategy, an analysis);
-        `gateway_args`: more `graystack gateway` flags (`--metrics-target URL`, ...). The gateway always
-        reads Envoy's admin (`--envoy-admin`): each variant's requests and errors as Envoy saw them."""
+        `gateway_args`: more `graystack gateway` flags (`--metrics-target URL`, ...)."""
         identities = [server.identity for server in servers.values()]
         if len(set(identities)) != len(identities):
             raise ValueError(f"two servers answer alike, their answers cannot tell them apart: {identities}")
-        super().__init__(workdir, envoy)
-        self.extra_gateway_args = list(gateway_args)
+        running = RunningServers(upstream_spec(servers) | (spec_changes or {}), gateway_args)
+        super().__init__(workdir, envoy, upstreams=running)
         self.servers = servers
-        self._spec = upstream_spec(servers) | (spec_changes or {})
 
     @property
     def url(self) -> str:
         """Envoy's listener: where clients (and SDKs, as `base_url`) send requests."""
         return f"http://127.0.0.1:{self.ports['listen']}"
-
-    def gateway_args(self) -> list[str]:
-        return [*super().gateway_args(), *self.measuring_args([]), *self.extra_gateway_args]
-
-    def start_upstreams(self) -> None:
-        """Nothing to start: the servers already run."""
 
     def request(self, headers: dict | None = None) -> httpx.Response:
         return self.client.post("/v1/chat/completions", json=chat_body(), headers=headers)

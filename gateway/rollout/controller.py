@@ -79,6 +79,7 @@ from gateway.rollout.rollout_state import (
 )
 from gateway.rollout.state_store import StateStore
 from gateway.rollout.stats import Verdict
+from gateway.rollout.status import RolloutStatus
 from gateway.rollout.throughput import TokenRates
 from gateway.rollout.views import check_dict, rollback_reason, rollout_split, rollout_status, stage_of
 from gateway.spec.model import RolloutSpec, SpecError
@@ -293,7 +294,7 @@ class RolloutController:
 
     def _proxy_connected(self) -> bool:
         """Whether a proxy has connected since this controller started (see the module docstring)."""
-        self._proxy_seen = self._proxy_seen or any(s.get("key") for s in self.proxies.streams())
+        self._proxy_seen = self._proxy_seen or any(s.key for s in self.proxies.streams())
         return self._proxy_seen
 
     def _step(
@@ -419,7 +420,7 @@ class RolloutController:
         log.info("rollout %s: rollback ACKed by all %d proxies, %.3fs on", self.spec.name, proxies, seconds)
 
     # -- reading ----------------------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self) -> RolloutStatus:
         return rollout_status(
             self.spec,
             self.state,

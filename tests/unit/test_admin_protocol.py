@@ -8,12 +8,14 @@ import json
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from gateway.admin.api import ERROR_STATUS, Leadership, create_admin_app
 from gateway.errors import GatewayError
 from gateway.xds.server import AdsServer
 from graystack.admin_client import AdminClient, AdminError, dumps
+from graystack.cli.root import main
 from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
 
 
@@ -81,3 +83,12 @@ def test_openapi_documents_every_answer_and_each_error_has_one_status():
         ("POST", "/v1/rollout/{command}"): {"$ref": "#/components/schemas/CommandResult"},
     }
     assert set(ERROR_STATUS) == set(GatewayError.__subclasses__())
+
+
+def test_an_admin_api_off_loopback_without_a_token_is_refused_at_start_naming_the_fix(tmp_path):
+    answer = CliRunner().invoke(
+        main, ["gateway", "--spec", str(tmp_path / "spec.yaml"), "--admin-host", "0.0.0.0"]
+    )
+    assert answer.exit_code == 1
+    assert "refusing to serve the admin API on 0.0.0.0 without a token" in answer.output
+    assert "--admin-token" in answer.output

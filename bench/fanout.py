@@ -211,7 +211,7 @@ async def measure(n: int, flips: int, per_process: int, per_channel: int, workdi
         initial_sync = time.perf_counter() - started
         after_connect = rss_kib()
         streams = process.ads.streams()
-        if len(streams) != n or any(len(s["types"]) != 4 for s in streams):
+        if len(streams) != n or any(len(s.types) != 4 for s in streams):
             raise RuntimeError("a stream is missing, or did not subscribe to all four types")
 
         totals, set_split_s = [], []

@@ -25,6 +25,7 @@ import uvicorn
 
 from gateway.admin.api import Leadership, create_admin_app, fault_injection_refusal
 from gateway.envoy.resources import EndpointMap
+from gateway.errors import Refused
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
@@ -134,7 +135,7 @@ class GatewayProcess:
 
     def __init__(self, options: GatewayOptions, parts: GatewayParts) -> None:
         if not _is_loopback(options.admin_host) and not options.admin_token:
-            raise SpecError(
+            raise Refused(
                 f"refusing to serve the admin API on {options.admin_host} without a token: "
                 "set --admin-token (GRAYSTACK_ADMIN_TOKEN) or bind to 127.0.0.1"
             )

@@ -25,11 +25,22 @@ from envoy.config.core.v3 import base_pb2
 from gateway.envoy.bootstrap import listener_address
 from gateway.envoy.faults import Fault
 from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
+from gateway.errors import NotFound, Refused
 from gateway.rollout import metrics
 from gateway.sources.endpoints import static_endpoints
 from gateway.spec.model import RolloutSpec, SpecError, complete_split
 from gateway.spec.overrides import Overrides, Segment, apply_overrides, surviving_overrides
 from gateway.spec.split import RolloutSplit
+from gateway.spec.status import (
+    FaultStatus,
+    GatewayStatus,
+    LastError,
+    MirrorStatus,
+    RolloutSplitStatus,
+    RoutingStatus,
+    RuleStatus,
+    SpecFileStatus,
+)
 from gateway.xds.cache import InconsistentSnapshot, SnapshotCache, check_consistent
 
 log = logging.getLogger(__name__)
@@ -135,14 +146,15 @@ class Gateway:
 
     def set_fault(self, variant: str, fault: Fault | None) -> dict[str, Fault]:
         """Inject `fault` into every attempt on `variant` (None, or a fault that does nothing: clear it);
-        SpecError (and nothing changed) for a variant the spec does not name. Faults live in this
-        process only: a restart clears them, so a forgotten one cannot outlive the gateway."""
+        NotFound (and nothing changed) for a variant the spec does not name, Refused where fault
+        injection is off. Faults live in this process only: a restart clears them, so a forgotten one
+        cannot outlive the gateway."""
         if not self.fault_injection:
-            raise SpecError("fault injection is off on this gateway")
+            raise Refused("fault injection is off on this gateway")
         if self.live is None:
-            raise SpecError("no spec is loaded")
+            raise NotFound("no spec is loaded")
         if variant not in self.live.variants:
-            raise SpecError(f"no variant {variant!r} in the spec (variants: {', '.join(self.live.variants)})")
+            raise NotFound(f"no variant {variant!r} in the spec (variants: {', '.join(self.live.variants)})")
         faults = {v: f for v, f in self.faults.items() if v != variant}
         if fault is not None and fault.active:
             faults[variant] = fault
@@ -196,40 +208,41 @@ class Gateway:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def status(self) -> dict:
-        live = self.live
-        return {
-            "rollout": live.name if live else None,
-            "generation": self.generation,
-            "spec": {
-                "path": str(self.spec_path),
-                "sha256": self.file.sha256 if self.file else None,
-                "loaded_at": self.file.loaded_at if self.file else None,
-                "last_error": self.last_error,
-            },
-            "routing": _routing_status(live, self.overrides, self.rollout) if live else None,
-            "faults": {variant: fault_status(fault) for variant, fault in sorted(self.faults.items())},
-        }
+    def status(self) -> GatewayStatus:
+        live, file = self.live, self.file
+        return GatewayStatus(
+            rollout=live.name if live else None,
+            generation=self.generation,
+            spec=SpecFileStatus(
+                path=str(self.spec_path),
+                sha256=file.sha256 if file else None,
+                loaded_at=file.loaded_at if file else None,
+                last_error=LastError(**self.last_error) if self.last_error else None,
+            ),
+            routing=_routing_status(live, self.overrides, self.rollout) if live else None,
+            faults={variant: fault_status(fault) for variant, fault in sorted(self.faults.items())},
+        )
 
 
-def fault_status(fault: Fault) -> dict:
-    return {
-        "error_rate": fault.error_rate,
-        "status": fault.status,
-        "latency_ms": fault.latency_ms,
-        "summary": fault.describe(),
-    }
+def fault_status(fault: Fault) -> FaultStatus:
+    return FaultStatus(
+        error_rate=fault.error_rate,
+        status=fault.status,
+        latency_ms=fault.latency_ms,
+        summary=fault.describe(),
+    )
 
 
 def _routing_status(
     spec: RolloutSpec, overrides: Mapping[Segment, Mapping[str, int]], rollout: RolloutSplit
-) -> dict:
-    return {
-        "header": spec.routing.header,
-        "weights": dict(spec.routing.weights),
-        "rules": [{"value": r.value, "weights": r.split()} for r in spec.routing.rules],
-        "flipped": sorted("default" if s is None else s for s in overrides),
-        "fallback": spec.retries.fallback,
-        "mirror": spec.routing.mirror.model_dump() if spec.routing.mirror else None,
-        "rollout_split": {"weights": rollout.weights, "segments_to": rollout.segments_to},
-    }
+) -> RoutingStatus:
+    mirror = spec.routing.mirror
+    return RoutingStatus(
+        header=spec.routing.header,
+        weights=dict(spec.routing.weights),
+        rules=[RuleStatus(value=r.value, weights=r.split()) for r in spec.routing.rules],
+        flipped=sorted("default" if s is None else s for s in overrides),
+        fallback=spec.retries.fallback,
+        mirror=MirrorStatus(variant=mirror.variant, percent=mirror.percent) if mirror else None,
+        rollout_split=RolloutSplitStatus(weights=rollout.weights, segments_to=rollout.segments_to),
+    )

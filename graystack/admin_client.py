@@ -1,31 +1,56 @@
-"""A small client for the gateway's admin API, used by the CLI (which never reaches into the server)."""
+"""A small client for the gateway's admin API, used by the CLI (which never reaches into the server).
+
+Every answer is parsed into its model of gateway/admin/protocol.py, which refuses a field it does not
+know as well as a missing one: a gateway and a client that disagree on the protocol fail here, with
+the field named, not later in front of an operator. `dumps` writes an answer back as the gateway sent it.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
+
+from gateway.admin.protocol import CommandResult, FaultResult, FlipResult, Status
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:9000"
 
+Answer = TypeVar("Answer", bound=BaseModel)
+
 
 class AdminError(RuntimeError):
-    """The gateway refused the call or could not be reached; the message says which."""
+    """The gateway refused the call, could not be reached, or answered outside the protocol; the
+    message says which."""
+
+
+def dumps(answer: BaseModel) -> str:
+    """The answer's JSON as the gateway sent it (the fields it left out stay out), indented."""
+    return json.dumps(answer.model_dump(mode="json", exclude_unset=True), indent=2)
 
 
 class AdminClient:
-    def __init__(self, base_url: str = DEFAULT_ADMIN_URL, token: str | None = None, timeout: float = 15.0):
+    def __init__(
+        self,
+        base_url: str = DEFAULT_ADMIN_URL,
+        token: str | None = None,
+        timeout: float = 15.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        """`transport`: where the calls go (default: the network); a test gives a stand-in gateway."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
         self.base_url = base_url
 
     def __enter__(self) -> AdminClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, **kwargs) -> dict:
+    def _call(self, answer: type[Answer], method: str, path: str, **kwargs) -> Answer:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
@@ -36,24 +61,35 @@ class AdminClient:
             except ValueError:
                 detail = response.text
             raise AdminError(f"gateway refused ({response.status_code}): {detail}")
-        return response.json()
+        try:
+            return answer.model_validate_json(response.content)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in problem['loc']) or 'answer'}: {problem['msg']}"
+                for problem in error.errors()
+            )
+            raise AdminError(
+                f"{method} {path}: the gateway's answer is not a {answer.__name__}: {problems}"
+            ) from None
 
-    def status(self) -> dict:
-        return self._call("GET", "/v1/status")
+    def status(self) -> Status:
+        return self._call(Status, "GET", "/v1/status")
 
     def set_weights(
         self, weights: Mapping[str, int], segment: str | None = None, wait_seconds: float = 5.0
-    ) -> dict:
+    ) -> FlipResult:
         body = {"weights": dict(weights), "segment": segment, "wait_seconds": wait_seconds}
-        return self._call("PUT", "/v1/weights", json=body)
+        return self._call(FlipResult, "PUT", "/v1/weights", json=body)
 
-    def rollout_command(self, command: str, wait_seconds: float = 5.0) -> dict:
+    def rollout_command(self, command: str, wait_seconds: float = 5.0) -> CommandResult:
         """promote, pause, resume, rollback or retry; the answer says if it was applied and ACKed."""
-        return self._call("POST", f"/v1/rollout/{command}", params={"wait_seconds": wait_seconds})
+        return self._call(
+            CommandResult, "POST", f"/v1/rollout/{command}", params={"wait_seconds": wait_seconds}
+        )
 
     def set_fault(
         self, variant: str, error_rate: float, status: int, latency_ms: int, wait_seconds: float = 5.0
-    ) -> dict:
+    ) -> FaultResult:
         """Inject errors and latency into every attempt on `variant` (replacing its last fault)."""
         body = {
             "error_rate": error_rate,
@@ -61,7 +97,9 @@ class AdminClient:
             "latency_ms": latency_ms,
             "wait_seconds": wait_seconds,
         }
-        return self._call("PUT", f"/v1/faults/{variant}", json=body)
+        return self._call(FaultResult, "PUT", f"/v1/faults/{variant}", json=body)
 
-    def clear_fault(self, variant: str, wait_seconds: float = 5.0) -> dict:
-        return self._call("DELETE", f"/v1/faults/{variant}", params={"wait_seconds": wait_seconds})
+    def clear_fault(self, variant: str, wait_seconds: float = 5.0) -> FaultResult:
+        return self._call(
+            FaultResult, "DELETE", f"/v1/faults/{variant}", params={"wait_seconds": wait_seconds}
+        )

@@ -20,16 +20,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 from rich.live import Live
 
-from graystack.live_metrics import VariantMeter
-from graystack.live_view import Timeline, render
+from gateway.admin.protocol import RolloutSection, Status
+from graystack.admin_client import AdminClient
+from graystack.console.live_metrics import VariantMeter
+from graystack.console.live_view import Timeline, render
+from graystack.console.status_view import weight_text
 from graystack.local.completions import held_out_completions
 from graystack.local.rollout_stack import RolloutStack, Traffic
 from graystack.local.supervisor import Shutdown, Supervisor, UpOptions, checkpoints_in
-from graystack.status_view import weight_text
 
 RATE = 30  # requests per second through Envoy, all clients together
 CLIENTS = 6
@@ -86,7 +87,8 @@ class Walkthrough:
         self.console = console
         self.timeline = timeline
         self.label: str | None = None
-        self.status: dict | None = None
+        self.status: Status | None = None
+        self.admin = AdminClient(stack.admin_url, timeout=5)
 
     def run(self) -> None:
         stack = self.stack
@@ -101,9 +103,9 @@ class Walkthrough:
             conversations=held_out_completions(),
         )
         try:
-            with traffic, Live(console=self.console, auto_refresh=False) as live:
+            with self.admin, traffic, Live(console=self.console, auto_refresh=False) as live:
                 self.event(f"client traffic starts: {RATE} req/s through Envoy")
-                self.watch(live, meter, lambda r: r["phase"] == "promoted", 150, "the rollout to promote")
+                self.watch(live, meter, lambda r: r.phase == "promoted", 150, "the rollout to promote")
                 self.pause(live, meter, 3)
                 stack.inject_fault("zero-layer", FAULT_ERROR_RATE)
                 self.event(
@@ -112,11 +114,12 @@ class Walkthrough:
                 rolled_back = self.watch(
                     live,
                     meter,
-                    lambda r: r["phase"] == "rolled_back" and not r["rollback_in_flight"],
+                    lambda r: r.phase == "rolled_back" and not r.rollback_in_flight,
                     60,
                     "the guard to roll back",
                 )
-                acked = rolled_back["last_rollback_seconds"]
+                acked = rolled_back.last_rollback_seconds
+                assert acked is not None  # rolled back and no longer in flight: ACKed
                 self.event(f"rollback ACKed by every Envoy {1000 * acked:.1f} ms after the decision")
                 self.pause(live, meter, 4)
         finally:
@@ -128,11 +131,13 @@ class Walkthrough:
         self.timeline.add(at, what)
         self.console.print(f"[bold]{at - self.timeline.started:6.1f}s[/bold]  {what}")
 
-    def frame(self, live: Live, meter: VariantMeter) -> dict:
-        self.status = httpx.get(f"{self.stack.admin_url}/v1/status", timeout=5).json()
-        rollout = self.status["rollout"]
-        if rollout["label"] != self.label:
-            self.label = rollout["label"]
+    def frame(self, live: Live, meter: VariantMeter) -> RolloutSection:
+        self.status = self.admin.status()
+        rollout = self.status.rollout
+        if not isinstance(rollout, RolloutSection):
+            raise DemoFailed("the gateway runs no rollout controller")
+        if rollout.label != self.label:
+            self.label = rollout.label
             self.timeline.saw_stage(rollout)
             self.console.print(f"        rollout at {self.label} ({weight_text(rollout)})", style="dim")
         elapsed = time.time() - self.timeline.started
@@ -140,8 +145,13 @@ class Walkthrough:
         return rollout
 
     def watch(
-        self, live: Live, meter: VariantMeter, done: Callable[[dict], bool], timeout: float, what: str
-    ) -> dict:
+        self,
+        live: Live,
+        meter: VariantMeter,
+        done: Callable[[RolloutSection], bool],
+        timeout: float,
+        what: str,
+    ) -> RolloutSection:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             rollout = self.frame(live, meter)
@@ -158,7 +168,8 @@ class Walkthrough:
             time.sleep(0.5)
 
     def report(self, traffic: Traffic) -> None:
-        history = self.status["rollout"]["history"] if self.status else []
+        rollout = self.status.rollout if self.status else None
+        history = rollout.history if isinstance(rollout, RolloutSection) else []
         self.console.print(self.timeline.table(history))
         answers = traffic.snapshot()
         total = sum(answers.values())

@@ -128,10 +128,11 @@ class Run:
     def poll(self) -> None:
         sent = time.time()
         try:
-            routing = self.admin.status()["routing"]
-        except (AdminError, KeyError) as error:
+            live = self.admin.status().routing
+        except AdminError as error:
             log.warning("cannot read the configured weights: %s", error)
-            routing = None
+            live = None
+        routing = live.model_dump() if live else None  # any change to it starts a new period
         self.tracker.observe(sent, time.time(), routing)
 
     def _poll_forever(self) -> None:

@@ -3,6 +3,9 @@
 Binds to loopback unless a bearer token is set (see gateway.app); with a token, every /v1 call
 must carry it. /healthz and /metrics stay open for probes and Prometheus.
 
+Every answer is a model of gateway/admin/protocol.py; every refusal is an error of gateway/errors.py,
+answered with its one status (ERROR_STATUS) and `{"detail": message}`.
+
 Injected faults (PUT/DELETE /v1/faults/{variant}) are refused (403) unless the gateway was started with
 fault injection on, and never served on a non-loopback admin without a token. A fault lives in the memory
 of the replica that took it and reaches the proxies connected to that replica.
@@ -19,16 +22,34 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.admin.protocol import (
+    CommandResult,
+    FaultResult,
+    FlipResult,
+    RolloutName,
+    RolloutSection,
+    Status,
+    XdsStatus,
+)
 from gateway.envoy.faults import MAX_LATENCY_MS, Fault
+from gateway.errors import Conflict, GatewayError, NotFound, Refused, SpecError, Unreachable
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import Command
 from gateway.service import Gateway, fault_status
-from gateway.spec.model import SpecError
 from gateway.xds.server import AdsServer
+
+ERROR_STATUS: dict[type[GatewayError], int] = {
+    SpecError: 400,
+    Refused: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Unreachable: 502,
+}
 
 
 class SplitChange(BaseModel):
@@ -85,16 +106,42 @@ def follower_refusal(leadership: Leadership) -> str:
     )
 
 
-def full_status(gateway: Gateway, ads: AdsServer, controller: RolloutController | None = None) -> dict:
-    status = gateway.status()
-    status["xds"] = {
-        "version_prefix": ads.cache.version_prefix,
-        "converged": ads.converged(),
-        "proxies": ads.streams(),
-        "disconnected": [proxy.describe() for proxy in ads.disconnected()],
+def full_status(
+    gateway: Gateway,
+    ads: AdsServer,
+    controller: RolloutController | None = None,
+    fault_injection: bool = False,
+    leadership: Leadership | None = None,
+) -> Status:
+    """GET /v1/status; `leadership`: None where this process alone drives the rollout (no leader fields)."""
+    own = gateway.status()
+    rollout: RolloutSection | RolloutName = (
+        RolloutSection(name=own.rollout, **dict(controller.status()))
+        if controller
+        else RolloutName(name=own.rollout)
+    )
+    status = Status(
+        rollout=rollout,
+        generation=own.generation,
+        spec=own.spec,
+        routing=own.routing,
+        faults=own.faults,
+        xds=XdsStatus(
+            version_prefix=ads.cache.version_prefix,
+            converged=ads.converged(),
+            proxies=ads.streams(),
+            disconnected=[proxy.describe() for proxy in ads.disconnected()],
+        ),
+        fault_injection=fault_injection,
+    )
+    if leadership is None:
+        return status
+    leader = {
+        "leader": leadership.leading,
+        "identity": leadership.identity,
+        "leader_identity": leadership.leader,
     }
-    status["rollout"] = {"name": status["rollout"], **(controller.status() if controller else {})}
-    return status
+    return status.model_copy(update=leader)
 
 
 def create_admin_app(
@@ -117,14 +164,20 @@ def create_admin_app(
 
     def faults_allowed() -> None:
         if fault_refusal is not None:
-            raise HTTPException(status_code=403, detail=fault_refusal)
+            raise Refused(fault_refusal)
 
     def leading() -> None:
         now = leadership()
         if now is not None and not now.leading:
-            raise HTTPException(status_code=409, detail=follower_refusal(now))
+            raise Conflict(follower_refusal(now))
 
     app = FastAPI(title="graystack gateway admin", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(GatewayError)
+    def refused(_: Request, error: GatewayError) -> JSONResponse:
+        status = next(code for kind, code in ERROR_STATUS.items() if isinstance(error, kind))
+        return JSONResponse({"detail": str(error)}, status_code=status)
+
     v1 = Depends(authorized)
     leader_only = Depends(leading)
     faults_on = Depends(faults_allowed)
@@ -137,70 +190,77 @@ def create_admin_app(
     def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/status", dependencies=[v1])
-    def status() -> dict:
-        status = full_status(gateway, ads, controller)
-        status["fault_injection"] = fault_refusal is None
-        now = leadership()
-        if now is not None:
-            status.update(leader=now.leading, identity=now.identity, leader_identity=now.leader)
-        return status
+    @app.get("/v1/status", dependencies=[v1], response_model=Status, response_model_exclude_unset=True)
+    def status() -> Status:
+        return full_status(gateway, ads, controller, fault_refusal is None, leadership())
 
-    @app.put("/v1/weights", dependencies=[v1, leader_only])
-    async def set_weights(change: SplitChange) -> dict:
+    @app.put(
+        "/v1/weights",
+        dependencies=[v1, leader_only],
+        response_model=FlipResult,
+        response_model_exclude_unset=True,
+    )
+    async def set_weights(change: SplitChange) -> FlipResult:
         """Flip, then wait for every proxy's ACK; the answer stays small whatever the fleet size."""
         started = time.monotonic()
-        try:
-            gateway.set_split(change.weights, change.segment)
-        except SpecError as error:
-            raise HTTPException(status_code=400, detail=str(error)) from None
+        gateway.set_split(change.weights, change.segment)
         acked = await ads.wait_converged(change.wait_seconds)
         status = gateway.status()
-        return {
-            "acked": acked,
-            "ack_seconds": round(time.monotonic() - started, 6) if acked else None,
-            "proxies": ads.proxy_count(),
-            "generation": status["generation"],
-            "routing": status["routing"],
-        }
+        return FlipResult(
+            acked=acked,
+            ack_seconds=round(time.monotonic() - started, 6) if acked else None,
+            proxies=ads.proxy_count(),
+            generation=status.generation,
+            routing=status.routing,
+        )
 
-    async def change_fault(variant: str, fault: Fault | None, wait_seconds: float) -> dict:
+    async def change_fault(variant: str, fault: Fault | None, wait_seconds: float) -> FaultResult:
         started = time.monotonic()
-        try:
-            faults = gateway.set_fault(variant, fault)
-        except SpecError as error:
-            raise HTTPException(status_code=404, detail=str(error)) from None
+        faults = gateway.set_fault(variant, fault)
         acked = await ads.wait_converged(wait_seconds)
-        return {
-            "variant": variant,
-            "fault": fault_status(faults[variant]) if variant in faults else None,
-            "acked": acked,
-            "ack_seconds": round(time.monotonic() - started, 6) if acked else None,
-            "proxies": ads.proxy_count(),
-            "generation": gateway.generation,
-        }
+        return FaultResult(
+            variant=variant,
+            fault=fault_status(faults[variant]) if variant in faults else None,
+            acked=acked,
+            ack_seconds=round(time.monotonic() - started, 6) if acked else None,
+            proxies=ads.proxy_count(),
+            generation=gateway.generation,
+        )
 
-    @app.put("/v1/faults/{variant}", dependencies=[v1, faults_on])
-    async def set_fault(variant: str, change: FaultChange) -> dict:
+    @app.put(
+        "/v1/faults/{variant}",
+        dependencies=[v1, faults_on],
+        response_model=FaultResult,
+        response_model_exclude_unset=True,
+    )
+    async def set_fault(variant: str, change: FaultChange) -> FaultResult:
         """Inject a fault into every attempt on `variant` (replacing its last one); then wait for ACKs."""
         fault = Fault(change.error_rate, change.status, change.latency_ms)
         return await change_fault(variant, fault, change.wait_seconds)
 
-    @app.delete("/v1/faults/{variant}", dependencies=[v1, faults_on])
-    async def clear_fault(variant: str, wait_seconds: float = Query(default=5.0, ge=0, le=60)) -> dict:
+    @app.delete(
+        "/v1/faults/{variant}",
+        dependencies=[v1, faults_on],
+        response_model=FaultResult,
+        response_model_exclude_unset=True,
+    )
+    async def clear_fault(variant: str, wait_seconds: float = Query(default=5.0, ge=0, le=60)) -> FaultResult:
         return await change_fault(variant, None, wait_seconds)
 
-    @app.post("/v1/rollout/{command}", dependencies=[v1, leader_only])
+    @app.post(
+        "/v1/rollout/{command}",
+        dependencies=[v1, leader_only],
+        response_model=CommandResult,
+        response_model_exclude_unset=True,
+    )
     async def rollout_command(
         command: Command, wait_seconds: float = Query(default=5.0, ge=0, le=60)
-    ) -> dict:
+    ) -> CommandResult:
         """promote, pause, resume, rollback or retry, applied at once; then wait for every proxy's ACK."""
         if controller is None:
-            raise HTTPException(status_code=404, detail="this gateway runs no rollout controller")
+            raise NotFound("this gateway runs no rollout controller")
         result = await controller.command(command)
-        result["acked"] = await ads.wait_converged(wait_seconds)
-        result["proxies"] = ads.proxy_count()
-        result["rollout"] = controller.status()
-        return result
+        acked = await ads.wait_converged(wait_seconds)
+        return CommandResult(**result, acked=acked, proxies=ads.proxy_count(), rollout=controller.status())
 
     return app

@@ -71,6 +71,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import names
+from gateway.errors import Unreachable
 from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
@@ -133,7 +134,7 @@ Sample = tuple[str, dict[str, str], float]  # a series' name, labels (its target
 Matcher = Mapping[str, re.Pattern[str]]  # label -> what its whole value must match ("" matches an absent one)
 
 
-class ScrapeError(Exception):
+class ScrapeError(Unreachable):
     """A target that did not answer with metrics; the message names it."""
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from gateway.errors import Unreachable
 from gateway.metrics.observations import CounterKey, Observations
 from gateway.metrics.queries import BUCKETS, QUERIES, SIGNALS, check_overrides, render
 from gateway.metrics.series import NAME, counter_key, route_cluster
@@ -33,7 +34,7 @@ from gateway.metrics.series import NAME, counter_key, route_cluster
 Sample = tuple[dict[str, str], float]  # a series' labels and its value
 
 
-class QueryError(Exception):
+class QueryError(Unreachable):
     """A query that got no usable answer; the message names it and why."""
 
 

@@ -52,6 +52,7 @@ from gateway.rollout.rollout_state import (
 )
 from gateway.rollout.state_store import SavedState, StateStore
 from gateway.rollout.stats import Verdict
+from gateway.rollout.status import RolloutStatus
 from gateway.rollout.views import check_dict, rollout_split, rollout_status
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
@@ -175,7 +176,7 @@ class RolloutController:
         if provider is None:
             return
         # Asked before the scrape: a proxy that connects during it was not up for it.
-        if not self._carried.proxy_seen and any(s.get("key") for s in self.proxies.streams()):
+        if not self._carried.proxy_seen and any(s.key for s in self.proxies.streams()):
             self._carried = replace(self._carried, proxy_seen=True)
         seen = await provider.observe()
         async with self._lock:
@@ -280,7 +281,7 @@ class RolloutController:
         await self.saved.save(self.state)
 
     # -- reading ----------------------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self) -> RolloutStatus:
         return rollout_status(
             self.spec,
             self.state,

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from gateway.rollout.rollout_state import Phase, RolloutState
+from gateway.xds.status import DisconnectedProxy
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +29,28 @@ class Disconnected(Protocol):
     last_heard_at: float
     disconnected_at: float
 
-    def describe(self) -> dict: ...
+    def describe(self) -> DisconnectedProxy: ...
+
+
+class Stream(Protocol):
+    """A connected proxy as the ADS server describes it (gateway.xds.status.ProxyStatus)."""
+
+    @property
+    def node(self) -> str | None: ...
+
+    @property
+    def key(self) -> str | None: ...  # None until the proxy named its node
+
+    @property
+    def converged(self) -> bool: ...
 
 
 class Proxies(Protocol):
-    """What the controller asks of the xDS server (gateway.xds.server.AdsServer); each stream is
-    described by a dict with its `key` (None until the proxy named its node) and `converged`."""
+    """What the controller asks of the xDS server (gateway.xds.server.AdsServer)."""
 
     async def wait_converged(self, seconds: float, everywhere: bool = False) -> bool: ...
 
-    def streams(self) -> list[dict]: ...
+    def streams(self) -> Sequence[Stream]: ...
 
     def disconnected(self) -> Sequence[Disconnected]: ...
 
@@ -65,11 +78,11 @@ def pending_message(connected: int, gone: Sequence[Disconnected], now: float) ->
 
 
 def ack_timeout_message(
-    since: float, streams: Sequence[dict], gone: Sequence[Disconnected], now: float
+    since: float, streams: Sequence[Stream], gone: Sequence[Disconnected], now: float
 ) -> str:
     """The rollback is not live everywhere by the deadline: which proxies have it, which do not."""
-    converged = sum(1 for stream in streams if stream["converged"])
-    waiting = [str(stream["node"]) for stream in streams if not stream["converged"]]
+    converged = sum(1 for stream in streams if stream.converged)
+    waiting = [str(stream.node) for stream in streams if not stream.converged]
     message = f"rollback not ACKed by every proxy after {since:.1f}s: {converged} of {len(streams)} connected have weight 0 live"
     if waiting:
         message += f"; not yet ACKed by {', '.join(waiting)}"
@@ -82,7 +95,7 @@ class CutOff:
     """The proxies a rollback is pending on: cut off before they ACKed it (shown in status)."""
 
     def __init__(self) -> None:
-        self.pending: list[dict] = []
+        self.pending: list[DisconnectedProxy] = []
 
     async def await_return(
         self,
@@ -104,7 +117,7 @@ class CutOff:
                 break
             gone = proxies.disconnected()
         if self.pending:
-            names = ", ".join(str(proxy["node"]) for proxy in self.pending)
+            names = ", ".join(proxy.node for proxy in self.pending)
             log.info("the proxies cut off (%s) are back or forgotten: the rollback is live everywhere", names)
         self.pending = []
 

@@ -12,13 +12,24 @@ that was refused (an invalid composition) is tried again at the next interval.
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from gateway.rollout.analysis import Check
 from gateway.rollout.machine import hold_needed
 from gateway.rollout.plan import plan_for, roles
 from gateway.rollout.rollout_state import ADVANCING, Phase, RolloutState
+from gateway.rollout.status import (
+    AlertStatus,
+    CapacityStatus,
+    DecisionStatus,
+    EvidenceStatus,
+    HoldStatus,
+    RolloutStatus,
+    TransitionStatus,
+)
 from gateway.spec.model import Mirror, RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
+from gateway.xds.status import DisconnectedProxy
 
 HISTORY_SHOWN = 10  # recent transitions shown in status
 
@@ -38,7 +49,7 @@ def stage_of(state: RolloutState) -> str:
     return f"{state.phase.value}:{state.step}"
 
 
-def check_dict(check: Check) -> dict:
+def check_dict(check: Check) -> dict[str, Any]:
     return {**asdict(check), "verdict": check.verdict.value}
 
 
@@ -54,43 +65,48 @@ def rollout_status(
     tests_started: str | None,
     store: str,
     save_error: str | None,
-    rollback_pending: list[dict] | None = None,
+    rollback_pending: list[DisconnectedProxy] | None = None,
     capacity: dict | None = None,
-) -> dict:
-    """The rollout section of `graystack status` (and GET /v1/status)."""
+) -> RolloutStatus:
+    """The rollout section of `graystack status` (and GET /v1/status); the controller keeps its last
+    decision, alerts and capacity look as dicts (they feed its metrics), validated into the models here."""
+    baseline: str | None
+    candidate: str | None
     try:
         baseline, candidate = roles(spec)
     except SpecError:
         baseline = candidate = None
-    return {
-        "guard": "on" if guard_off is None else "off",
-        "guard_off_reason": guard_off,
-        "baseline": baseline,
-        "candidate": candidate,
-        "phase": state.phase.value,
-        "label": state.label(),
-        "step": state.step,
-        "steps": len(spec.strategy.steps) if spec.strategy else 0,
-        "weight": state.weight,
-        "shadow_percent": state.shadow_percent,
-        "paused": state.paused,
-        "hold": {"elapsed": round(state.hold_elapsed(now), 3), "needed": hold_needed(spec, state)},
-        "errors": state.errors,
-        "reason": state.reason,
-        "rollback_in_flight": state.rollback_started is not None,
-        "last_rollback_seconds": last_rollback_seconds,
-        "rollback_pending": rollback_pending or [],
-        "last_decision": last_decision,
-        "alerts": alerts,
-        "history": [asdict(t) for t in state.history[-HISTORY_SHOWN:]],
-        "evidence": evidence_status(spec, state, tests_started),
-        "state_store": store,
-        "state_save_error": save_error,
-        "capacity": capacity,
-    }
+    return RolloutStatus(
+        guard="on" if guard_off is None else "off",
+        guard_off_reason=guard_off,
+        baseline=baseline,
+        candidate=candidate,
+        phase=state.phase.value,
+        label=state.label(),
+        step=state.step,
+        steps=len(spec.strategy.steps) if spec.strategy else 0,
+        weight=state.weight,
+        shadow_percent=state.shadow_percent,
+        paused=state.paused,
+        hold=HoldStatus(elapsed=round(state.hold_elapsed(now), 3), needed=hold_needed(spec, state)),
+        errors=state.errors,
+        reason=state.reason,
+        rollback_in_flight=state.rollback_started is not None,
+        last_rollback_seconds=last_rollback_seconds,
+        rollback_pending=rollback_pending or [],
+        last_decision=DecisionStatus.model_validate(last_decision) if last_decision else None,
+        alerts=[AlertStatus.model_validate(alert) for alert in alerts],
+        history=[TransitionStatus(**asdict(t)) for t in state.history[-HISTORY_SHOWN:]],
+        evidence=evidence_status(spec, state, tests_started),
+        state_store=store,
+        state_save_error=save_error,
+        capacity=CapacityStatus.model_validate(capacity) if capacity is not None else None,
+    )
 
 
-def evidence_status(spec: RolloutSpec, state: RolloutState, tests_started: str | None) -> dict | None:
+def evidence_status(
+    spec: RolloutSpec, state: RolloutState, tests_started: str | None
+) -> EvidenceStatus | None:
     """What the tests hold: since when, this stage's requests against what it needs, the error
     rate's anytime confidence bounds, and the checks that do not run and why."""
     evidence = state.evidence
@@ -101,16 +117,16 @@ def evidence_status(spec: RolloutSpec, state: RolloutState, tests_started: str |
     stage = evidence.stage if evidence is not None else None
     needed = plan.stage_requests if state.phase in ADVANCING else None
     requests = stage.requests if stage is not None and stage.stage == stage_of(state) else 0
-    return {
-        "started": None if evidence is None else evidence.started,
-        "why_started": tests_started,
-        "alpha": plan.alpha,
-        "tests": list(plan.tests),
-        "off": dict(plan.off),
-        "stage_requests": requests,
-        "stage_requests_needed": needed,
-        "extending": needed is not None and requests < needed,
-        "error_rate_bounds": None if evidence is None else list(evidence.error_bounds),
-        "latency_looks_left_out": 0 if evidence is None else evidence.busier_looks,
-        "incident": state.incident,
-    }
+    return EvidenceStatus(
+        started=None if evidence is None else evidence.started,
+        why_started=tests_started,
+        alpha=plan.alpha,
+        tests=list(plan.tests),
+        off=dict(plan.off),
+        stage_requests=requests,
+        stage_requests_needed=needed,
+        extending=needed is not None and requests < needed,
+        error_rate_bounds=None if evidence is None else list(evidence.error_bounds),
+        latency_looks_left_out=0 if evidence is None else evidence.busier_looks,
+        incident=state.incident,
+    )

@@ -1,4 +1,5 @@
-"""The spec's building blocks: its error, durations, percentages and the base every part of it shares.
+"""The spec's building blocks: durations, percentages and the base every part of it shares; its error,
+SpecError, lives with the gateway's other errors (gateway/errors.py) and is re-exported here.
 
 Their own module, so that the spec's parts (gateway/spec/model.py, gateway/spec/strategy.py)
 share them without importing each other.
@@ -11,12 +12,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from gateway.errors import SpecError as SpecError  # re-exported: the spec's importers take it from here
+
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-class SpecError(ValueError):
-    """A spec that cannot go live; the message names the offending field."""
 
 
 def parse_duration(value: Any) -> float:

@@ -32,6 +32,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from gateway.xds import metrics, types
 from gateway.xds.cache import Snapshot, SnapshotCache
+from gateway.xds.status import DisconnectedProxy, NackStatus, ProxyStatus, TypeStatus
 
 log = logging.getLogger(__name__)
 
@@ -80,18 +81,18 @@ class Disconnected:
     last_heard_at: float
     disconnected_at: float
 
-    def describe(self) -> dict:
+    def describe(self) -> DisconnectedProxy:
         now = time.time()
-        return {
-            "node": self.node,
-            "key": self.key,
-            "peer": self.peer,
-            "connected_at": self.connected_at,
-            "last_heard_at": self.last_heard_at,
-            "disconnected_at": self.disconnected_at,
-            "last_heard_seconds_ago": round(now - self.last_heard_at, 3),
-            "disconnected_seconds_ago": round(now - self.disconnected_at, 3),
-        }
+        return DisconnectedProxy(
+            node=self.node,
+            key=self.key,
+            peer=self.peer,
+            connected_at=self.connected_at,
+            last_heard_at=self.last_heard_at,
+            disconnected_at=self.disconnected_at,
+            last_heard_seconds_ago=round(now - self.last_heard_at, 3),
+            disconnected_seconds_ago=round(now - self.disconnected_at, 3),
+        )
 
 
 @dataclass
@@ -125,33 +126,33 @@ class Stream:
             for type_url, state in self.types.items()
         )
 
-    def describe(self, snapshot: Snapshot | None) -> dict:
+    def describe(self, snapshot: Snapshot | None) -> ProxyStatus:
         per_type = {}
         for type_url, state in self.types.items():
             if not state.requested:
                 continue
             current = snapshot.version(type_url) if snapshot else None
-            per_type[types.SHORT_NAME[type_url]] = {
-                "current": current,
-                "sent": state.version_sent,
-                "acked": state.acked,
-                "rejected": bool(state.nacked) and state.nacked == current,
-                "last_nack": (
-                    {"version": state.nacked, "message": state.nack_message, "at": state.nack_at}
+            per_type[types.SHORT_NAME[type_url]] = TypeStatus(
+                current=current,
+                sent=state.version_sent,
+                acked=state.acked,
+                rejected=bool(state.nacked) and state.nacked == current,
+                last_nack=(
+                    NackStatus(version=state.nacked, message=state.nack_message, at=state.nack_at)
                     if state.nacked
                     else None
                 ),
-            }
-        return {
-            "node": self.node.id if self.node else None,
-            "key": self.key,
-            "peer": self.peer,
-            "connected_at": self.connected_at,
-            "last_heard_at": self.last_heard_at,
-            "last_heard_seconds_ago": round(time.time() - self.last_heard_at, 3),
-            "converged": self.converged(snapshot),
-            "types": per_type,
-        }
+            )
+        return ProxyStatus(
+            node=self.node.id if self.node else None,
+            key=self.key,
+            peer=self.peer,
+            connected_at=self.connected_at,
+            last_heard_at=self.last_heard_at,
+            last_heard_seconds_ago=round(time.time() - self.last_heard_at, 3),
+            converged=self.converged(snapshot),
+            types=per_type,
+        )
 
 
 class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
@@ -315,7 +316,7 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     def proxy_count(self) -> int:
         return sum(1 for stream in self._streams.values() if stream.key)
 
-    def streams(self) -> list[dict]:
+    def streams(self) -> list[ProxyStatus]:
         return [s.describe(self.cache.get(s.key) if s.key else None) for s in self._streams.values()]
 
     def disconnected(self) -> list[Disconnected]:

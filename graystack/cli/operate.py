@@ -8,7 +8,7 @@ import time
 
 import click
 
-from graystack.admin_client import AdminClient, AdminError
+from graystack.admin_client import AdminClient, AdminError, dumps
 from graystack.cli.root import (
     admin_token,
     admin_url,
@@ -18,7 +18,7 @@ from graystack.cli.root import (
     kubeconfig_option,
     main,
 )
-from graystack.status_view import render_status, weight_text
+from graystack.console.status_view import render_status, weight_text
 
 
 def _parse_assignments(assignments: tuple[str, ...]) -> dict[str, int]:
@@ -70,18 +70,17 @@ def weight(
     except AdminError as error:
         raise click.ClickException(str(error)) from None
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(dumps(result))
         return
-    routing = result["routing"]
+    routing = result.routing
+    assert routing is not None  # a flip that went live has a live routing
     split = (
-        routing["weights"]
-        if segment is None
-        else next(r["weights"] for r in routing["rules"] if r["value"] == segment)
+        routing.weights if segment is None else next(r.weights for r in routing.rules if r.value == segment)
     )
-    where = "default split" if segment is None else f"{routing['header']}: {segment}"
+    where = "default split" if segment is None else f"{routing.header}: {segment}"
     shares = "  ".join(f"{v} {w}%" for v, w in sorted(split.items()))
-    if result["acked"]:
-        click.echo(f"{where}: {shares} (ACKed by every proxy in {result['ack_seconds'] * 1000:.1f} ms)")
+    if result.acked and result.ack_seconds is not None:
+        click.echo(f"{where}: {shares} (ACKed by every proxy in {result.ack_seconds * 1000:.1f} ms)")
     else:
         click.echo(f"{where}: {shares} (NOT yet ACKed by every proxy; see `graystack status`)")
         sys.exit(3)
@@ -137,7 +136,7 @@ def status(admin_url: str, token: str | None, as_json: bool, watch: bool, interv
     with AdminClient(admin_url, token) as client:
         stack = running_stack() if watch and not as_json else None
         if stack is not None and stack["admin_url"] == admin_url:
-            from graystack.live_view import watch_stack
+            from graystack.console.live_view import watch_stack
 
             watch_stack(client, stack, interval)
             return
@@ -146,7 +145,7 @@ def status(admin_url: str, token: str | None, as_json: bool, watch: bool, interv
                 current = client.status()
             except AdminError as error:
                 raise click.ClickException(str(error)) from None
-            click.echo(json.dumps(current, indent=2) if as_json else render_status(current))
+            click.echo(dumps(current) if as_json else render_status(current))
             if not watch:
                 return
             time.sleep(interval)
@@ -173,14 +172,14 @@ def _rollout_command(name: str) -> click.Command:
         except AdminError as error:
             raise click.ClickException(str(error)) from None
         if as_json:
-            click.echo(json.dumps(result, indent=2))
-        rollout = result["rollout"]
-        if result["ignored"]:
-            raise click.ClickException(f"{name} ignored: {result['ignored']} (rollout at {rollout['label']})")
+            click.echo(dumps(result))
+        rollout = result.rollout
+        if result.ignored:
+            raise click.ClickException(f"{name} ignored: {result.ignored} (rollout at {rollout.label})")
         if not as_json:
-            acked = "ACKed by every proxy" if result["acked"] else "NOT yet ACKed by every proxy"
-            click.echo(f"{name}: rollout now at {rollout['label']}, {weight_text(rollout)} ({acked})")
-        if not result["acked"]:
+            acked = "ACKed by every proxy" if result.acked else "NOT yet ACKed by every proxy"
+            click.echo(f"{name}: rollout now at {rollout.label}, {weight_text(rollout)} ({acked})")
+        if not result.acked:
             sys.exit(3)
 
     command.__doc__ = ROLLOUT_COMMANDS[name]
@@ -232,10 +231,10 @@ def fault(
     except AdminError as error:
         raise click.ClickException(str(error)) from None
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(dumps(result))
     else:
-        suffers = result["fault"]["summary"] if result["fault"] else "no fault"
-        acked = "ACKed by every proxy" if result["acked"] else "NOT yet ACKed by every proxy"
+        suffers = result.fault.summary if result.fault else "no fault"
+        acked = "ACKed by every proxy" if result.acked else "NOT yet ACKed by every proxy"
         click.echo(f"{variant}: {suffers} ({acked})")
-    if not result["acked"]:
+    if not result.acked:
         sys.exit(3)

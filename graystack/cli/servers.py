@@ -97,8 +97,8 @@ def gateway(
     """Run the xDS control plane, the rollout controller and the admin API, programming Envoy from SPEC
     (watched for edits)."""
     from gateway.app import GatewayOptions
+    from gateway.errors import Refused, SpecError
     from gateway.local import run_gateway
-    from gateway.spec.model import SpecError
 
     configure_logging(log_level)
     options = GatewayOptions(
@@ -116,7 +116,7 @@ def gateway(
     )
     try:
         asyncio.run(run_gateway(options))
-    except SpecError as error:
+    except (SpecError, Refused) as error:
         raise click.ClickException(str(error)) from None
 
 
@@ -212,9 +212,9 @@ def kube_gateway(
 ) -> None:
     """Run the gateway in Kubernetes mode: spec from its ConfigMap, pods from EndpointSlices, state in
     a ConfigMap, leader election on a Lease (every replica serves xDS; the leader drives the rollout)."""
+    from gateway.errors import Refused, SpecError
     from gateway.kubernetes.process import KubernetesOptions, gateway_options, run_kube_gateway
     from gateway.rollout.capacity import parse_settings
-    from gateway.spec.model import SpecError
 
     configure_logging(log_level)
     try:
@@ -245,7 +245,7 @@ def kube_gateway(
     )
     try:
         asyncio.run(run_kube_gateway(options, kube))
-    except SpecError as error:
+    except (SpecError, Refused) as error:
         raise click.ClickException(str(error)) from None
 
 

@@ -16,6 +16,7 @@ from typing import Protocol
 import httpx
 import yaml
 
+from gateway.admin.protocol import FaultResult
 from graystack.admin_client import AdminClient
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.prometheus import start_prometheus
@@ -289,7 +290,7 @@ class GatewayStack:
 
     def inject_fault(
         self, variant: str, error_rate: float = 0.0, latency_ms: int = 0, status: int = 503
-    ) -> dict:
+    ) -> FaultResult:
         """`graystack fault`: Envoy fails or delays `variant`'s attempts, whatever its upstream."""
         with AdminClient(self.admin_url) as admin:
             return admin.set_fault(variant, error_rate, status, latency_ms)

@@ -22,9 +22,9 @@ from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import Command
 from gateway.rollout.state_store import FileStateStore
 from gateway.xds.server import AdsServer
-from graystack.live_view import rollout_lines
+from graystack.console.live_view import rollout_lines
+from graystack.console.status_view import render_status
 from graystack.local.processes import free_port
-from graystack.status_view import render_status
 from tests.integration.test_kubernetes_mode import LEASE, SPEC_CM, STATE_CM, eventually
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.kube_api import FakeApiServer
@@ -281,7 +281,7 @@ async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come
     assert "analysis  hold: capacity: waiting for 2 ready zero-layer pods, 1 ready (0s of 120s)" in text
     assert "capacity  next stage: 2 zero-layer pods, 1 ready" in text
     assert "  zero-layer   2 wanted, 1 running, 1 ready" in text
-    live = rollout_lines(full_status(rollout.gateway, rollout.ads, rollout.controller)["rollout"]).plain
+    live = rollout_lines(full_status(rollout.gateway, rollout.ads, rollout.controller).rollout).plain
     assert "next stage: 2 zero-layer pods, 1 ready" in live  # `graystack up`'s live view too
 
     await rollout.at(STEP_0_HOLD + 60)
@@ -372,14 +372,14 @@ async def test_the_leading_kube_gateway_sizes_the_variants_from_its_capacity_set
         # No metrics source here, so the guard is off; the split still sizes the fleet: 50 % of 8 each.
         def sized() -> bool:
             replicas = [server.get("Deployment", NS, n)["spec"]["replicas"] for n in (BASELINE, CANDIDATE)]
-            return replicas == [4, 4] and gateway.controller.status()["capacity"] is not None
+            return replicas == [4, 4] and gateway.controller.status().capacity is not None
 
         await eventually(sized, 10, "the leader to scale both Deployments to 4")
-        wanted = {n: v["wanted"] for n, v in gateway.controller.status()["capacity"]["variants"].items()}
+        wanted = {n: v.wanted for n, v in gateway.controller.status().capacity.variants.items()}
         assert wanted == {"baseline": 4, "zero-layer": 4}
         assert REGISTRY.get_sample_value("graystack_variant_replicas", gauge) == 4
     finally:
         await gateway.stop()
     # No longer leading, it shows no capacity: a follower's stale gauges would add to the leader's.
     assert REGISTRY.get_sample_value("graystack_variant_replicas", gauge) is None
-    assert gateway.controller.status()["capacity"] is None
+    assert gateway.controller.status().capacity is None

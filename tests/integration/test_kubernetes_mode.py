@@ -264,13 +264,13 @@ async def test_spec_configmap_endpointslices_and_a_cli_flip_reach_envoy(cluster)
     assert event["involvedObject"]["kind"] == "ConfigMap"
     assert event["involvedObject"]["name"] == SPEC_CM
     assert "weights must sum to 100, got 90" in event["message"]
-    assert "weights must sum to 100" in gateway.gateway.status()["spec"]["last_error"]["message"]
+    assert "weights must sum to 100" in gateway.gateway.status().spec.last_error.message
     assert await counts(client) == {"baseline": 0, "zero-layer": 20}
 
     # The spec watch came through the 410 too: a good edit goes live and clears the error.
     cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0})))
     await split_is(client, {"baseline": 20, "zero-layer": 0}, "a good edit after the broken watches")
-    assert gateway.gateway.status()["spec"]["last_error"] is None
+    assert gateway.gateway.status().spec.last_error is None
 
 
 async def test_a_bad_cli_flip_changes_nothing(cluster):

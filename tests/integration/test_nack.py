@@ -82,11 +82,11 @@ async def test_a_rejected_route_leaves_the_last_acked_one_serving(tmp_path, envo
             assert REGISTRY.get_sample_value("graystack_xds_nacks_total", {"type": "rds"}) == nacks + 1
 
             (proxy,) = gateway.ads.streams()
-            assert proxy["types"]["rds"]["rejected"]
-            assert proxy["types"]["rds"]["acked"] == good_version
+            assert proxy.types["rds"].rejected
+            assert proxy.types["rds"].acked == good_version
             assert (
                 "Sum of weights in the weighted_cluster must be greater than 0"
-                in proxy["types"]["rds"]["last_nack"]["message"]
+                in proxy.types["rds"].last_nack.message
             )
             assert [await variant_served() for _ in range(20)] == ["zero-layer"] * 20  # last good config
 

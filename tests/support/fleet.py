@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from gateway.admin.protocol import Status
 from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
 from gateway.envoy.resources import ListenerAddress
 from graystack.admin_client import AdminClient
@@ -110,9 +111,7 @@ class Fleet:
             )
             bootstrap.write_text(bootstrap_yaml(options))
             host.start(envoy_argv(envoy, bootstrap, 1), self.logs / f"envoy-{number}.log")
-        wait_until(
-            lambda: len(self.status()["xds"]["proxies"]) == self.envoy_count, 30, "every Envoy connected"
-        )
+        wait_until(lambda: len(self.status().xds.proxies) == self.envoy_count, 30, "every Envoy connected")
         for number in range(len(self.envoys)):
             wait_until(lambda n=number: self.request(n).status_code == 200, 30, f"envoy-{number + 1} serving")
         return self
@@ -147,15 +146,15 @@ class Fleet:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
         return (client or httpx).post(url, json=body, timeout=15)
 
-    def status(self) -> dict:
+    def status(self) -> Status:
         return self.admin.status()
 
     def proxies(self) -> dict[str, bool]:
         """node -> converged, for the connected proxies."""
-        return {proxy["node"]: proxy["converged"] for proxy in self.status()["xds"]["proxies"]}
+        return {proxy.node: proxy.converged for proxy in self.status().xds.proxies}
 
     def disconnected(self) -> list[str]:
-        return [proxy["node"] for proxy in self.status()["xds"]["disconnected"]]
+        return [proxy.node for proxy in self.status().xds.disconnected]
 
     def kill_gateway(self) -> None:
         assert self.gateway is not None
@@ -168,10 +167,10 @@ class Fleet:
         wait_until(predicate, seconds, what, interval=0.1)
         return time.monotonic() - started
 
-    def wait_for_status(self, predicate, seconds: float, what: str) -> dict:
+    def wait_for_status(self, predicate, seconds: float, what: str) -> Status:
         """The first status for which `predicate(status)` holds."""
 
-        def matching() -> dict | None:
+        def matching() -> Status | None:
             status = self.status()
             return status if predicate(status) else None
 

@@ -76,8 +76,8 @@ def flips_under_loss_and_delay(fleet: Fleet, flips: int) -> dict:
             answer = fleet.admin.set_weights(
                 {"baseline": 100 - candidate, "zero-layer": candidate}, wait_seconds=10
             )
-            if answer["acked"] and answer["proxies"] == len(fleet.envoys):
-                ack_seconds.append(answer["ack_seconds"])
+            if answer.acked and answer.proxies == len(fleet.envoys):
+                ack_seconds.append(answer.ack_seconds)
             else:
                 unacked += 1
     return {
@@ -104,13 +104,11 @@ def partition_during_rollback(fleet: Fleet, dead_peer_bound: float) -> dict:
             lambda: fleet.disconnected() == ["envoy-3"], dead_peer_bound + 5, "envoy-3 noticed"
         )
         rollback = fleet.admin.rollout_command("rollback", wait_seconds=5)
-        pending = fleet.wait_for_status(
-            lambda s: s["rollout"]["rollback_pending"], 10, "the pending rollback"
-        )
+        pending = fleet.wait_for_status(lambda s: s.rollout.rollback_pending, 10, "the pending rollback")
         healed = time.monotonic()
         cut.heal()
         wait_until(
-            lambda: not fleet.status()["rollout"]["rollback_pending"] and fleet.proxies().get("envoy-3"),
+            lambda: not fleet.status().rollout.rollback_pending and fleet.proxies().get("envoy-3"),
             15,
             "envoy-3 back and ACKed",
             interval=0.1,
@@ -120,10 +118,10 @@ def partition_during_rollback(fleet: Fleet, dead_peer_bound: float) -> dict:
         **clients.summary(),
         "detect_seconds": detect,
         "converge_seconds": converge,
-        "rollback_acked_by_connected": rollback["acked"],
-        "connected_during": rollback["proxies"],
-        "pending": [proxy["node"] for proxy in pending["rollout"]["rollback_pending"]],
-        "alerts": [alert["message"] for alert in pending["rollout"]["alerts"]],
+        "rollback_acked_by_connected": rollback.acked,
+        "connected_during": rollback.proxies,
+        "pending": [proxy.node for proxy in pending.rollout.rollback_pending],
+        "alerts": [alert.message for alert in pending.rollout.alerts],
     }
 
 
@@ -136,7 +134,7 @@ def gateway_killed_mid_rollout(fleet: Fleet) -> dict:
         fleet.wait(
             lambda: len(fleet.proxies()) == 3 and all(fleet.proxies().values()), 10, "the promotion ACKed"
         )
-        before = fleet.status()["rollout"]
+        before = fleet.status().rollout
         fleet.kill_gateway()
         time.sleep(1.0)  # down for a second under load
         restarted = time.monotonic()
@@ -145,12 +143,12 @@ def gateway_killed_mid_rollout(fleet: Fleet) -> dict:
             lambda: len(fleet.proxies()) == 3 and all(fleet.proxies().values()), 15, "all back", interval=0.1
         )
         reconnect = time.monotonic() - restarted
-        after = fleet.status()["rollout"]
+        after = fleet.status().rollout
     return {
         **clients.summary(),
         "reconnect_seconds": reconnect,
-        "before": (before["label"], before["weight"]),
-        "after": (after["label"], after["weight"]),
+        "before": (before.label, before.weight),
+        "after": (after.label, after.weight),
     }
 
 

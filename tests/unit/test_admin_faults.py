@@ -11,14 +11,15 @@ from envoy.config.route.v3 import route_pb2
 from fastapi.testclient import TestClient
 
 from gateway.admin.api import FAULTS_OFF, create_admin_app, fault_injection_refusal
+from gateway.admin.protocol import Status
 from gateway.envoy.faults import Fault
+from gateway.errors import Refused
 from gateway.service import Gateway
-from gateway.spec.model import SpecError
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
 from gateway.xds.types import LISTENER, ROUTE
 from graystack.cli.root import main
-from graystack.status_view import render_status
+from graystack.console.status_view import render_status
 from tests.support.ads_client import node
 from tests.unit.test_gateway_service import spec
 
@@ -88,7 +89,9 @@ def test_a_fault_is_pushed_shown_in_the_status_and_cleared(gateway):
         status = client.get("/v1/status").json()
         assert status["fault_injection"] is True
         assert status["faults"]["zero-layer"]["error_rate"] == 0.5
-        assert "FAULT     zero-layer fails 50.0% of attempts with 503" in render_status(status)
+        assert "FAULT     zero-layer fails 50.0% of attempts with 503" in render_status(
+            Status.model_validate(status)
+        )
 
         cleared = client.delete("/v1/faults/zero-layer", params={"wait_seconds": 0}).json()
         assert cleared["fault"] is None
@@ -139,7 +142,7 @@ def test_a_gateway_without_fault_injection_builds_no_hop_and_refuses_faults():
     off.load(spec(), "sha-1")
     off.on_connect("proxy", node("proxy"))
     assert list(off.cache.get("proxy").resources[LISTENER].items) == ["graystack-ingress"]
-    with pytest.raises(SpecError, match="fault injection is off"):
+    with pytest.raises(Refused, match="fault injection is off"):
         off.set_fault("zero-layer", Fault(error_rate=1.0))
 
 

@@ -10,9 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gateway.admin.api import Leadership, create_admin_app, follower_refusal, full_status
+from gateway.admin.protocol import Status
 from gateway.rollout.rollout_state import Command
 from gateway.xds.server import AdsServer, Disconnected
-from graystack.status_view import render_status
+from graystack.console.status_view import render_status
 from tests.unit.test_rollout_controller import Clock, PartitionedFleet, new_controller, new_gateway
 
 
@@ -44,7 +45,7 @@ def test_status_has_a_rollout_section_that_graystack_status_renders(admin):
     rollout = status["rollout"]
     assert (rollout["name"], rollout["phase"], rollout["weight"]) == ("zero-layer", "rolled_back", 0)
     assert rollout["history"][-1]["reason"] == "rolled back: operator rollback"
-    text = render_status(status)
+    text = render_status(Status.model_validate(status))
     assert "phase     rolled_back: zero-layer 0%" in text
     assert "reason    rolled back: operator rollback" in text
     assert "step 0 -> rolled_back: rolled back: operator rollback" in text
@@ -82,7 +83,7 @@ def test_a_follower_still_answers_status_and_says_who_leads(follower):
     assert status["leader"] is False
     assert (status["identity"], status["leader_identity"]) == ("gateway-b", "gateway-a")
     assert status["rollout"]["label"] == "step 0"
-    text = render_status(status)
+    text = render_status(Status.model_validate(status))
     assert "replica   gateway-b (follower, gateway-a leads: commands here are refused)" in text
 
 
@@ -108,7 +109,7 @@ async def test_graystack_status_says_a_stage_is_extending_with_the_requests_it_h
     with TestClient(create_admin_app(gateway, AdsServer(gateway.cache), controller=controller)) as admin:
         status = admin.get("/v1/status").json()
     needed = status["rollout"]["evidence"]["stage_requests_needed"]
-    text = render_status(status)
+    text = render_status(Status.model_validate(status))
     assert f"evidence  20 of {needed} candidate requests this stage: EXTENDING past its hold" in text
     assert "error_ratio       OFF (header rules route segments apart" in text
     assert "error_rate        INCONCLUSIVE" in text
@@ -128,7 +129,7 @@ async def test_status_names_the_proxy_a_rollback_is_pending_on_and_when_it_was_l
     await controller.command(Command.ROLLBACK)
     await asyncio.sleep(0.2)
     status = full_status(gateway, ads, controller)
-    assert [proxy["node"] for proxy in status["xds"]["disconnected"]] == ["envoy-3"]
+    assert [proxy.node for proxy in status.xds.disconnected] == ["envoy-3"]
     text = render_status(status)
     assert "proxies   0 connected, converged; 1 DISCONNECTED" in text
     assert re.search(r"envoy-3 \(ipv4:10.0.0.3:5000\) DISCONNECTED 12\.\ds ago, last heard 16\.\ds ago", text)

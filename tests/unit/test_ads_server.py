@@ -64,9 +64,9 @@ async def test_a_proxy_gets_its_whole_config_and_its_acks_are_recorded(served):
     assert len(got[ENDPOINT].resources) == 2
     assert await ads.wait_converged(seconds=2)
     (proxy,) = ads.streams()
-    assert proxy["node"] == "envoy-1"
-    assert proxy["converged"]
-    assert {t: v["acked"] for t, v in proxy["types"].items()} == cache.get("envoy-1").versions()
+    assert proxy.node == "envoy-1"
+    assert proxy.converged
+    assert {t: v.acked for t, v in proxy.types.items()} == cache.get("envoy-1").versions()
     client.cancel()
 
 
@@ -78,7 +78,7 @@ async def test_a_proxy_mid_handshake_has_not_converged_until_it_acks_the_routes(
     await client.request(CLUSTER)
     await client.ack(await client.receive())
     await asyncio.sleep(0.1)
-    assert ads.streams()[0]["types"]["cds"]["acked"]
+    assert ads.streams()[0].types["cds"].acked
     assert not ads.converged()
     assert not await ads.wait_converged(seconds=0.3)
     await client.request(LISTENER)
@@ -120,17 +120,17 @@ async def test_a_nacked_version_is_recorded_and_never_resent(served):
     assert not await ads.wait_converged(seconds=2)  # settles at once: a rejected version never converges
     assert await client.nothing_within(0.5)  # no re-send loop
     assert metric("graystack_xds_nacks_total", type="rds") == nacks_before + 1
-    rds = ads.streams()[0]["types"]["rds"]
-    assert rds["rejected"]
-    assert rds["acked"] == got[ROUTE].version_info  # the last good version is what Envoy serves
-    assert rds["last_nack"]["message"] == "weights must be positive"
+    rds = ads.streams()[0].types["rds"]
+    assert rds.rejected
+    assert rds.acked == got[ROUTE].version_info  # the last good version is what Envoy serves
+    assert rds.last_nack.message == "weights must be positive"
     # The next change goes out, and ACKing it clears the rejection.
     cache.set_resources("envoy-1", resources(routing={"weights": {"baseline": 60, "zero-layer": 40}}))
     fixed = await client.receive()
     assert fixed.version_info not in (rejected.version_info, got[ROUTE].version_info)
     await client.ack(fixed, ["graystack"])
     assert await ads.wait_converged(seconds=2)
-    assert not ads.streams()[0]["types"]["rds"]["rejected"]
+    assert not ads.streams()[0].types["rds"].rejected
     client.cancel()
 
 
@@ -144,7 +144,7 @@ async def test_a_stale_nonce_is_ignored(served):
     # An ACK that answers the previous response, not the latest: must not count as acking the new one.
     await client.request(ROUTE, ["graystack"], version="bogus", nonce=got[ROUTE].nonce)
     await asyncio.sleep(0.2)
-    assert ads.streams()[0]["types"]["rds"]["acked"] == got[ROUTE].version_info
+    assert ads.streams()[0].types["rds"].acked == got[ROUTE].version_info
     assert not ads.converged()
     client.cancel()
 

@@ -47,12 +47,12 @@ def test_a_refused_spec_keeps_the_live_one_and_says_why(gateway):
     gateway.refuse(SpecError("spec.yaml: routing.weights: weights must sum to 100, got 90"))
     assert gateway.live is live
     assert gateway.cache.get("a").versions() == versions
-    assert gateway.status()["spec"]["last_error"] == {
+    assert gateway.status().spec.last_error.model_dump() == {
         "message": "spec.yaml: routing.weights: weights must sum to 100, got 90",
         "at": 1000.0,
     }
     gateway.load(spec(routing={"weights": {"baseline": 50, "zero-layer": 50}}), "sha-2")
-    assert gateway.status()["spec"]["last_error"] is None
+    assert gateway.status().spec.last_error is None
     assert gateway.cache.get("a").versions()["rds"] != versions["rds"]
 
 
@@ -69,12 +69,12 @@ def test_a_spec_that_builds_an_unusable_config_is_refused(gateway):
         "sha-3",
     )
     assert gateway.generation == generation
-    assert "Kubernetes endpoint source" in gateway.status()["spec"]["last_error"]["message"]
+    assert "Kubernetes endpoint source" in gateway.status().spec.last_error.message
 
 
 def test_an_invalid_flip_changes_nothing(gateway):
-    generation, routing = gateway.generation, gateway.status()["routing"]
+    generation, routing = gateway.generation, gateway.status().routing
     with pytest.raises(SpecError, match="sum to 100"):
         gateway.set_split({"baseline": 10, "zero-layer": 10})
     assert gateway.generation == generation
-    assert gateway.status()["routing"] == routing
+    assert gateway.status().routing == routing

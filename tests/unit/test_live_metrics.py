@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from graystack.live_metrics import bucket_quantile, parse_counters, probe_weight_status, window_stats
+from graystack.console.live_metrics import bucket_quantile, parse_counters, probe_weight_status, window_stats
 from inference.server.metrics import ServerMetrics
 from inference.weights import WeightStatus
 from probes.metrics import ProbeMetrics

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -51,8 +52,8 @@ class SilentProxies:
         await asyncio.sleep(seconds)
         return False
 
-    def streams(self) -> list[dict]:
-        return [{"key": "envoy", "node": "envoy", "converged": False}]
+    def streams(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(key="envoy", node="envoy", converged=False)]
 
     def disconnected(self) -> list:
         return []
@@ -78,8 +79,8 @@ class PartitionedFleet:
         self.gone = []
         self.healed.set()
 
-    def streams(self) -> list[dict]:
-        return [{"key": n, "node": n, "converged": True} for n in ("envoy-1", "envoy-2")]
+    def streams(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(key=n, node=n, converged=True) for n in ("envoy-1", "envoy-2")]
 
     def disconnected(self) -> list[Disconnected]:
         return self.gone
@@ -155,21 +156,21 @@ async def test_a_new_rollout_starts_at_its_first_step_and_saves_it(tmp_path, clo
     assert gateway.live.routing.weights == {"baseline": 95, "zero-layer": 5}
     assert saved(tmp_path)["phase"] == "progressing"
     status = controller.status()
-    assert (status["phase"], status["step"], status["weight"], status["guard"]) == ("progressing", 0, 5, "on")
-    assert status["hold"] == {"elapsed": 0.0, "needed": 600.0}
+    assert (status.phase, status.step, status.weight, status.guard) == ("progressing", 0, 5, "on")
+    assert status.hold.model_dump() == {"elapsed": 0.0, "needed": 600.0}
     assert metric("graystack_rollout_phase", rollout=NAME, phase="progressing") == 1
 
 
 async def test_a_shadow_stage_mirrors_to_the_candidate_and_the_first_step_stops_mirroring(tmp_path, clock):
     gateway = new_gateway(load_yaml(DESIGN_EXAMPLE))
     controller = new_controller(gateway, tmp_path, clock)
-    assert controller.status()["phase"] == "shadow"
+    assert controller.status().phase == "shadow"
     assert gateway.live.routing.weights == {"baseline": 100, "zero-layer": 0}
     assert gateway.live.routing.mirror == Mirror(variant="zero-layer", percent=100)
     await controller.command(Command.PROMOTE)
     assert gateway.live.routing.weights == {"baseline": 95, "zero-layer": 5}
     assert gateway.live.routing.mirror is None
-    assert gateway.status()["routing"]["mirror"] is None
+    assert gateway.status().routing.mirror is None
 
 
 async def test_a_shadow_stage_asked_to_judge_agreement_holds_until_answers_are_compared(tmp_path, clock):
@@ -183,19 +184,19 @@ async def test_a_shadow_stage_asked_to_judge_agreement_holds_until_answers_are_c
         clock.now += 400  # well past the shadow stage's 5 min
         await controller.tick()
     status = controller.status()
-    assert status["phase"] == "shadow"  # every other check passes, but no answer was compared
-    held = status["last_decision"]["checks"][-1]
-    assert (held["name"], held["verdict"]) == ("shadow_agreement", "inconclusive")
+    assert status.phase == "shadow"  # every other check passes, but no answer was compared
+    held = status.last_decision.checks[-1]
+    assert (held.name, held.verdict) == ("shadow_agreement", "inconclusive")
     assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="shadow_agreement") == 0
     provider.per_look = {**fast, "zero-layer": Traffic(5000, ttft=0.02, compared=500, differed=1)}
     await controller.tick()
-    assert controller.status()["phase"] == "progressing"
+    assert controller.status().phase == "progressing"
     assert metric("graystack_analysis_check_value", rollout=NAME, check="shadow_agreement") == 499 / 500
 
     # Out of the shadow stage no copy is compared: the check stops running, and its gauges go with it (a
     # value left standing would read as a current measurement on the dashboard).
     await controller.tick()
-    assert "shadow_agreement" not in [c["name"] for c in controller.status()["last_decision"]["checks"]]
+    assert "shadow_agreement" not in [c.name for c in controller.status().last_decision.checks]
     assert metric("graystack_analysis_check_value", rollout=NAME, check="shadow_agreement") is None
     assert metric("graystack_analysis_check_samples", rollout=NAME, check="shadow_agreement") is None
     assert metric("graystack_analysis_check_value", rollout=NAME, check="error_rate") == 0
@@ -207,20 +208,20 @@ async def test_checks_that_pass_after_the_hold_advance_and_a_restart_keeps_the_h
     await controller.tick()
     clock.now += 300
     await controller.tick()  # half the hold: stays
-    assert controller.status()["step"] == 0
+    assert controller.status().step == 0
     before = metric("graystack_analysis_checks_total", rollout=NAME, check="error_rate", result="pass")
 
     # A controller killed here comes back at step 0 with its 300 s, and the downtime counts.
     clock.now += 200
     restarted = new_controller(new_gateway(), tmp_path, clock)
-    assert restarted.status()["hold"]["elapsed"] == pytest.approx(500)
+    assert restarted.status().hold.elapsed == pytest.approx(500)
     clock.now += 100
     await restarted.tick()
     status = restarted.status()
-    assert (status["step"], status["weight"]) == (1, 20)
+    assert (status.step, status.weight) == (1, 20)
     assert restarted.gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}
     assert saved(tmp_path)["step"] == 1
-    assert {c["name"]: c["verdict"] for c in status["last_decision"]["checks"]} == {
+    assert {c.name: c.verdict for c in status.last_decision.checks} == {
         "error_rate": "pass",
         "error_rate_change": "pass",
         "ttft_p95": "pass",
@@ -259,12 +260,12 @@ async def test_a_failing_check_sends_every_segment_to_the_baseline_until_a_retry
         "mobile": {"baseline": 100},
     }
     status = controller.status()
-    assert status["phase"] == "rolled_back"
-    assert status["reason"].startswith("rolled back: error_rate fail")
+    assert status.phase == "rolled_back"
+    assert status.reason.startswith("rolled back: error_rate fail")
     assert saved(tmp_path)["phase"] == "rolled_back"
     assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="error_rate") == rollbacks + 1
     await controller.rollback.task  # every proxy (of none) ACKed
-    assert controller.status()["rollback_in_flight"] is False
+    assert controller.status().rollback_in_flight is False
     assert saved(tmp_path)["rollback_started"] is None
     assert metric("graystack_rollback_seconds_count", rollout=NAME) == histogram + 1
 
@@ -289,7 +290,7 @@ async def test_operator_commands_apply_at_once_or_say_why_not(tmp_path, clock):
     assert (await controller.command(Command.PROMOTE))["applied"]
     assert gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}
     assert (await controller.command(Command.PAUSE))["applied"]
-    assert controller.status()["paused"]
+    assert controller.status().paused
     operator = metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="operator") or 0
     assert (await controller.command(Command.ROLLBACK))["applied"]
     assert gateway.live.routing.weights == {"baseline": 100, "zero-layer": 0}
@@ -304,7 +305,7 @@ async def test_manual_mode_leaves_the_split_to_the_spec_and_still_guards_it(tmp_
     gateway.set_split({"zero-layer": 30})
     await controller.tick()
     assert gateway.live.routing.weights == {"baseline": 70, "zero-layer": 30}
-    assert controller.status()["phase"] == "manual"
+    assert controller.status().phase == "manual"
     provider.per_look = FAILING
     await controller.tick()
     assert split(gateway)["default"] == {"baseline": 100, "zero-layer": 0}
@@ -353,18 +354,18 @@ async def test_metrics_unreadable_before_the_first_proxy_connects_hold_and_are_n
             clock.now += 5
             await controller.tick()
         status = controller.status()
-        assert (status["label"], status["errors"], status["alerts"]) == ("step 0", 0, [])
-        checks = status["last_decision"]["checks"]
-        assert {c["verdict"] for c in checks} == {"inconclusive"}
+        assert (status.label, status.errors, status.alerts) == ("step 0", 0, [])
+        checks = status.last_decision.checks
+        assert {c.verdict for c in checks} == {"inconclusive"}
         assert all(
-            c["reason"].startswith("no proxy connected yet (scrape of http://127.0.0.1:9901") for c in checks
+            c.reason.startswith("no proxy connected yet (scrape of http://127.0.0.1:9901") for c in checks
         )
         assert error_checks() == errors
 
         client = await connect(channel)
         provider.error = None
         await controller.tick()
-        assert "error" not in {c["verdict"] for c in controller.status()["last_decision"]["checks"]}
+        assert "error" not in {c.verdict for c in controller.status().last_decision.checks}
 
         client.cancel()  # Envoy dies: nothing connected, its admin refuses connections again
         await until(lambda: not ads.streams(), "the proxy's stream to close")
@@ -373,10 +374,10 @@ async def test_metrics_unreadable_before_the_first_proxy_connects_hold_and_are_n
             clock.now += 5
             await controller.tick()
         status = controller.status()
-        assert {c["verdict"] for c in status["last_decision"]["checks"]} == {"error"}
-        assert (status["label"], status["errors"]) == ("step 0 (paused)", 3)
-        assert "metrics unavailable for 3 intervals" in status["alerts"][-1]["message"]
-        assert error_checks() == errors + 3 * len(status["last_decision"]["checks"])
+        assert {c.verdict for c in status.last_decision.checks} == {"error"}
+        assert (status.label, status.errors) == ("step 0 (paused)", 3)
+        assert "metrics unavailable for 3 intervals" in status.alerts[-1].message
+        assert error_checks() == errors + 3 * len(status.last_decision.checks)
     finally:
         await channel.close()
         await server.stop(grace=None)
@@ -387,8 +388,8 @@ async def test_a_rollback_no_proxy_acks_raises_an_alert(tmp_path, clock):
     controller = new_controller(gateway, tmp_path, clock, proxies=SilentProxies())
     await controller.command(Command.ROLLBACK)
     await asyncio.sleep(0.2)
-    assert any("not ACKed by every proxy" in a["message"] for a in controller.status()["alerts"])
-    assert controller.status()["rollback_in_flight"]
+    assert any("not ACKed by every proxy" in a.message for a in controller.status().alerts)
+    assert controller.status().rollback_in_flight
     controller.rollback.task.cancel()
 
 
@@ -401,15 +402,15 @@ async def test_a_rollback_is_acked_by_the_connected_proxies_and_pending_on_one_c
     await controller.command(Command.ROLLBACK)
     await asyncio.sleep(0.2)
     status = controller.status()
-    assert status["last_rollback_seconds"] == 0  # the connected two ACKed at once
-    assert [p["node"] for p in status["rollback_pending"]] == ["envoy-3"]
-    alert = status["alerts"][-1]["message"]
+    assert status.last_rollback_seconds == 0  # the connected two ACKed at once
+    assert [p.node for p in status.rollback_pending] == ["envoy-3"]
+    alert = status.alerts[-1].message
     assert "ACKed by the 2 connected proxies, pending on 1" in alert
     assert "envoy-3 (disconnected 5.0s ago, last heard 10.0s ago)" in alert
     assert "route by their last split" in alert
     fleet.heal()
     await asyncio.sleep(0.1)
-    assert controller.status()["rollback_pending"] == []
+    assert controller.status().rollback_pending == []
     assert controller.rollback.task.done()
 
 
@@ -425,12 +426,12 @@ async def test_without_a_metrics_source_the_guard_is_off_and_says_so(tmp_path, c
     clock.now += 3600
     await controller.tick()
     status = controller.status()
-    assert (status["guard"], status["guard_off_reason"]) == (
+    assert (status.guard, status.guard_off_reason) == (
         "off",
         "no metrics source configured: the guard is off",
     )
-    assert status["step"] == 0  # nothing passes without checks: only an operator moves it
-    assert status["last_decision"] is None
+    assert status.step == 0  # nothing passes without checks: only an operator moves it
+    assert status.last_decision is None
 
 
 async def test_an_operator_flip_of_what_the_rollout_owns_is_refused(tmp_path, clock):
@@ -459,7 +460,7 @@ async def test_a_controller_killed_before_the_rollback_was_acked_waits_for_the_a
     running = asyncio.create_task(restarted.run())
     await asyncio.sleep(0.1)
     running.cancel()
-    assert restarted.status()["last_rollback_seconds"] == 5
+    assert restarted.status().last_rollback_seconds == 5
     assert saved(tmp_path)["rollback_started"] is None
 
 
@@ -471,9 +472,9 @@ async def test_a_spec_without_a_baseline_turns_the_guard_off_and_says_why(tmp_pa
     controller = new_controller(gateway, tmp_path, clock)
     await controller.tick()
     status = controller.status()
-    assert status["guard"] == "off"
-    assert "needs a baseline" in status["guard_off_reason"]
-    assert any("cannot apply the rollout's split" in a["message"] for a in status["alerts"])
+    assert status.guard == "off"
+    assert "needs a baseline" in status.guard_off_reason
+    assert any("cannot apply the rollout's split" in a.message for a in status.alerts)
 
 
 def test_the_metrics_source_the_gateway_builds_or_why_there_is_none():
@@ -518,10 +519,10 @@ async def test_a_failed_save_alerts_once_keeps_the_rollout_going_and_is_retried_
     assert (await controller.command(Command.PROMOTE))["applied"]  # answered, not raised
     assert gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}  # the split went live
     status = controller.status()
-    assert status["state_store"] == "configmap/llm/gs-rollout-state"
-    assert status["state_save_error"] == "ConnectionError: the API server is unreachable"
+    assert status.state_store == "configmap/llm/gs-rollout-state"
+    assert status.state_save_error == "ConnectionError: the API server is unreachable"
     assert any(
-        "rollout state not saved to configmap/llm/gs-rollout-state" in a["message"] for a in status["alerts"]
+        "rollout state not saved to configmap/llm/gs-rollout-state" in a.message for a in status.alerts
     )
     await controller.tick()  # still down: retried, logged, not alerted again
     assert metric("graystack_rollout_alerts_total", rollout=NAME) == alerts + 1
@@ -531,7 +532,7 @@ async def test_a_failed_save_alerts_once_keeps_the_rollout_going_and_is_retried_
     await controller.tick()  # nothing changed in this interval, but the unsaved step is saved now
     assert store.saved == controller.state
     assert store.saved.label() == "step 1"
-    assert controller.status()["state_save_error"] is None
+    assert controller.status().state_save_error is None
 
 
 async def test_a_stage_at_low_traffic_extends_past_its_hold_until_its_evidence_suffices(tmp_path, clock):
@@ -542,18 +543,18 @@ async def test_a_stage_at_low_traffic_extends_past_its_hold_until_its_evidence_s
         clock.now += 300  # twice the 10-minute hold, at 10 candidate requests a look
         await controller.tick()
     status = controller.status()
-    assert (status["step"], status["weight"]) == (0, 5)
-    evidence = status["evidence"]
-    assert evidence["extending"]
-    assert evidence["stage_requests"] == 40  # the first look only set the start
-    needed = evidence["stage_requests_needed"]
+    assert (status.step, status.weight) == (0, 5)
+    evidence = status.evidence
+    assert evidence.extending
+    assert evidence.stage_requests == 40  # the first look only set the start
+    needed = evidence.stage_requests_needed
     assert 1000 < needed < 10_000  # enough to catch 1 % errors against 0.3 % at this budget
-    error_rate = status["last_decision"]["checks"][0]
-    assert error_rate["verdict"] == "inconclusive"
-    assert f"extending: 40 of the {needed} candidate requests" in error_rate["reason"]
+    error_rate = status.last_decision.checks[0]
+    assert error_rate.verdict == "inconclusive"
+    assert f"extending: 40 of the {needed} candidate requests" in error_rate.reason
     provider.per_look = {"baseline": Traffic(19 * needed), "zero-layer": Traffic(needed)}
     await controller.tick()
-    assert controller.status()["step"] == 1
+    assert controller.status().step == 1
 
 
 async def test_a_restarted_gateway_continues_the_same_evidence(tmp_path, clock):
@@ -596,7 +597,7 @@ async def test_a_lost_state_starts_new_tests_and_says_so(tmp_path, clock):
     gateway = new_gateway()
     controller = new_controller(gateway, tmp_path, clock)
     await controller.tick()
-    assert "no saved evidence" in controller.status()["evidence"]["why_started"]
+    assert "no saved evidence" in controller.status().evidence.why_started
 
 
 @pytest.mark.parametrize(("policy", "phase"), [("rollback", "rolled_back"), ("hold", "progressing")])
@@ -613,20 +614,20 @@ async def test_a_shared_incident_is_reported_as_shared_under_both_policies(tmp_p
         clock.now += 1
         await controller.tick()
     status = controller.status()
-    assert status["phase"] == phase
-    failing = [c for c in status["last_decision"]["checks"] if c["verdict"] == "fail"]
+    assert status.phase == phase
+    failing = [c for c in status.last_decision.checks if c.verdict == "fail"]
     if policy == "rollback":
-        assert "shared incident" in status["reason"]
+        assert "shared incident" in status.reason
         assert (
             metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="shared_incident") == shared + 1
         )
     else:
         assert failing
-        assert all(c["shared"] for c in failing)
-        assert status["paused"]
-        assert status["weight"] == 5
-        assert "shared incident" in status["evidence"]["incident"]
-        assert sum("shared incident" in a["message"] for a in status["alerts"]) == 1
+        assert all(c.shared for c in failing)
+        assert status.paused
+        assert status.weight == 5
+        assert "shared incident" in status.evidence.incident
+        assert sum("shared incident" in a.message for a in status.alerts) == 1
 
 
 async def test_a_candidate_pod_serving_other_weights_than_its_file_is_rolled_back_with_the_reason(
@@ -639,11 +640,11 @@ async def test_a_candidate_pod_serving_other_weights_than_its_file_is_rolled_bac
     controller = new_controller(gateway, tmp_path, clock, provider)
     await controller.tick()
     await controller.tick()
-    assert controller.status()["phase"] == "progressing"
+    assert controller.status().phase == "progressing"
     provider.mismatches = {"zero-layer": [reason]}
     await controller.tick()
     status = controller.status()
-    assert status["phase"] == "rolled_back"
-    assert status["reason"].startswith("rolled back: weight_status fail")
-    assert f"a server did not load its probe's checkpoint: {reason}" in status["reason"]
+    assert status.phase == "rolled_back"
+    assert status.reason.startswith("rolled back: weight_status fail")
+    assert f"a server did not load its probe's checkpoint: {reason}" in status.reason
     assert split(gateway)["default"] == {"baseline": 100, "zero-layer": 0}

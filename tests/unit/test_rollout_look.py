@@ -193,8 +193,9 @@ async def test_the_label_the_look_returns_is_the_one_status_shows_and_the_metric
 
     await controller.tick()
     status = controller.status()
-    assert (status["phase"], status["reason"]) == ("rolled_back", expected.state.reason)
-    failing = [c["name"] for c in status["last_decision"]["checks"] if c["verdict"] == "fail"]
+    assert (status.phase, status.reason) == ("rolled_back", expected.state.reason)
+    assert status.last_decision is not None
+    failing = [c.name for c in status.last_decision.checks if c.verdict == "fail"]
     assert failing[0] == label == "error_rate"
     assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason=label) == before + 1
     controller.rollback.task.cancel()

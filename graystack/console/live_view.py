@@ -12,9 +12,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gateway.admin.protocol import RolloutStatus, Status, TransitionStatus
 from graystack.admin_client import AdminClient, AdminError
-from graystack.live_metrics import VariantMeter, VariantStats
-from graystack.status_view import capacity_lines, weight_text
+from graystack.console.live_metrics import VariantMeter, VariantStats
+from graystack.console.status_view import capacity_lines, weight_text
 
 PHASE_STYLE = {"progressing": "yellow", "promoted": "green", "rolled_back": "red", "shadow": "cyan"}
 
@@ -27,24 +28,24 @@ class Timeline:
     events: list[tuple[float, str]] = field(default_factory=list)
     stages: dict[str, str] = field(default_factory=dict)  # a rollout label -> its split, as seen
 
-    def saw_stage(self, rollout: dict) -> None:
-        self.stages[rollout["label"]] = weight_text(rollout)
+    def saw_stage(self, rollout: RolloutStatus) -> None:
+        self.stages[rollout.label] = weight_text(rollout)
 
     def add(self, at: float, what: str) -> None:
         self.events.append((at, what))
 
-    def merged(self, history: list[dict]) -> list[tuple[float, str]]:
+    def merged(self, history: list[TransitionStatus]) -> list[tuple[float, str]]:
         transitions = [
-            (h["at"], f"rollout {h['source']} -> {self._stage(h['target'])}: {h['reason']}")
+            (h.at, f"rollout {h.source} -> {self._stage(h.target)}: {h.reason}")
             for h in history
-            if h["at"] >= self.started
+            if h.at >= self.started
         ]
         return sorted([*self.events, *transitions])
 
     def _stage(self, label: str) -> str:
         return f"{label} ({self.stages[label]})" if label in self.stages else label
 
-    def table(self, history: list[dict]) -> Table:
+    def table(self, history: list[TransitionStatus]) -> Table:
         table = Table(title="timeline", title_justify="left", show_edge=False)
         table.add_column("t", justify="right", style="bold")
         table.add_column("what")
@@ -57,8 +58,8 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def variant_table(status: dict, stats: dict[str, VariantStats]) -> Table:
-    weights = status["routing"]["weights"] if status.get("routing") else {}
+def variant_table(status: Status, stats: dict[str, VariantStats]) -> Table:
+    weights = status.routing.weights if status.routing else {}
     table = Table(show_edge=False, expand=False)
     for column in ("variant", "split", "req/s", "errors", "TTFT p95", "weight status"):
         table.add_column(column, justify="left" if column in ("variant", "weight status") else "right")
@@ -75,61 +76,59 @@ def variant_table(status: dict, stats: dict[str, VariantStats]) -> Table:
     return table
 
 
-def rollout_lines(rollout: dict) -> Text:
-    phase = rollout["phase"]
-    where = rollout["label"]
+def rollout_lines(rollout: RolloutStatus) -> Text:
+    phase = rollout.phase
+    where = rollout.label
     if phase == "progressing":
-        where = f"step {rollout['step'] + 1} of {rollout['steps']}"
+        where = f"step {rollout.step + 1} of {rollout.steps}"
     text = Text()
     text.append("phase     ")
     text.append(f"{phase}", style=f"bold {PHASE_STYLE.get(phase, '')}")
     text.append(f"  {where}: {weight_text(rollout)}")
-    hold = rollout["hold"]
-    if hold["needed"] is not None:
-        text.append(f"   hold {hold['elapsed']:.0f}s of {hold['needed']:.0f}s")
-    if rollout["shadow_percent"]:
-        text.append(
-            f"\nshadow    Envoy mirrors {rollout['shadow_percent']}% of requests to {rollout['candidate']}"
-        )
-    if rollout.get("capacity"):
-        text.append("\n" + "\n".join(capacity_lines(rollout["capacity"])))
-    decision = rollout["last_decision"]
+    hold = rollout.hold
+    if hold.needed is not None:
+        text.append(f"   hold {hold.elapsed:.0f}s of {hold.needed:.0f}s")
+    if rollout.shadow_percent:
+        text.append(f"\nshadow    Envoy mirrors {rollout.shadow_percent}% of requests to {rollout.candidate}")
+    if rollout.capacity:
+        text.append("\n" + "\n".join(capacity_lines(rollout.capacity)))
+    decision = rollout.last_decision
     if decision:
-        text.append(f"\nanalysis  {decision['outcome'] or '-'}")
-        for check in decision["checks"]:
-            verdict = check["verdict"]
+        text.append(f"\nanalysis  {decision.outcome or '-'}")
+        for check in decision.checks:
+            verdict = check.verdict
             style = {"pass": "green", "fail": "bold red"}.get(verdict, "yellow")
-            text.append(f"\n  {check['name']:<14}")
+            text.append(f"\n  {check.name:<14}")
             text.append(f"{verdict.upper():<13}", style=style)
-            text.append(f"value {_num(check['value'], '.4g')} over {check['samples']} samples")
-    if rollout["rollback_in_flight"]:
+            text.append(f"value {_num(check.value, '.4g')} over {check.samples} samples")
+    if rollout.rollback_in_flight:
         text.append("\nrollback  waiting for every proxy to ACK", style="bold red")
-    elif rollout["last_rollback_seconds"] is not None:
-        seconds = rollout["last_rollback_seconds"]
+    elif rollout.last_rollback_seconds is not None:
+        seconds = rollout.last_rollback_seconds
         text.append(
             f"\nrollback  ACKed by every proxy {1000 * seconds:.1f} ms after the decision", style="red"
         )
     return text
 
 
-def gateway_line(status: dict) -> Text:
+def gateway_line(status: Status) -> Text:
     """Whether every Envoy has ACKed, and whether the spec file's last edit was refused."""
-    xds, error = status["xds"], status["spec"]["last_error"]
-    converged = "converged" if xds["converged"] else "NOT converged"
-    text = Text(f"proxies   {len(xds['proxies'])} connected, {converged}")
+    xds, error = status.xds, status.spec.last_error
+    converged = "converged" if xds.converged else "NOT converged"
+    text = Text(f"proxies   {len(xds.proxies)} connected, {converged}")
     if error:
-        text.append(f"\nspec      REFUSED, last good still live: {error['message']}", style="bold red")
+        text.append(f"\nspec      REFUSED, last good still live: {error.message}", style="bold red")
     return text
 
 
 def render(
-    title: str, elapsed: float, status: dict | None, stats: dict[str, VariantStats], note: str
+    title: str, elapsed: float, status: Status | None, stats: dict[str, VariantStats], note: str
 ) -> RenderableType:
-    """One frame of the live view."""
+    """One frame of the live view (the rollout's lines where the gateway runs a rollout controller)."""
     if status is None:
         body: RenderableType = Text("waiting for the gateway ...")
     else:
-        rollout = rollout_lines(status["rollout"])
+        rollout = rollout_lines(status.rollout) if isinstance(status.rollout, RolloutStatus) else Text()
         body = Group(rollout, gateway_line(status), Text(""), variant_table(status, stats))
     return Panel(
         Group(body, Text(note, style="dim")),

@@ -1,0 +1,143 @@
+"""The admin API's answers, one model each: what the gateway sends and what a client
+(graystack/admin_client.py) reads. /openapi.json documents them.
+
+    GET    /v1/status              Status
+    PUT    /v1/weights             FlipResult
+    PUT    /v1/faults/{variant}    FaultResult
+    DELETE /v1/faults/{variant}    FaultResult
+    POST   /v1/rollout/{command}   CommandResult
+
+Each section's model lives beside its builder, on its own floor (gateway/spec/status.py,
+gateway/rollout/status.py, gateway/xds/status.py); this module composes them and names them all.
+Pydantic only, so importing it loads no part of the gateway. Extra fields are refused on both sides.
+
+A few fields exist only sometimes, absent rather than null: the leader fields (Kubernetes mode), the
+rollout section's controller fields (a gateway with a controller), parts of the capacity section.
+Dump with `exclude_unset=True` to write the JSON the gateway sends.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from gateway.rollout.status import (
+    AlertStatus,
+    CapacityStatus,
+    CapacityVariant,
+    CheckStatus,
+    DecisionStatus,
+    EvidenceStatus,
+    HoldStatus,
+    RolloutStatus,
+    TransitionStatus,
+)
+from gateway.spec.status import (
+    FaultStatus,
+    LastError,
+    MirrorStatus,
+    RolloutSplitStatus,
+    RoutingStatus,
+    RuleStatus,
+    SpecFileStatus,
+)
+from gateway.xds.status import DisconnectedProxy, NackStatus, ProxyStatus, TypeStatus
+
+__all__ = [
+    "AlertStatus",
+    "CapacityStatus",
+    "CapacityVariant",
+    "CheckStatus",
+    "CommandResult",
+    "DecisionStatus",
+    "DisconnectedProxy",
+    "EvidenceStatus",
+    "FaultResult",
+    "FaultStatus",
+    "FlipResult",
+    "HoldStatus",
+    "LastError",
+    "MirrorStatus",
+    "NackStatus",
+    "ProxyStatus",
+    "RolloutName",
+    "RolloutSection",
+    "RolloutSplitStatus",
+    "RolloutStatus",
+    "RoutingStatus",
+    "RuleStatus",
+    "SpecFileStatus",
+    "Status",
+    "TransitionStatus",
+    "TypeStatus",
+    "XdsStatus",
+]
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class XdsStatus(_Answer):
+    """The ADS server: connected proxies, and those cut off that still route by their last config."""
+
+    version_prefix: str
+    converged: bool
+    proxies: list[ProxyStatus]
+    disconnected: list[DisconnectedProxy]
+
+
+class RolloutName(_Answer):
+    """The rollout section of a gateway that runs no rollout controller: the live spec's name only."""
+
+    name: str | None
+
+
+class RolloutSection(RolloutStatus, RolloutName):
+    """The rollout section of GET /v1/status: the live spec's name, then the controller's view."""
+
+
+class Status(_Answer):
+    """GET /v1/status. The leader fields exist only where several replicas elect a leader."""
+
+    rollout: RolloutSection | RolloutName
+    generation: int
+    spec: SpecFileStatus
+    routing: RoutingStatus | None
+    faults: dict[str, FaultStatus]
+    xds: XdsStatus
+    fault_injection: bool
+    leader: bool | None = None
+    identity: str | None = None
+    leader_identity: str | None = None  # None: no replica holds the Lease right now
+
+
+class FlipResult(_Answer):
+    """PUT /v1/weights: whether every proxy ACKed the flip (and how fast), and the routing it made."""
+
+    acked: bool
+    ack_seconds: float | None
+    proxies: int
+    generation: int
+    routing: RoutingStatus | None
+
+
+class FaultResult(_Answer):
+    """PUT and DELETE /v1/faults/{variant}: the variant's fault now (None: cleared), and the ACKs."""
+
+    variant: str
+    fault: FaultStatus | None
+    acked: bool
+    ack_seconds: float | None
+    proxies: int
+    generation: int
+
+
+class CommandResult(_Answer):
+    """POST /v1/rollout/{command}: applied, or ignored and why; the ACKs; the rollout after it."""
+
+    command: str
+    applied: bool
+    ignored: str | None
+    acked: bool
+    proxies: int
+    rollout: RolloutStatus

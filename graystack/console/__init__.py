@@ -1,0 +1,1 @@
+"""The operator's console: the plain-text status, the live view, and the per-variant rates it shows."""

@@ -1,0 +1,165 @@
+"""Plain-text rendering of the gateway's status, for `graystack status`."""
+
+from __future__ import annotations
+
+from gateway.admin.protocol import CapacityStatus, EvidenceStatus, RolloutStatus, Status
+
+
+def _split(weights: dict[str, int]) -> str:
+    return "  ".join(f"{variant} {percent}%" for variant, percent in sorted(weights.items()))
+
+
+def render_status(status: Status) -> str:
+    rollout = status.rollout
+    lines = [f"rollout   {rollout.name}  (config generation {status.generation})"]
+    if status.leader is not None:  # one of several replicas (Kubernetes mode)
+        leads = status.leader_identity or "no replica"
+        role = "leader" if status.leader else f"follower, {leads} leads: commands here are refused"
+        lines.append(f"replica   {status.identity} ({role})")
+    spec = status.spec
+    error = spec.last_error
+    lines.append(
+        f"spec      {spec.path}: " + (f"REFUSED, last good still live: {error.message}" if error else "ok")
+    )
+    routing = status.routing
+    if routing:
+        flipped = routing.flipped
+        lines.append(
+            f"split     {_split(routing.weights)}" + ("  (operator flip)" if "default" in flipped else "")
+        )
+        for rule in routing.rules:
+            note = "  (operator flip)" if rule.value in flipped else ""
+            lines.append(f"  {routing.header}: {rule.value:<12} -> {_split(rule.weights)}{note}")
+        if routing.fallback:
+            lines.append(f"fallback  failed attempts retry on {routing.fallback}")
+    for variant, fault in status.faults.items():
+        lines.append(f"FAULT     {variant} {fault.summary} (injected: `graystack fault {variant} --clear`)")
+    if isinstance(rollout, RolloutStatus):  # the gateway runs a rollout controller
+        lines.extend(_rollout_lines(rollout))
+    xds = status.xds
+    proxies = xds.proxies
+    state = "converged" if xds.converged else "NOT converged"
+    gone = xds.disconnected
+    cut_off = f"; {len(gone)} DISCONNECTED" if gone else ""
+    lines.append(f"proxies   {len(proxies)} connected, {state}{cut_off}")
+    for gone_proxy in gone:
+        lines.append(
+            f"  {gone_proxy.node} ({gone_proxy.peer}) DISCONNECTED {gone_proxy.disconnected_seconds_ago:.1f}s ago, "
+            f"last heard {gone_proxy.last_heard_seconds_ago:.1f}s ago: it routes by the last config it ACKed"
+        )
+    for proxy in proxies:
+        lines.append(f"  {proxy.node} ({proxy.peer})")
+        for short, info in proxy.types.items():
+            mark = "ACKed" if info.acked == info.current else f"acked {info.acked or '-'}"
+            lines.append(f"    {short}  {info.current}  {mark}")
+            nack = info.last_nack
+            if nack:
+                verdict = "REJECTED (serving the last ACKed version)" if info.rejected else "earlier NACK"
+                lines.append(f"      {verdict}: version {nack.version}: {nack.message}")
+    return "\n".join(lines)
+
+
+def weight_text(rollout: RolloutStatus) -> str:
+    """The rollout's share of the default split, in words."""
+    if rollout.weight is None:
+        return "the spec's own split"
+    return f"{rollout.candidate} {rollout.weight}%"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _rollout_lines(rollout: RolloutStatus) -> list[str]:
+    where = rollout.label
+    if rollout.phase == "progressing":
+        where = f"step {rollout.step + 1} of {rollout.steps}" + (" (paused)" if rollout.paused else "")
+    lines = [f"phase     {where}: {weight_text(rollout)}"]
+    hold = rollout.hold
+    if hold.needed is not None:
+        lines.append(f"hold      {hold.elapsed:.0f}s of {hold.needed:.0f}s")
+    if rollout.evidence:
+        lines += _evidence_lines(rollout.evidence)
+    if rollout.shadow_percent:
+        lines.append(f"shadow    {rollout.shadow_percent}% of requests mirrored to {rollout.candidate}")
+    if rollout.guard == "off":
+        lines.append(f"guard     OFF: {rollout.guard_off_reason}")
+    if rollout.reason:
+        lines.append(f"reason    {rollout.reason}")
+    if rollout.capacity:
+        lines += capacity_lines(rollout.capacity)
+    pending = rollout.rollback_pending
+    if rollout.rollback_in_flight:
+        lines.append("rollback  waiting for every proxy to ACK")
+    elif pending:
+        names = ", ".join(proxy.node for proxy in pending)
+        lines.append(
+            f"rollback  ACKed by the connected proxies {rollout.last_rollback_seconds:.3f}s after it started; "
+            f"PENDING on {names} (cut off from the control plane, still on the old split)"
+        )
+    elif rollout.last_rollback_seconds is not None:
+        lines.append(f"rollback  ACKed everywhere {rollout.last_rollback_seconds:.3f}s after it started")
+    decision = rollout.last_decision
+    if decision:
+        lines.append(f"analysis  {decision.outcome or '-'}")
+        for check in decision.checks:
+            evidence = ""
+            if check.log_evalue is not None:
+                evidence = f", log e {check.log_evalue:.2f} of {check.log_bound:.2f}"
+            lines.append(
+                f"  {check.name:<17} {check.verdict.upper():<12} value {_num(check.value)}"
+                f" over {check.samples} samples{evidence}, bound {_num(check.bound)},"
+                f" threshold {_num(check.threshold)}  ({check.reason})"
+            )
+    for alert in rollout.alerts[-3:]:
+        lines.append(f"ALERT     {alert.message}")
+    for entry in rollout.history[-5:]:
+        lines.append(f"  {entry.source} -> {entry.target}: {entry.reason}")
+    return lines
+
+
+def capacity_lines(capacity: CapacityStatus) -> list[str]:
+    """The candidate's ready pods against the next stage's need; then per variant the replicas the split
+    asks for, its pods, what they cost, and, where its ready pods cannot take the share of the
+    traffic it gets (a rollback onto a baseline scaled down), how much they can take meanwhile."""
+    head = "sized from the split"
+    if capacity.next_stage_needs is not None:
+        ready = capacity.candidate_ready
+        head = f"next stage: {capacity.next_stage_needs} {capacity.candidate} pods, {ready or 0} ready"
+    lines = [f"capacity  {head}"]
+    for name, entry in capacity.variants.items():
+        text = f"  {name:<12} {entry.wanted} wanted"
+        if entry.ready is not None:
+            text += f", {entry.running} running, {entry.ready} ready"
+        if entry.cost_per_hour is not None:
+            text += f", {entry.cost_per_hour:.2f}/h"
+        if entry.cost_per_million_tokens is not None:
+            text += f" ({entry.cost_per_million_tokens:.2f} per million generated tokens)"
+        if entry.ready_share is not None and entry.ready_share < entry.share:
+            text += f": its ready pods can take {entry.ready_share}% of the traffic, it gets {entry.share}%"
+        lines.append(text)
+    return lines + [f"  {name}: {problem}" for name, problem in capacity.problems.items()]
+
+
+def _evidence_lines(evidence: EvidenceStatus) -> list[str]:
+    """The sequential tests: the stage's evidence against what it needs, the error rate's bounds, why
+    the tests started when they did, and the checks that do not run."""
+    lines = []
+    needed = evidence.stage_requests_needed
+    if needed is not None:
+        state = "EXTENDING past its hold" if evidence.extending else "enough"
+        lines.append(
+            f"evidence  {evidence.stage_requests} of {needed} candidate requests this stage: {state}"
+        )
+    bounds = evidence.error_rate_bounds
+    if bounds is not None:
+        lines.append(
+            f"errors    anytime bounds [{bounds[0]:.3%}, {bounds[1]:.3%}], alpha {evidence.alpha:.3%} per test"
+        )
+    if evidence.why_started:
+        lines.append(f"tests     started: {evidence.why_started}")
+    for check, why in evidence.off.items():
+        lines.append(f"  {check:<17} OFF ({why})")
+    if evidence.incident:
+        lines.append(f"incident  {evidence.incident}")
+    return lines

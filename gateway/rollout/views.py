@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from gateway.rollout.analysis import Check
+from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.plan import plan_for, roles
 from gateway.rollout.rollout_state import ADVANCING, Command, Phase, RolloutState
-from gateway.rollout.stats import Verdict
 from gateway.spec.model import Mirror, RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
 

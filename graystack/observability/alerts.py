@@ -4,7 +4,7 @@ Thresholds are the rollout analysis' defaults (gateway/spec/strategy.py `Analysi
 the rollback guard would call a failure. tests/promtool/alerts_test.yml shows each alert firing and
 staying quiet; docs/dashboards-and-alerts.md says what to do about each.
 
-The gateway creates `graystack_xds_nacks_total{type}` at 0 for every type (gateway/xds/metrics.py
+The gateway creates `graystack_xds_nacks_total{type}` at 0 for every type (gateway/xds/telemetry.py
 `zero_counters`), so `increase()` sees the first NACK of a type: a series born at 1 would be invisible.
 """
 

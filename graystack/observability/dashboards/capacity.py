@@ -2,7 +2,7 @@
 what its GPUs cost per million generated tokens.
 
 Both read gauges that only the leading gateway exports, in Kubernetes with `rollout.capacity` enabled
-(gateway/rollout/metrics.py): elsewhere these panels are empty.
+(gateway/rollout/telemetry.py): elsewhere these panels are empty.
 """
 
 from __future__ import annotations

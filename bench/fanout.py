@@ -34,6 +34,7 @@ from prometheus_client import REGISTRY
 
 from bench._common import rss_kib, summarize, write_result
 from gateway.app import GatewayOptions, GatewayProcess
+from gateway.families import XDS_CONNECTED_PROXIES
 from gateway.xds import types
 from graystack.local.gateway_stack import default_spec
 from graystack.local.processes import free_port
@@ -117,7 +118,7 @@ async def run_clients(port: int, first: int, count: int, per_channel: int) -> No
 
 
 def connected() -> int:
-    return int(REGISTRY.get_sample_value("graystack_xds_connected_proxies") or 0)
+    return int(REGISTRY.get_sample_value(XDS_CONNECTED_PROXIES) or 0)
 
 
 def reset_peak_rss() -> bool:

@@ -24,10 +24,9 @@ from enum import StrEnum
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference.families import MODEL_INFO
 from inference.weights import READABLE, StatusReport
 from probes.synthetic import ANSWERED, ProbeResult
-
-MODEL_INFO = "graystack_model_info"
 
 
 class LoadedCheck(StrEnum):

@@ -8,7 +8,7 @@ LDS named, ACKing every response. Streams share channels (50 per channel, separa
 
 Per N: initial sync (clients told to go -> every stream ACKed everything), then `--flips` split changes,
 each timed from `set_split` (which builds N snapshots) to the last ACK. Reference
-(shared/research/xds_control_plane.md §5): 1 / 10 / 30 real Envoys, push -> all ACKs p50 2.2 / 4.7 /
+(docs/architecture.md, "Reference measurements"): 1 / 10 / 30 real Envoys, push -> all ACKs p50 2.2 / 4.7 /
 9.6 ms; initial sync 0.07 / 0.36 / 0.85 s; control-plane peak RSS 48 MB.
 """
 

@@ -12,7 +12,7 @@ requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests
   reached the server or never finished (a crashed pod, refused connections, a stall cut by Envoy's
   first-byte timeout). With `retries.fallback`, a variant is routed through the aggregate cluster
   `<variant>-with-fallback`, and a failed attempt retried on the baseline reaches the client as a
-  200 charged to the aggregate (shared/research/envoy_fallback_retry.md): reading final response
+  200 charged to the aggregate (docs/spec-and-routing.md, "How failures behave"): reading final response
   codes alone shows 0 % errors for a variant that fails every request. So, for a variant:
     requests = upstream_rq_total{cluster=<variant>}                 attempts that reached it
              + upstream_rq_pending_failure_eject{cluster=<variant>} attempts whose connection failed

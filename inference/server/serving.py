@@ -73,7 +73,7 @@ class Serving:
         return self.engine.variant
 
     def bias_metadata(self, generation: Generation) -> dict:
-        """The `metadata` each Messages content_block_delta carries (shared/DESIGN.md).
+        """The `metadata` each Messages content_block_delta carries (docs/model-server.md).
 
         `zero_layer_active`: this request gets zero-layer bias work, i.e. a zero-layer server whose
         bias is neither zeroed nor erased, with a window the request's hint did not narrow to 0.

@@ -25,7 +25,7 @@ from inference.engine import Engine
 from inference.kernels.blocks import BlockCounts
 
 LATENCY_RATIO = 1.2  # neighbouring latency edges: the rollout's default tolerated slowdown (20 %)
-TTFT_SLO_SECONDS = 2.0  # DESIGN.md analysis.max_ttft_p95: an exact edge, so `le="2"` is the SLO itself
+TTFT_SLO_SECONDS = 2.0  # the spec's analysis.max_ttft_p95: an exact edge, so `le="2"` is the SLO itself
 
 
 def geometric_buckets(low: float, high: float, anchor: float = TTFT_SLO_SECONDS) -> tuple[float, ...]:

@@ -26,12 +26,11 @@ import argparse
 import math
 
 from bench._common import write_result
-from gateway.rollout.analysis import Check
+from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity_plan, gate, segments
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Phase
-from gateway.rollout.stats import Verdict
 from gateway.spec.model import validate_spec
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0

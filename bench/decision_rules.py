@@ -9,7 +9,7 @@ Rules, each looking every 5 s (bench/shipped_rules.py, bench/retired_rules.py):
             ratio 1.5 and TTFT p95 2 s over the window, once it holds 100 requests)
   naive     the raw ratios over the window (Flagger's and Argo Rollouts' defaults)
 Traffic: Poisson requests per look, binomial errors; TTFT lognormal (median 0.4 s, sigma 0.6), binned
-into the model servers' buckets (inference/server/metrics.py).
+into the model servers' buckets (inference/server/telemetry.py).
 
 false_rollbacks: the seed's rollout (shadow 1 h with every request mirrored, 5 % for 2 days, 20 % for
   4 days, then 100 % for 7 days with the guard on), at total traffic 20-1,280 req/s, both variants
@@ -43,7 +43,7 @@ from scipy.stats import norm
 from bench import retired_rules
 from bench._common import write_result
 from bench.shipped_rules import LOOK_SECONDS, ErrorTests, LatencyTests, error_floor, latency_floor, seed_plan
-from inference.server.metrics import TTFT_BUCKETS
+from inference.server.telemetry import TTFT_BUCKETS
 
 RULES = ("shipped", "previous", "naive")
 TOTAL_RPS = (20, 80, 320, 1280)

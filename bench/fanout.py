@@ -8,7 +8,7 @@ LDS named, ACKing every response. Streams share channels (50 per channel, separa
 
 Per N: initial sync (clients told to go -> every stream ACKed everything), then `--flips` split changes,
 each timed from `set_split` (which builds N snapshots) to the last ACK. Reference
-(shared/research/xds_control_plane.md §5): 1 / 10 / 30 real Envoys, push -> all ACKs p50 2.2 / 4.7 /
+(docs/architecture.md, "Reference measurements"): 1 / 10 / 30 real Envoys, push -> all ACKs p50 2.2 / 4.7 /
 9.6 ms; initial sync 0.07 / 0.36 / 0.85 s; control-plane peak RSS 48 MB.
 """
 
@@ -34,6 +34,7 @@ from prometheus_client import REGISTRY
 
 from bench._common import rss_kib, summarize, write_result
 from gateway.app import GatewayOptions, GatewayProcess
+from gateway.families import XDS_CONNECTED_PROXIES
 from gateway.local import local_gateway
 from gateway.xds import types
 from graystack.local.gateway_stack import default_spec
@@ -118,7 +119,7 @@ async def run_clients(port: int, first: int, count: int, per_channel: int) -> No
 
 
 def connected() -> int:
-    return int(REGISTRY.get_sample_value("graystack_xds_connected_proxies") or 0)
+    return int(REGISTRY.get_sample_value(XDS_CONNECTED_PROXIES) or 0)
 
 
 def reset_peak_rss() -> bool:

@@ -11,7 +11,7 @@ Two loops, because the two questions need different PUTs:
            through Envoy back-to-back until `x-graystack-variant` is the new target: the time to that
            request, and how many requests before it went to the old variant. The PUT's answer is read
            afterwards.
-Reference (shared/research/xds_control_plane.md §5): set() -> ACK p50 0.45-0.49 ms; set() -> first
+Reference (docs/architecture.md, "Reference measurements"): set() -> ACK p50 0.45-0.49 ms; set() -> first
 request on the new cluster p50 1.3-1.6 ms, max 2.7 ms, <= 2 stale requests. Those were measured in-process;
 here each flip also crosses the admin API (HTTP, JSON, FastAPI), which the numbers include.
 """

@@ -8,7 +8,7 @@ its prompt, the pod's queue), so per-token counts weigh one request as dozens of
 Traffic: each variant gets Poisson(rate x look) requests per look; a request's gaps are
 `gap x f_request x f_token` with f_request ~ lognormal(0, sigma_request) shared by the request's
 TOKENS - 1 gaps and f_token ~ lognormal(0, sigma_token) each, gap 20 ms; binned into the model server's
-inter-token buckets (inference/server/metrics.py). The candidate is identical (healthy) or `slowdown`
+inter-token buckets (inference/server/telemetry.py). The candidate is identical (healthy) or `slowdown`
 times slower (all its gaps). Per token: every gap is an observation, as `vllm:inter_token_latency_seconds`
 and the old `graystack_request_inter_token_seconds` count them. Per request: one observation, the
 request's mean gap, as `graystack_request_time_per_output_token_seconds` and
@@ -31,7 +31,7 @@ import numpy as np
 
 from bench._common import write_result
 from bench.shipped_rules import LOOK_SECONDS, ShiftTests, seed_plan
-from inference.server.metrics import INTER_TOKEN_BUCKETS
+from inference.server.telemetry import INTER_TOKEN_BUCKETS
 
 TOKENS = 32  # new tokens per request: the locustfile's default
 GAP = 0.02  # median seconds between tokens

@@ -27,6 +27,7 @@ import httpx
 from bench._common import RESULTS, envoy_binary, summarize, write_result
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
+from inference.families import REQUESTS
 
 CLEAN_S = 10.0  # clean traffic before each fault
 
@@ -40,7 +41,7 @@ def rollout(weight: int) -> dict:
 
 def failed_attempts(stack: RolloutStack) -> float:
     url = f"{stack.server_url('zero-layer')}/metrics"
-    return stack.metric(url, "graystack_requests_total", {"variant": "zero-layer", "code": "500"})
+    return stack.metric(url, REQUESTS, {"variant": "zero-layer", "code": "500"})
 
 
 def client_errors(traffic: Traffic) -> int:

@@ -34,7 +34,7 @@ LOOK_SECONDS = 5.0
 
 
 def seed_plan(max_error_rate: float = 0.003) -> Plan:
-    """The plan of the seed's rollout spec (DESIGN.md's defaults, one randomised default split)."""
+    """The plan of the seed's rollout spec (the spec's defaults, one randomised default split)."""
     return plan_for(
         validate_spec(
             {

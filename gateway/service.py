@@ -26,7 +26,7 @@ from gateway.envoy.bootstrap import listener_address
 from gateway.envoy.faults import Fault
 from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
 from gateway.errors import NotFound, Refused
-from gateway.rollout import metrics
+from gateway.rollout import telemetry
 from gateway.sources.endpoints import static_endpoints
 from gateway.spec.model import RolloutSpec, SpecError, complete_split
 from gateway.spec.overrides import Overrides, Segment, apply_overrides, surviving_overrides
@@ -102,11 +102,11 @@ class Gateway:
         self.overrides = overrides
         self.faults = faults
         self.last_error = None
-        metrics.SPEC_RELOADS.labels("applied").inc()
+        telemetry.SPEC_RELOADS.labels("applied").inc()
 
     def refuse(self, error: SpecError) -> None:
         self.last_error = {"message": str(error), "at": self._clock()}
-        metrics.SPEC_RELOADS.labels("refused").inc()
+        telemetry.SPEC_RELOADS.labels("refused").inc()
 
     def set_split(self, weights: Mapping[str, int], segment: Segment = None) -> RolloutSpec:
         """An operator flip; SpecError (and nothing changed) if the split is not valid, or the rollout
@@ -191,9 +191,9 @@ class Gateway:
         self.generation += 1
         segments = {"default": spec.routing.weights, **{r.value: r.split() for r in spec.routing.rules}}
         for variant in spec.variants:
-            metrics.ROLLOUT_WEIGHT.labels(spec.name, variant).set(spec.routing.weights.get(variant, 0))
+            telemetry.ROLLOUT_WEIGHT.labels(spec.name, variant).set(spec.routing.weights.get(variant, 0))
             for segment, split in segments.items():
-                metrics.SEGMENT_WEIGHT.labels(spec.name, segment, variant).set(split.get(variant, 0))
+                telemetry.SEGMENT_WEIGHT.labels(spec.name, segment, variant).set(split.get(variant, 0))
 
     # -- proxies ----------------------------------------------------------------------------------
 

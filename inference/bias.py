@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from inference.config import ModelConfig
 
-ZERO_TOLERANCE = 1e-6  # DESIGN.md: ZEROED means every bias value has |x| <= 1e-6
+ZERO_TOLERANCE = 1e-6  # docs/probes-and-checkpoints.md: ZEROED means every bias value has |x| <= 1e-6
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,32 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gateway.rollout.stats import exact_bounds
+from scipy.stats import beta
+
 from loadtests.config import NO_HEADER
 
 Routing = dict  # the admin API's `routing`: {"header", "rules": [{value, variant | weights}], "weights"}
 Bin = tuple[int, str, str]  # (tenth of a second of send time, client type, variant)
 BINS_PER_SECOND = 10
+
+
+@dataclass(frozen=True)
+class RateBounds:
+    lower: float
+    upper: float
+
+
+def exact_bounds(events: int, trials: int, confidence: float = 0.95) -> RateBounds:
+    """One-sided Clopper-Pearson bounds on a binomial rate; each holds with `confidence`, even for a
+    handful of requests (a period may hold few)."""
+    if trials <= 0:
+        return RateBounds(0.0, 1.0)
+    if not 0 <= events <= trials:
+        raise ValueError(f"{events} events in {trials} trials")
+    alpha = 1 - confidence
+    lower = 0.0 if events == 0 else float(beta.ppf(alpha, events, trials - events + 1))
+    upper = 1.0 if events == trials else float(beta.ppf(confidence, events + 1, trials - events))
+    return RateBounds(lower, upper)
 
 
 def configured_shares(routing: Routing, client_type: str) -> dict[str, float]:

@@ -13,7 +13,7 @@ says it loaded, in one of two ways (`LoadedCheck`):
 
 A comparison that cannot be made (the file MISSING, CORRUPT or UNSUPPORTED, the server unreachable or
 exporting no model info, the synthetic request failed) is not a mismatch: it is `Comparison.agrees`
-None, with why. Metrics: probes/metrics.py `show_comparison`.
+None, with why. Metrics: probes/telemetry.py `show_comparison`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from enum import StrEnum
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference.families import MODEL_INFO
 from inference.weights import READABLE, StatusReport
 from probes.synthetic import ANSWERED, ProbeResult
-
-MODEL_INFO = "graystack_model_info"
 
 
 class LoadedCheck(StrEnum):

@@ -29,8 +29,8 @@ from probes.loaded import (
     read_model_info,
     served_system_fingerprint,
 )
-from probes.metrics import ProbeMetrics
 from probes.synthetic import ANSWERED, FINGERPRINT_HEADER, ProbeCheck, ProbeResult, probe_once
+from probes.telemetry import ProbeMetrics
 from probes.wire import Api
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Pure builders: rollout spec + endpoints -> Envoy Listener, RouteConfiguration, Cluster, CLA protos.
 The routes are gateway/envoy/routes.py's, the listener's local replies gateway/envoy/local_replies.py's.
 
-No I/O here. Known Envoy 1.40 traps these builders avoid (../shared/research/xds_control_plane.md):
+No I/O here. Known Envoy 1.40 traps these builders avoid (docs/architecture.md):
 route timeout defaults to 15 s (cuts streams), retries stay on the weighted cluster first picked
 (hence the aggregate fallback cluster), a one-host cluster whose host is ejected goes into panic
 routing and keeps sending to it, health checks slow to 60 s when a cluster has no traffic, and

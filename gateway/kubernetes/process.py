@@ -40,7 +40,7 @@ from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import RoleLabel
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
-from gateway.rollout import metrics
+from gateway.rollout import telemetry
 from gateway.rollout.capacity import CapacitySettings
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.state_store import decode_state
@@ -238,7 +238,7 @@ class ClusterDriver:
                 await task
         if self.controller.capacity is not None:
             self.controller.capacity.view = None
-            metrics.forget_capacity()
+            telemetry.forget_capacity()
 
     def _report(self, obj: dict, reason: str, message: str, kind: str) -> None:
         if self._loop is not None:

@@ -12,7 +12,7 @@ requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests
   reached the server or never finished (a crashed pod, refused connections, a stall cut by Envoy's
   first-byte timeout). With `retries.fallback`, a variant is routed through the aggregate cluster
   `<variant>-with-fallback`, and a failed attempt retried on the baseline reaches the client as a
-  200 charged to the aggregate (shared/research/envoy_fallback_retry.md): reading final response
+  200 charged to the aggregate (docs/spec-and-routing.md, "How failures behave"): reading final response
   codes alone shows 0 % errors for a variant that fails every request. So, for a variant:
     requests = upstream_rq_total{cluster=<variant>}                 attempts that reached it
              + upstream_rq_pending_failure_eject{cluster=<variant>} attempts whose connection failed
@@ -72,6 +72,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import names
 from gateway.errors import Unreachable
+from gateway.families import (
+    ENVOY_UPSTREAM_RQ,
+    ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT,
+    ENVOY_UPSTREAM_RQ_RETRY,
+)
 from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
@@ -87,42 +92,45 @@ from gateway.metrics.observations import (
     Observations,
 )
 from gateway.metrics.series import counter_key, route_cluster
+from inference.families import (
+    MODEL_INFO,
+    PROBE_SERVER_MISMATCH,
+    PROBE_TTFT,
+    PROBE_WEIGHT_STATUS,
+    REQUEST_TIME_PER_OUTPUT_TOKEN,
+    REQUEST_TTFT,
+    SHADOW_COMPARISONS,
+    TOKENS,
+    VLLM_GENERATION_TOKENS,
+    VLLM_TIME_PER_OUTPUT_TOKEN,
+    VLLM_TTFT,
+)
 
 # Sample names as prometheus_client's parser gives them: it appends `_total` to counters, so Envoy's
 # `envoy_cluster_upstream_rq{envoy_response_code}` and `envoy_cluster_upstream_rq_total` come out with
 # the same name, told apart by the response-code label.
-UPSTREAM_RQ = "envoy_cluster_upstream_rq_total"
-PENDING_FAILURE_EJECT = "envoy_cluster_upstream_rq_pending_failure_eject_total"
-RETRIES = "envoy_cluster_upstream_rq_retry_total"
+UPSTREAM_RQ = f"{ENVOY_UPSTREAM_RQ}_total"
+PENDING_FAILURE_EJECT = f"{ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT}_total"
+RETRIES = f"{ENVOY_UPSTREAM_RQ_RETRY}_total"
 # Latency histograms by their base name: graystack's servers', then vLLM's.
-TTFT_HISTOGRAMS = ("graystack_request_ttft_seconds", "vllm:time_to_first_token_seconds")
+TTFT_HISTOGRAMS = (REQUEST_TTFT, VLLM_TTFT)
 # ITL: each request's mean gap, one observation per request (per token would count one routed request
 # as dozens of independent ones, gateway/rollout/evidence.py).
-ITL_HISTOGRAMS = (
-    "graystack_request_time_per_output_token_seconds",
-    "vllm:request_time_per_output_token_seconds",
-)
-SHADOW_COMPARISONS = "graystack_shadow_comparisons_total"
-WEIGHT_STATUS = "graystack_probe_weight_status"
-SERVER_MISMATCH = "graystack_probe_server_mismatch"
-MODEL_INFO = "graystack_model_info"
-TOKENS = "graystack_tokens_total"  # `kind`: prompt or generated
-VLLM_GENERATED = "vllm:generation_tokens_total"
+ITL_HISTOGRAMS = (REQUEST_TIME_PER_OUTPUT_TOKEN, VLLM_TIME_PER_OUTPUT_TOKEN)
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
 ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|5\d\d)$"
-PROBE_TTFT = "graystack_probe_ttft_seconds"
 COUNTERS = frozenset(
     {
         UPSTREAM_RQ,
         PENDING_FAILURE_EJECT,
         RETRIES,
         SHADOW_COMPARISONS,
-        WEIGHT_STATUS,
-        SERVER_MISMATCH,
+        PROBE_WEIGHT_STATUS,
+        PROBE_SERVER_MISMATCH,
         MODEL_INFO,
         TOKENS,
-        VLLM_GENERATED,
+        VLLM_GENERATION_TOKENS,
     }
 )
 
@@ -198,12 +206,12 @@ class DirectProvider:
             return Observations(error=f"unreadable series {error}")
         return Observations(
             counters=counters,
-            weight_status=_by_instance(samples, WEIGHT_STATUS, "status"),
+            weight_status=_by_instance(samples, PROBE_WEIGHT_STATUS, "status"),
             effective_windows={
                 variant: [int(window) for window in windows]
                 for variant, windows in _by_instance(samples, MODEL_INFO, "effective_window").items()
             },
-            mismatches=_by_instance(samples, SERVER_MISMATCH, "reason"),
+            mismatches=_by_instance(samples, PROBE_SERVER_MISMATCH, "reason"),
         )
 
     async def _scrape(
@@ -256,7 +264,7 @@ class DirectProvider:
             (COMPARED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("agree", "differ")}),
             (DIFFERED, SHADOW_COMPARISONS, {**of_variant, "result": _one_of("differ")}),
             (GENERATED, TOKENS, {**of_variant, "kind": _one_of("generated")}),
-            (GENERATED, VLLM_GENERATED, of_variant),
+            (GENERATED, VLLM_GENERATION_TOKENS, of_variant),
         ]
         probed = {"segment": PROBED}
         return [(*term, {}) for term in terms] + [

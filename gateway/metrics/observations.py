@@ -3,7 +3,7 @@
 Plain data, no I/O, and no import of gateway.rollout: providers build it, the analysis consumes it.
 
 The rollout's decisions are sequential tests over per-look *increments* of cumulative counters
-(shared/research/sequential_analysis.md §9), never over a sliding window. So a provider reports each
+(docs/rollouts-and-analysis.md, "How the guard decides"), never over a sliding window. So a provider reports each
 counter series as it stands now, one entry per series it read (per target or Prometheus instance, per
 label set), and `gateway.rollout.evidence` takes the increments between two looks, series by series:
 a series whose value fell (a process restarted) counts its new value as the increase since then, a

@@ -17,6 +17,12 @@ import re
 from collections.abc import Mapping
 
 from gateway import names
+from gateway.families import (
+    ENVOY_UPSTREAM_RQ,
+    ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT,
+    ENVOY_UPSTREAM_RQ_RETRY,
+    ENVOY_UPSTREAM_RQ_TOTAL,
+)
 from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
@@ -29,35 +35,58 @@ from gateway.metrics.observations import (
     TTFT,
     TTFT_SUM,
 )
+from inference.families import (
+    MODEL_INFO,
+    PROBE_SERVER_MISMATCH,
+    PROBE_TTFT,
+    PROBE_WEIGHT_STATUS,
+    REQUEST_TIME_PER_OUTPUT_TOKEN,
+    REQUEST_TTFT,
+    SHADOW_COMPARISONS,
+    TOKENS,
+    VLLM_GENERATION_TOKENS,
+    VLLM_TIME_PER_OUTPUT_TOKEN,
+    VLLM_TTFT,
+)
+
+VARIANT = '{variant="{variant}"}'  # PromQL's braces: the `{variant}` placeholder inside a label matcher
+
+
+def _metric_in(*metrics: str, matchers: str = 'variant="{variant}"') -> str:
+    """A selector of the series whose metric is any of `metrics`."""
+    return '{__name__=~"' + "|".join(metrics) + '",' + matchers + "}"
+
+
+def _probed(metric: str) -> str:
+    """The probes' synthetic requests' `metric`, in a segment of its own."""
+    return f'label_replace({metric}{VARIANT}, "segment", "{PROBED}", "", "")'
+
 
 QUERIES: dict[str, str] = {
-    "attempts": 'envoy_cluster_upstream_rq_total{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
-    "refused": 'envoy_cluster_upstream_rq_pending_failure_eject{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
-    "retried": 'envoy_cluster_upstream_rq_retry{envoy_cluster_name="{route_cluster}"}',
+    "attempts": ENVOY_UPSTREAM_RQ_TOTAL + '{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
+    "refused": ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT + '{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
+    "retried": ENVOY_UPSTREAM_RQ_RETRY + '{envoy_cluster_name="{route_cluster}"}',
     "failed": (
-        'envoy_cluster_upstream_rq{envoy_cluster_name=~"{route_cluster}|{shadow_cluster}",envoy_response_code=~"5.."}'
+        ENVOY_UPSTREAM_RQ
+        + '{envoy_cluster_name=~"{route_cluster}|{shadow_cluster}",envoy_response_code=~"5.."}'
     ),
     # graystack's servers' histograms, or vLLM's (a scrape config labels a vLLM pod's series with its variant)
-    "ttft": '{__name__=~"graystack_request_ttft_seconds_bucket|vllm:time_to_first_token_seconds_bucket",variant="{variant}"}',
-    "ttft_sum": '{__name__=~"graystack_request_ttft_seconds_sum|vllm:time_to_first_token_seconds_sum",variant="{variant}"}',
-    "itl": '{__name__=~"graystack_request_time_per_output_token_seconds_bucket|vllm:request_time_per_output_token_seconds_bucket",variant="{variant}"}',
-    "itl_sum": '{__name__=~"graystack_request_time_per_output_token_seconds_sum|vllm:request_time_per_output_token_seconds_sum",variant="{variant}"}',
+    "ttft": _metric_in(f"{REQUEST_TTFT}_bucket", f"{VLLM_TTFT}_bucket"),
+    "ttft_sum": _metric_in(f"{REQUEST_TTFT}_sum", f"{VLLM_TTFT}_sum"),
+    "itl": _metric_in(f"{REQUEST_TIME_PER_OUTPUT_TOKEN}_bucket", f"{VLLM_TIME_PER_OUTPUT_TOKEN}_bucket"),
+    "itl_sum": _metric_in(f"{REQUEST_TIME_PER_OUTPUT_TOKEN}_sum", f"{VLLM_TIME_PER_OUTPUT_TOKEN}_sum"),
     # the probes' synthetic requests, in a stratum of their own (compared where the servers have no TTFT)
-    "probe_ttft": 'label_replace(graystack_probe_ttft_seconds_bucket{variant="{variant}"}, "segment", "'
-    + PROBED
-    + '", "", "")',
-    "probe_ttft_sum": 'label_replace(graystack_probe_ttft_seconds_sum{variant="{variant}"}, "segment", "'
-    + PROBED
-    + '", "", "")',
-    "compared": 'graystack_shadow_comparisons_total{variant="{variant}",result=~"agree|differ"}',
-    "differed": 'graystack_shadow_comparisons_total{variant="{variant}",result="differ"}',
+    "probe_ttft": _probed(f"{PROBE_TTFT}_bucket"),
+    "probe_ttft_sum": _probed(f"{PROBE_TTFT}_sum"),
+    "compared": SHADOW_COMPARISONS + '{variant="{variant}",result=~"agree|differ"}',
+    "differed": SHADOW_COMPARISONS + '{variant="{variant}",result="differ"}',
     # tokens generated, for what a variant's pods cost per million of them (graystack status)
-    "generated": (
-        '{__name__=~"graystack_tokens_total|vllm:generation_tokens_total",variant="{variant}",kind=~"generated|"}'
+    "generated": _metric_in(
+        TOKENS, VLLM_GENERATION_TOKENS, matchers='variant="{variant}",kind=~"generated|"'
     ),
-    "weight_status": 'graystack_probe_weight_status{variant="{variant}"} == 1',
-    "server_mismatch": 'graystack_probe_server_mismatch{variant="{variant}"} == 1',
-    "effective_window": 'graystack_model_info{variant="{variant}"} == 1',
+    "weight_status": f"{PROBE_WEIGHT_STATUS}{VARIANT} == 1",
+    "server_mismatch": f"{PROBE_SERVER_MISMATCH}{VARIANT} == 1",
+    "effective_window": f"{MODEL_INFO}{VARIANT} == 1",
 }
 # The counter queries' signals: several queries may feed one signal (the consumer sums increments).
 SIGNALS: dict[str, str] = {

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gateway.rollout.evidence import Evidence, fired
 from gateway.rollout.plan import (
@@ -35,10 +36,16 @@ from gateway.rollout.plan import (
     Plan,
 )
 from gateway.rollout.sequential import ShiftTest, ThresholdTest, error_rate_bounds
-from gateway.rollout.stats import Verdict
 from gateway.spec.strategy import Analysis
 
-__all__ = ["CHECK_NAMES", "Check", "analyse", "error_checks"]
+__all__ = ["CHECK_NAMES", "Check", "Verdict", "analyse", "error_checks"]
+
+
+class Verdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    ERROR = "error"
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from typing import Protocol
 
 from gateway.metrics.observations import Observations
 from gateway.metrics.provider import MetricsProvider
-from gateway.rollout import metrics
+from gateway.rollout import telemetry
+from gateway.rollout.analysis import Verdict
 from gateway.rollout.capacity import CapacityEdge, per_million_tokens
 from gateway.rollout.fleet import Proxies, RollbackConfirmation
 from gateway.rollout.look import Carried, look
@@ -51,7 +52,6 @@ from gateway.rollout.rollout_state import (
     RolloutState,
 )
 from gateway.rollout.state_store import SavedState, StateStore
-from gateway.rollout.stats import Verdict
 from gateway.rollout.status import RolloutStatus
 from gateway.rollout.views import check_dict, rollout_split, rollout_status
 from gateway.spec.model import RolloutSpec, SpecError
@@ -140,7 +140,7 @@ class RolloutController:
     def _resume(self, saved: RolloutState | None) -> None:
         now = self._clock()
         state = saved if saved is not None else initial_state(self.spec, now)
-        metrics.zero_rollout_series(self.spec.name, CHECK_NAMES, [v.value for v in Verdict])
+        telemetry.zero_rollout_series(self.spec.name, CHECK_NAMES, [v.value for v in Verdict])
         log.info("rollout %s: %s %s", self.spec.name, "resumed at" if saved else "starting at", state.label())
         self.state, self.saved.stored = state, saved
         self._look(self.spec, now)
@@ -188,7 +188,7 @@ class RolloutController:
             return None
         routing = self.gateway.live.routing
         gate = await asyncio.to_thread(self.capacity.look, spec, self.state, routing, self._clock())
-        metrics.record_capacity(spec.name, self.capacity.view or {})
+        telemetry.record_capacity(spec.name, self.capacity.view or {})
         return gate
 
     def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
@@ -232,13 +232,13 @@ class RolloutController:
                 ignored = action.reason
                 log.info("rollout %s: %s ignored: %s", spec.name, action.command.value, action.reason)
             elif isinstance(action, RolledBack):
-                metrics.ROLLBACKS.labels(spec.name, action.reason).inc()
+                telemetry.ROLLBACKS.labels(spec.name, action.reason).inc()
         self.state = state
         if state.label() != before.label():
             log.info("rollout %s: %s -> %s: %s", spec.name, before.label(), state.label(), state.reason)
         self._push(spec, state)
         for phase in Phase:
-            metrics.ROLLOUT_PHASE.labels(spec.name, phase.value).set(1 if phase == state.phase else 0)
+            telemetry.ROLLOUT_PHASE.labels(spec.name, phase.value).set(1 if phase == state.phase else 0)
         if state.rollback_started is not None and before.rollback_started != state.rollback_started:
             self.rollback.start(self.ack_deadline)
         return ignored
@@ -255,15 +255,15 @@ class RolloutController:
 
     def _alert(self, message: str, now: float | None = None) -> None:
         log.warning("rollout %s: ALERT: %s", self.spec.name, message)
-        metrics.ALERTS.labels(self.spec.name).inc()
+        telemetry.ALERTS.labels(self.spec.name).inc()
         self.alerts.append({"at": self._clock() if now is None else now, "message": message})
 
     def _record(self, spec: RolloutSpec, decision: RecordDecision, state: RolloutState, now: float) -> None:
         ran = {check.name for check in decision.checks}
         if self.last_decision is not None:
-            metrics.forget_checks(spec.name, {c["name"] for c in self.last_decision["checks"]} - ran)
+            telemetry.forget_checks(spec.name, {c["name"] for c in self.last_decision["checks"]} - ran)
         evidence = state.evidence
-        metrics.record_checks(spec.name, decision.checks, evidence.error_bounds if evidence else None)
+        telemetry.record_checks(spec.name, decision.checks, evidence.error_bounds if evidence else None)
         checks = [check_dict(c) for c in decision.checks]
         self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
 
@@ -275,7 +275,7 @@ class RolloutController:
         if seconds is None:
             return
         self.state, self.rollback.last_seconds = state, seconds
-        metrics.ROLLBACK_SECONDS.labels(self.spec.name).observe(seconds)
+        telemetry.ROLLBACK_SECONDS.labels(self.spec.name).observe(seconds)
         proxies = len(self.proxies.streams())
         log.info("rollout %s: rollback ACKed by all %d proxies, %.3fs on", self.spec.name, proxies, seconds)
         await self.saved.save(self.state)

@@ -22,12 +22,11 @@ from dataclasses import dataclass, replace
 
 from gateway.metrics.observations import Observations
 from gateway.rollout import evidence as tests
-from gateway.rollout.analysis import Check, analyse, error_checks
+from gateway.rollout.analysis import Check, Verdict, analyse, error_checks
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import step
 from gateway.rollout.plan import Plan, plan_for
 from gateway.rollout.rollout_state import Action, CapacityGate, Command, Phase, RolloutState
-from gateway.rollout.stats import Verdict
 from gateway.rollout.throughput import TokenRates
 from gateway.rollout.views import stage_of
 from gateway.spec.model import RolloutSpec

@@ -72,7 +72,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from gateway.rollout.analysis import Check, by_name
+from gateway.rollout.analysis import Check, Verdict, by_name
 from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE
 from gateway.rollout.rollout_state import (
     ADVANCING,
@@ -87,7 +87,6 @@ from gateway.rollout.rollout_state import (
     RolloutState,
     Transition,
 )
-from gateway.rollout.stats import Verdict
 from gateway.spec.model import RolloutSpec
 from gateway.spec.strategy import Gate
 

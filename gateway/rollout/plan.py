@@ -5,7 +5,7 @@ evenly across the tests that can roll back on evidence accumulated over the whol
 bound: their chances of ever firing on a healthy candidate add up to at most the budget). The change
 detectors (on errors, and on each latency comparison) have their own budget, a mean time between false
 alarms, because they forget healthy history on purpose and so have no per-rollout bound
-(shared/research/sequential_analysis.md §2, §4.4); they share it evenly.
+(docs/rollouts-and-analysis.md: `mean_time_between_false_alarms`); they share it evenly.
 
 A test is only as valid as the randomisation behind it. Comparisons with the baseline use strata whose
 traffic is split at random between the two: the default split, and each header segment with a split

@@ -1,4 +1,4 @@
-"""The rollout spec: the YAML a user edits to flip traffic (shared/DESIGN.md, "Rollout spec").
+"""The rollout spec: the YAML a user edits to flip traffic (docs/spec-and-routing.md).
 
 Validation lives here so that every way of changing the spec (file edit, admin API, CLI) is refused
 with the same message naming the field, and the last good spec stays live.

@@ -1,5 +1,5 @@
 """The spec's rollout parts: the strategy's stages and the analysis that guards them
-(shared/DESIGN.md, "Rollout spec"; how the analysis decides: gateway/rollout/evidence.py)."""
+(docs/spec-and-routing.md; how the analysis decides: gateway/rollout/evidence.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class Provider(SpecModel):
 
 
 class Analysis(SpecModel):
-    """How the guard decides (gateway/rollout/evidence.py; shared/research/sequential_analysis.md).
+    """How the guard decides (gateway/rollout/evidence.py; docs/rollouts-and-analysis.md).
 
     Decisions are anytime-valid sequential tests over the whole rollout, so the user states how often
     the guard may be wrong, not how many requests a window holds: `false_rollback_budget` bounds the

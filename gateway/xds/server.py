@@ -30,7 +30,7 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
-from gateway.xds import metrics, types
+from gateway.xds import telemetry, types
 from gateway.xds.cache import Snapshot, SnapshotCache
 from gateway.xds.status import DisconnectedProxy, NackStatus, ProxyStatus, TypeStatus
 
@@ -174,8 +174,8 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         self._stream_ids = itertools.count(1)
         self._nonces = itertools.count(1)
         self._changed = asyncio.Condition()
-        metrics.zero_counters(types.SHORT_NAME.values())
-        metrics.CONVERGED_PROXIES.set_function(self._on_scrape)
+        telemetry.zero_counters(types.SHORT_NAME.values())
+        telemetry.CONVERGED_PROXIES.set_function(self._on_scrape)
 
     # -- gRPC -------------------------------------------------------------------------------------
 
@@ -225,8 +225,8 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 stream.node = request.node
                 stream.key = self._node_key(request.node)
                 self._gone.pop(stream.key, None)
-                metrics.CONNECTED_PROXIES.inc()
-                metrics.PROXY_CONNECTED.labels(request.node.id).set(1)
+                telemetry.CONNECTED_PROXIES.inc()
+                telemetry.PROXY_CONNECTED.labels(request.node.id).set(1)
                 self.cache.subscribe(stream.key, wake)
                 log.info("proxy %s connected from %s", stream.node.id, stream.peer)
                 if self._on_connect:
@@ -257,13 +257,13 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 state.nacked = state.version_sent
                 state.nack_message = request.error_detail.message
                 state.nack_at = time.time()
-                metrics.NACKS.labels(short).inc()
+                telemetry.NACKS.labels(short).inc()
                 log.warning(
                     "proxy %s rejected %s version %s: %s", stream.key, short, state.nacked, state.nack_message
                 )
             else:
                 state.acked = request.version_info
-                metrics.ACK_SECONDS.observe(time.monotonic() - state.sent_at)
+                telemetry.ACK_SECONDS.observe(time.monotonic() - state.sent_at)
         names = frozenset(request.resource_names)
         wildcard = request.type_url in types.WILDCARD and (not names or "*" in names)
         state.names = None if wildcard else names
@@ -285,7 +285,7 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             state.version_sent = resources.version
             state.names_sent = state.names
             state.sent_at = time.monotonic()
-            metrics.PUSHES.labels(types.SHORT_NAME[type_url]).inc()
+            telemetry.PUSHES.labels(types.SHORT_NAME[type_url]).inc()
             yield discovery_pb2.DiscoveryResponse(
                 version_info=resources.version,
                 resources=resources.select(state.names),
@@ -297,14 +297,14 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     async def _close(self, stream: Stream, wake: asyncio.Event) -> None:
         self._streams.pop(stream.id, None)
         if stream.key is not None:
-            metrics.CONNECTED_PROXIES.dec()
+            telemetry.CONNECTED_PROXIES.dec()
             self.cache.unsubscribe(stream.key, wake)
             node = stream.node.id if stream.node else stream.key
             if not any(other.key == stream.key for other in self._streams.values()):
                 self._gone[stream.key] = Disconnected(
                     node, stream.key, stream.peer, stream.connected_at, stream.last_heard_at, time.time()
                 )
-                metrics.PROXY_CONNECTED.labels(node).set(0)
+                telemetry.PROXY_CONNECTED.labels(node).set(0)
             log.info("proxy %s disconnected (last heard %.1fs ago)", node, time.time() - stream.last_heard_at)
             if self._on_disconnect:
                 self._on_disconnect(stream.key, stream.node)
@@ -324,7 +324,7 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         now = time.time()
         for key in [k for k, gone in self._gone.items() if now - gone.disconnected_at > self.forget_after]:
             node = self._gone.pop(key).node
-            metrics.PROXY_CONNECTED.remove(node)
+            telemetry.PROXY_CONNECTED.remove(node)
             log.info("forgetting proxy %s, disconnected over %.0fs ago", node, self.forget_after)
         return sorted(self._gone.values(), key=lambda gone: gone.node)
 

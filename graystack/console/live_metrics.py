@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference.families import PROBE_WEIGHT_STATUS, REQUEST_TTFT, REQUESTS
+
 
 @dataclass(frozen=True)
 class Counters:
@@ -39,11 +41,11 @@ def parse_counters(text: str, at: float) -> Counters:
     buckets: dict[float, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "graystack_requests_total":
+            if sample.name == REQUESTS:
                 requests += sample.value
                 if sample.labels.get("code", "").startswith("5"):
                     errors += sample.value
-            elif sample.name == "graystack_request_ttft_seconds_bucket":
+            elif sample.name == f"{REQUEST_TTFT}_bucket":
                 le = float(sample.labels["le"])
                 buckets[le] = buckets.get(le, 0.0) + sample.value
     return Counters(at, requests, errors, tuple(sorted(buckets.items())))
@@ -88,7 +90,7 @@ def window_stats(old: Counters, new: Counters, weight_status: str) -> VariantSta
 def probe_weight_status(text: str) -> str:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "graystack_probe_weight_status" and sample.value == 1:
+            if sample.name == PROBE_WEIGHT_STATUS and sample.value == 1:
                 return sample.labels["status"]
     return "-"
 

@@ -2,7 +2,7 @@
 `graystack fault`, both model servers with their own fault endpoint on (loopback clients only), both probes, and Prometheus when it is installed), with logs per process in a run folder,
 a run-state file the other commands read, and a clean stop by PID on Ctrl-C or SIGTERM.
 
-Ports are the well-known ones of shared/DESIGN.md by default (so the README's curl lines work), checked
+Ports are the well-known ones of docs/local-stack.md by default (so the README's curl lines work), checked
 free before anything starts; `--free-ports` picks free ones instead. Either way they are written to the
 run-state file, which is how `graystack status` and friends find the stack.
 """

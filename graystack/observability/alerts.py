@@ -4,7 +4,7 @@ Thresholds are the rollout analysis' defaults (gateway/spec/strategy.py `Analysi
 the rollback guard would call a failure. tests/promtool/alerts_test.yml shows each alert firing and
 staying quiet; docs/dashboards-and-alerts.md says what to do about each.
 
-The gateway creates `graystack_xds_nacks_total{type}` at 0 for every type (gateway/xds/metrics.py
+The gateway creates `graystack_xds_nacks_total{type}` at 0 for every type (gateway/xds/telemetry.py
 `zero_counters`), so `increase()` sees the first NACK of a type: a series born at 1 would be invisible.
 """
 
@@ -14,7 +14,22 @@ import re
 
 import yaml
 
+from gateway.families import (
+    ROLLOUT_PHASE,
+    VARIANT_REPLICAS,
+    XDS_CONNECTED_PROXIES,
+    XDS_NACKS,
+    XDS_PROXY_CONNECTED,
+)
 from gateway.spec.strategy import Analysis
+from inference.families import (
+    PROBE_REQUESTS,
+    PROBE_SERVER_MISMATCH,
+    PROBE_WEIGHT_STATUS,
+    REQUEST_TTFT,
+    REQUESTS,
+    SHADOW_COMPARISONS,
+)
 
 DEFAULTS = Analysis()
 TTFT_OBJECTIVE = 0.95  # `max_ttft_p95`: 95 % of requests get their first token within the SLO edge
@@ -40,8 +55,8 @@ def ttft_bad_ratio(window: str) -> str:
     edge = DEFAULTS.max_ttft_p95
     le = f"{edge:g}|{re.escape(repr(float(edge)))}".replace("\\", "\\\\")  # `2|2\\.0` in PromQL
     by = "sum by (namespace, variant)"
-    within = f'{by} (rate(graystack_request_ttft_seconds_bucket{{le=~"{le}"}}[{window}]))'
-    return f"(1 - {within} / {by} (rate(graystack_request_ttft_seconds_count[{window}])))"
+    within = f'{by} (rate({REQUEST_TTFT}_bucket{{le=~"{le}"}}[{window}]))'
+    return f"(1 - {within} / {by} (rate({REQUEST_TTFT}_count[{window}])))"
 
 
 def rule(
@@ -60,8 +75,8 @@ def rollout_rules() -> list[dict]:
     return [
         rule(
             "GraystackVariantErrorRateHigh",
-            'sum by (namespace, variant) (rate(graystack_requests_total{code=~"5.."}[5m])) '
-            "/ sum by (namespace, variant) (rate(graystack_requests_total[5m])) "
+            f'sum by (namespace, variant) (rate({REQUESTS}{{code=~"5.."}}[5m])) '
+            f"/ sum by (namespace, variant) (rate({REQUESTS}[5m])) "
             f"> {DEFAULTS.max_error_rate}",
             "warning",
             "{{ $labels.variant }} answers {{ $value | humanizePercentage }} of requests with a 5xx",
@@ -71,7 +86,7 @@ def rollout_rules() -> list[dict]:
         ),
         rule(
             "GraystackRolloutRolledBack",
-            'max by (namespace, rollout) (graystack_rollout_phase{phase="rolled_back"}) == 1',
+            f'max by (namespace, rollout) ({ROLLOUT_PHASE}{{phase="rolled_back"}}) == 1',
             "warning",
             "Rollout {{ $labels.rollout }} was rolled back",
             "Every segment is on the baseline. The Rollout decisions dashboard shows the failing check; "
@@ -80,7 +95,7 @@ def rollout_rules() -> list[dict]:
         ),
         rule(
             "GraystackZeroLayerWeightStatusUnexpected",
-            "max by (namespace, instance, variant, status) (graystack_probe_weight_status"
+            f"max by (namespace, instance, variant, status) ({PROBE_WEIGHT_STATUS}"
             f'{{variant="zero-layer", status!~"{allowed}"}}) == 1',
             "critical",
             "A zero-layer pod ({{ $labels.instance }}) reports weight status {{ $labels.status }}",
@@ -90,7 +105,7 @@ def rollout_rules() -> list[dict]:
         ),
         rule(
             "GraystackServerNotServingCheckpoint",
-            "max by (namespace, instance, variant, reason) (graystack_probe_server_mismatch) == 1",
+            f"max by (namespace, instance, variant, reason) ({PROBE_SERVER_MISMATCH}) == 1",
             "critical",
             "The {{ $labels.variant }} server beside {{ $labels.instance }} did not load the checkpoint "
             "its probe reads",
@@ -102,8 +117,8 @@ def rollout_rules() -> list[dict]:
         ),
         rule(
             "GraystackProbeFailing",
-            'sum by (namespace, instance, variant) (rate(graystack_probe_requests_total{result!="ok"}[5m])) '
-            "/ sum by (namespace, instance, variant) (rate(graystack_probe_requests_total[5m])) "
+            f'sum by (namespace, instance, variant) (rate({PROBE_REQUESTS}{{result!="ok"}}[5m])) '
+            f"/ sum by (namespace, instance, variant) (rate({PROBE_REQUESTS}[5m])) "
             f"> {PROBE_MAX_FAILURE_RATIO}",
             "warning",
             "The probe at {{ $labels.instance }} fails {{ $value | humanizePercentage }} of its requests",
@@ -123,8 +138,8 @@ def shadow_comparisons_missing() -> dict:
     back and pages). This one covers what the guard cannot see: comparisons that find no baseline
     answer, which the check leaves out (and it does not run when none is found)."""
     by = "sum by (namespace, variant)"
-    tried = f"{by} (increase(graystack_shadow_comparisons_total[10m]))"
-    missing = f'{by} (increase(graystack_shadow_comparisons_total{{result="missing"}}[10m]))'
+    tried = f"{by} (increase({SHADOW_COMPARISONS}[10m]))"
+    missing = f'{by} (increase({SHADOW_COMPARISONS}{{result="missing"}}[10m]))'
     least = DEFAULTS.min_requests
     return rule(
         "GraystackShadowComparisonsMissing",
@@ -143,7 +158,7 @@ def shadow_comparisons_missing() -> dict:
 def replicas(state: str) -> str:
     """A template reading the alerting variant's `state` replicas, for its annotations (the expression's
     value is only the ready ones). `namespace=""` also matches the local series, which have none."""
-    series = 'graystack_variant_replicas{namespace="%s", rollout="%s", variant="%s", state="' + state + '"}'
+    series = VARIANT_REPLICAS + '{namespace="%s", rollout="%s", variant="%s", state="' + state + '"}'
     return (
         f"{{{{ printf `max({series})` $labels.namespace $labels.rollout $labels.variant "
         "| query | first | value }}"
@@ -156,8 +171,7 @@ def capacity_not_ready() -> dict:
     by = "max by (namespace, rollout, variant)"
     return rule(
         "GraystackCapacityNotReady",
-        f'{by} (graystack_variant_replicas{{state="ready"}}) '
-        f'< {by} (graystack_variant_replicas{{state="wanted"}})',
+        f'{by} ({VARIANT_REPLICAS}{{state="ready"}}) < {by} ({VARIANT_REPLICAS}{{state="wanted"}})',
         "warning",
         f"{{{{ $labels.variant }}}}: {{{{ $value }}}} of the {replicas('wanted')} pods its capacity plan "
         "wants are ready",
@@ -189,7 +203,7 @@ def control_plane_rules() -> list[dict]:
     return [
         rule(
             "GraystackXdsNack",
-            "sum by (namespace, type) (increase(graystack_xds_nacks_total[10m])) > 0",
+            f"sum by (namespace, type) (increase({XDS_NACKS}[10m])) > 0",
             "warning",
             "An Envoy rejected the gateway's {{ $labels.type }} config",
             "The proxy keeps its last good config, so the rollout's weights may not be live there; "
@@ -198,7 +212,7 @@ def control_plane_rules() -> list[dict]:
         ),
         rule(
             "GraystackProxyDisconnected",
-            "max by (namespace, node) (graystack_xds_proxy_connected) == 0",
+            f"max by (namespace, node) ({XDS_PROXY_CONNECTED}) == 0",
             "warning",
             "Envoy {{ $labels.node }} lost its connection to the control plane",
             "No gateway replica has its ADS stream (keepalive failed, or it went away): it routes by the "
@@ -209,7 +223,7 @@ def control_plane_rules() -> list[dict]:
         ),
         rule(
             "GraystackNoConnectedProxies",
-            "sum by (namespace) (graystack_xds_connected_proxies) < 1",
+            f"sum by (namespace) ({XDS_CONNECTED_PROXIES}) < 1",
             "critical",
             "No Envoy is connected to the gateway",
             "No proxy receives weight changes or rollbacks.",

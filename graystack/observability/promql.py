@@ -7,6 +7,8 @@ queries work in both places.
 
 from __future__ import annotations
 
+from inference.families import MODEL_INFO
+
 NAMESPACE = 'namespace=~"$namespace"'
 ROLLOUT = f'{NAMESPACE}, rollout=~"$rollout"'
 VARIANT = f'{NAMESPACE}, variant=~"$variant"'
@@ -20,7 +22,7 @@ RATE = "$__rate_interval"
 # The model servers' process_* series carry no `variant`: their pod's graystack_model_info names it.
 SERVER_VARIANT = (
     "on (namespace, job, instance) group_left (variant) "
-    f"group by (namespace, job, instance, variant) (graystack_model_info{{{VARIANT}}})"
+    f"group by (namespace, job, instance, variant) ({MODEL_INFO}{{{VARIANT}}})"
 )
 
 

@@ -31,10 +31,10 @@ from inference.server import count_tokens, messages, openai_chat
 from inference.server.errors import INVALID, NOT_FOUND, ApiError
 from inference.server.faults import Faults, fault_routes
 from inference.server.keepalive import DEFAULT_INTERVAL
-from inference.server.metrics import ServerMetrics
 from inference.server.models import model_routes
 from inference.server.outputs import ShadowComparator, output_routes
 from inference.server.serving import Serving
+from inference.server.telemetry import ServerMetrics
 
 log = logging.getLogger(__name__)
 WARM_UP = GenerationRequest(prompt=[BOS, *b"user: warm up\nassistant: "], max_tokens=2, temperature=0)

@@ -27,8 +27,8 @@ from inference.engine import Chunk, EngineError, Finished, Generation, Generatio
 from inference.prompt import chat_prompt
 from inference.server.errors import ApiError, error_body, from_engine
 from inference.server.keepalive import Idle
-from inference.server.metrics import RequestTimer
 from inference.server.serving import Serving, protocol_router
+from inference.server.telemetry import RequestTimer
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 MAX_STOP_SEQUENCES = 16

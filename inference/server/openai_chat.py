@@ -30,8 +30,8 @@ from inference.engine import MAX_TOKENS, Chunk, EngineError, Finished, Generatio
 from inference.prompt import chat_prompt
 from inference.server.errors import API, TOO_LARGE, ApiError, from_engine, invalid
 from inference.server.keepalive import Idle
-from inference.server.metrics import RequestTimer
 from inference.server.serving import Serving, protocol_router
+from inference.server.telemetry import RequestTimer
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 DEFAULT_MAX_TOKENS = 256

@@ -24,8 +24,8 @@ from inference.server.body import read_json_object
 from inference.server.errors import ApiError, from_engine, from_validation
 from inference.server.faults import Faults
 from inference.server.keepalive import DEFAULT_INTERVAL, Idle, with_keepalive
-from inference.server.metrics import SEGMENT_HEADER, RequestTimer, ServerMetrics
 from inference.server.outputs import Output, OutputLog, ShadowComparator, output_of
+from inference.server.telemetry import SEGMENT_HEADER, RequestTimer, ServerMetrics
 
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer was complete
 
@@ -73,7 +73,7 @@ class Serving:
         return self.engine.variant
 
     def bias_metadata(self, generation: Generation) -> dict:
-        """The `metadata` each Messages content_block_delta carries (shared/DESIGN.md).
+        """The `metadata` each Messages content_block_delta carries (docs/model-server.md).
 
         `zero_layer_active`: this request gets zero-layer bias work, i.e. a zero-layer server whose
         bias is neither zeroed nor erased, with a window the request's hint did not narrow to 0.

@@ -12,7 +12,7 @@ import re
 import pytest
 import yaml
 
-from inference.server.metrics import ServerMetrics
+from inference.server.telemetry import ServerMetrics
 from tests.chart.test_chart import SCENARIOS, rendered
 from tests.support.helm import CHART, Rendered, run_helm
 

@@ -1,7 +1,7 @@
 """`python -m tests.support.capacity_exporter --port N`: the leading gateway's capacity gauges as it exports
 them in Kubernetes with rollout.capacity enabled, which the local stack (no Deployments to scale) cannot.
 
-The gauges are the gateway's own metric objects (gateway/rollout/metrics.py), set by its `record_capacity` to
+The gauges are the gateway's own metric objects (gateway/rollout/telemetry.py), set by its `record_capacity` to
 a mid-step fleet and served from a registry of their own, so Prometheus scrapes these two families and
 nothing else of the gateway twice. It runs until it is stopped (SIGTERM, by PID).
 """
@@ -13,7 +13,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from gateway.rollout import metrics
+from gateway.rollout import telemetry
 
 ROLLOUT = "zero-layer"
 GPUS_PER_POD = 1
@@ -33,10 +33,10 @@ def registry() -> CollectorRegistry:
             for variant, states in REPLICAS.items()
         }
     }
-    metrics.record_capacity(ROLLOUT, view)
+    telemetry.record_capacity(ROLLOUT, view)
     served = CollectorRegistry()
-    served.register(metrics.VARIANT_REPLICAS)
-    served.register(metrics.VARIANT_COST)
+    served.register(telemetry.VARIANT_REPLICAS)
+    served.register(telemetry.VARIANT_COST)
     return served
 
 

@@ -25,7 +25,7 @@ from gateway.metrics.observations import (
     Observations,
     stratum,
 )
-from inference.server.metrics import INTER_TOKEN_BUCKETS, TTFT_BUCKETS
+from inference.server.telemetry import INTER_TOKEN_BUCKETS, TTFT_BUCKETS
 
 
 @dataclass(frozen=True)

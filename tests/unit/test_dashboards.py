@@ -13,18 +13,18 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from gateway.rollout import metrics as rollout_metrics
+from gateway.rollout import telemetry as rollout_metrics
 from gateway.rollout.analysis import analyse
 from gateway.rollout.evidence import start
 from gateway.rollout.plan import plan_for
 from gateway.spec.model import validate_spec
 from gateway.spec.strategy import Analysis
-from gateway.xds import metrics as xds_metrics
+from gateway.xds import telemetry as xds_metrics
 from graystack.observability import alerts, dashboards
 from graystack.observability.__main__ import main
 from graystack.observability.files import ALERTS_FILE, outputs
-from inference.server.metrics import TTFT_BUCKETS, ServerMetrics
-from probes.metrics import ProbeMetrics
+from inference.server.telemetry import TTFT_BUCKETS, ServerMetrics
+from probes.telemetry import ProbeMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILY = re.compile(r"\b(?:graystack_\w+|vllm:\w+|process_\w+)")

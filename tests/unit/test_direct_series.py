@@ -15,7 +15,7 @@ from gateway.metrics import direct
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, stratum
 from probes.loaded import Comparison
-from probes.metrics import ProbeMetrics
+from probes.telemetry import ProbeMetrics
 
 ENVOY = "http://envoy:9901"
 POD = "http://pod-a:8002/metrics"

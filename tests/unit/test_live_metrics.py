@@ -7,9 +7,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from graystack.console.live_metrics import bucket_quantile, parse_counters, probe_weight_status, window_stats
-from inference.server.metrics import ServerMetrics
+from inference.server.telemetry import ServerMetrics
 from inference.weights import WeightStatus
-from probes.metrics import ProbeMetrics
+from probes.telemetry import ProbeMetrics
 
 
 def scrape(metrics: ServerMetrics, at: float):

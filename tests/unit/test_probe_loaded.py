@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.cli import main
-from inference.server.metrics import ServerMetrics
+from inference.server.telemetry import ServerMetrics
 from inference.weights import StatusReport, WeightStatus
 from probes.app import create_probe_app
 from probes.loaded import Comparison, LoadedCheck, Unavailable, compare, served_model_info

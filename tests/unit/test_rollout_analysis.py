@@ -8,11 +8,10 @@ import math
 import pytest
 
 from gateway.metrics.observations import ERRORS, PROBED, REQUESTS, TTFT, CounterKey, stratum
-from gateway.rollout.analysis import analyse, by_name
+from gateway.rollout.analysis import Verdict, analyse, by_name
 from gateway.rollout.evidence import Evidence, add_look, start
 from gateway.rollout.increments import increase, per_variant
 from gateway.rollout.plan import Plan, plan_for
-from gateway.rollout.stats import Verdict
 from gateway.spec.model import validate_spec
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.unit.test_spec import example

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from gateway.metrics.observations import Observations
+from gateway.rollout.analysis import Verdict
 from gateway.rollout.look import Carried, Look, look
 from gateway.rollout.machine import initial_state
 from gateway.rollout.rollout_state import Command, Phase, RecordDecision, RolledBack, RolloutState
-from gateway.rollout.stats import Verdict
 from gateway.spec.model import RolloutSpec, validate_spec
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.unit.test_rollout_controller import (

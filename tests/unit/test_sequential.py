@@ -33,7 +33,7 @@ from gateway.rollout.sequential import (
     threshold_increments,
     threshold_look,
 )
-from inference.server.metrics import TTFT_BUCKETS
+from inference.server.telemetry import TTFT_BUCKETS
 
 VLLM_TTFT_EDGES = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 

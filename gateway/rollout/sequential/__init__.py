@@ -1,4 +1,4 @@
-"""Anytime-valid statistics for rollback decisions (../shared/research/sequential_analysis.md).
+"""Anytime-valid statistics for rollback decisions (docs/rollouts-and-analysis.md).
 
 Every test here is an e-process: a nonnegative (super)martingale under "the candidate is healthy", so by
 Ville's inequality P(its log ever reaches log(1/alpha)) <= alpha however often the controller looks, with

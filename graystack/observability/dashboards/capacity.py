@@ -2,26 +2,27 @@
 what its GPUs cost per million generated tokens.
 
 Both read gauges that only the leading gateway exports, in Kubernetes with `rollout.capacity` enabled
-(gateway/rollout/metrics.py): elsewhere these panels are empty.
+(gateway/rollout/telemetry.py): elsewhere these panels are empty.
 """
 
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import timeseries
 
+from gateway.families import VARIANT_COST_PER_HOUR, VARIANT_REPLICAS
 from graystack.observability.dashboards.panels import graph, query
 from graystack.observability.promql import NAMESPACE, RATE, ROLLOUT_VARIANT
+from inference.families import TOKENS, VLLM_GENERATION_TOKENS
 
 # Generated tokens, whichever server counts them: graystack's model servers count both kinds in one
 # family (`kind` prompt or generated), vLLM counts generated ones in its own family without `kind` (a
 # scrape config labels its series with the variant). A pod exports one of the two, so the sum counts
 # each token once.
 GENERATED_TOKENS = (
-    '{__name__=~"graystack_tokens_total|vllm:generation_tokens_total", '
-    f'{NAMESPACE}, variant=~"$variant", kind=~"generated|"}}'
+    f'{{__name__=~"{TOKENS}|{VLLM_GENERATION_TOKENS}", {NAMESPACE}, variant=~"$variant", kind=~"generated|"}}'
 )
 TOKENS_PER_HOUR = f"sum by (namespace, variant) (rate({GENERATED_TOKENS}[{RATE}])) * 3600"
-COST_PER_HOUR = f"sum by (namespace, variant) (graystack_variant_cost_per_hour{{{ROLLOUT_VARIANT}}})"
+COST_PER_HOUR = f"sum by (namespace, variant) ({VARIANT_COST_PER_HOUR}{{{ROLLOUT_VARIANT}}})"
 SOURCE = (
     " From the leading gateway, in Kubernetes with rollout.capacity enabled in the chart's values; "
     "empty without it."
@@ -37,7 +38,7 @@ def pods() -> timeseries.Panel:
         "not. ready: pods that serve. running below wanted is pods that cannot be scheduled (GPU "
         "quota, no GPU node: the Deployment's events say which); ready below running is pods starting "
         "or crashing. A step waits for its candidate's ready pods." + SOURCE,
-        query(f"graystack_variant_replicas{{{ROLLOUT_VARIANT}}}", "{{variant}} {{state}}"),
+        query(f"{VARIANT_REPLICAS}{{{ROLLOUT_VARIANT}}}", "{{variant}} {{state}}"),
     )
 
 

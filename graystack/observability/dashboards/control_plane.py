@@ -6,6 +6,14 @@ from grafana_foundation_sdk.builders import common as gc
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import stat
 
+from gateway.families import (
+    SPEC_RELOADS,
+    XDS_ACK_SECONDS,
+    XDS_CONNECTED_PROXIES,
+    XDS_CONVERGED_PROXIES,
+    XDS_NACKS,
+    XDS_PUSHES,
+)
 from graystack.observability.dashboards.panels import QUANTILES, base, graph, query, with_queries
 from graystack.observability.promql import NAMESPACE, RATE, quantile, rate
 
@@ -27,8 +35,8 @@ def control_plane() -> gd.Dashboard:
         )
     )
     proxies = [
-        query(f"sum(graystack_xds_{state}_proxies{{{NAMESPACE}}})", state)
-        for state in ("connected", "converged")
+        query(f"sum({family}{{{NAMESPACE}}})", state)
+        for family, state in ((XDS_CONNECTED_PROXIES, "connected"), (XDS_CONVERGED_PROXIES, "converged"))
     ]
     board.with_panel(with_queries(connected, *proxies).span(6).height(8))
     board.with_panel(
@@ -44,7 +52,7 @@ def control_plane() -> gd.Dashboard:
             "Pushes per second by type",
             "short",
             "DiscoveryResponses sent (listeners, routes, clusters, endpoints).",
-            query(rate("graystack_xds_pushes_total", NAMESPACE, "type"), "{{type}}"),
+            query(rate(XDS_PUSHES, NAMESPACE, "type"), "{{type}}"),
         )
     )
     board.with_panel(
@@ -52,7 +60,7 @@ def control_plane() -> gd.Dashboard:
             "NACKs by type (gateway)",
             "short",
             "DiscoveryResponses a proxy rejected: the proxy keeps its last good config.",
-            query(f"sum by (type) (increase(graystack_xds_nacks_total{{{NAMESPACE}}}[{RATE}]))", "{{type}}"),
+            query(f"sum by (type) (increase({XDS_NACKS}{{{NAMESPACE}}}[{RATE}]))", "{{type}}"),
         )
     )
     board.with_panel(
@@ -78,7 +86,7 @@ def control_plane() -> gd.Dashboard:
             "s",
             "From sending a DiscoveryResponse to the proxy's ACK.",
             *(
-                query(quantile(q, "graystack_xds_ack_seconds", NAMESPACE, "namespace"), f"p{round(q * 100)}")
+                query(quantile(q, XDS_ACK_SECONDS, NAMESPACE, "namespace"), f"p{round(q * 100)}")
                 for q in QUANTILES
             ),
         )
@@ -89,7 +97,7 @@ def control_plane() -> gd.Dashboard:
             "short",
             "Spec changes applied or refused (a refused spec leaves the last good one live).",
             query(
-                f"sum by (result) (increase(graystack_spec_reloads_total{{{NAMESPACE}}}[{RATE}]))",
+                f"sum by (result) (increase({SPEC_RELOADS}{{{NAMESPACE}}}[{RATE}]))",
                 "{{result}}",
             ),
         )

@@ -12,6 +12,7 @@ from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, tab
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 
+from gateway.families import ROLLOUT_WEIGHT
 from graystack.observability.promql import NAMESPACE, ROLLOUT, VARIANT, quantile
 
 P = TypeVar("P", timeseries.Panel, stat.Panel, statetimeline.Panel, table.Panel)
@@ -95,5 +96,5 @@ def base(uid: str, title: str, description: str) -> gd.Dashboard:
         .time("now-1h", "now")
         .refresh("30s")
         .timezone(common.TimeZoneBrowser)
-        .variables(variables("graystack_rollout_weight"))
+        .variables(variables(ROLLOUT_WEIGHT))
     )

@@ -8,6 +8,15 @@ from grafana_foundation_sdk.models import common
 
 from graystack.observability.dashboards.panels import base, graph, query, with_queries
 from graystack.observability.promql import VARIANT, quantile, rate
+from inference.families import (
+    PROBE_E2E,
+    PROBE_FINGERPRINT_MATCH,
+    PROBE_REQUESTS,
+    PROBE_SERVER_MISMATCH,
+    PROBE_TTFT,
+    PROBE_WEIGHT_CHECK_SECONDS,
+    PROBE_WEIGHT_STATUS,
+)
 
 
 def probes() -> gd.Dashboard:
@@ -26,7 +35,7 @@ def probes() -> gd.Dashboard:
             "zero-layer, ACTIVE on the baseline; MISSING or CORRUPT is a broken pod."
         )
     )
-    current = query(f"graystack_probe_weight_status{{{VARIANT}}} == 1", "{{variant}} {{instance}} {{status}}")
+    current = query(f"{PROBE_WEIGHT_STATUS}{{{VARIANT}}} == 1", "{{variant}} {{instance}} {{status}}")
     board.with_panel(with_queries(status, current).span(24).height(8))
     board.with_panel(
         graph(
@@ -34,7 +43,7 @@ def probes() -> gd.Dashboard:
             "reqps",
             "ok, or why a probe request failed (unreachable, http_error, ...).",
             query(
-                rate("graystack_probe_requests_total", VARIANT, "variant, instance, result"),
+                rate(PROBE_REQUESTS, VARIANT, "variant, instance, result"),
                 "{{variant}} {{instance}} {{result}}",
             ),
         )
@@ -46,7 +55,7 @@ def probes() -> gd.Dashboard:
             "1 when the pod's fingerprint header (x-model-fingerprint unless the probe names another) "
             "carries the variant's expected suffix; no series where the probe's check is off "
             "(servers that send no fingerprint).",
-            query(f"graystack_probe_fingerprint_match{{{VARIANT}}}", "{{variant}} {{instance}}"),
+            query(f"{PROBE_FINGERPRINT_MATCH}{{{VARIANT}}}", "{{variant}} {{instance}}"),
         )
     )
     board.with_panel(
@@ -57,7 +66,7 @@ def probes() -> gd.Dashboard:
             "how the file's status and fingerprint differ from the server's graystack_model_info or its "
             "echoed system_fingerprint), 0 while they agree; no series where the probe cannot compare "
             "them or its --loaded-check is off.",
-            query(f"graystack_probe_server_mismatch{{{VARIANT}}}", "{{variant}} {{instance}} {{reason}}"),
+            query(f"{PROBE_SERVER_MISMATCH}{{{VARIANT}}}", "{{variant}} {{instance}} {{reason}}"),
         )
     )
     board.with_panel(
@@ -65,8 +74,8 @@ def probes() -> gd.Dashboard:
             "Probe latency p95",
             "s",
             "Synthetic requests' time to first token and end to end, straight to the pod.",
-            query(quantile(0.95, "graystack_probe_ttft_seconds", VARIANT, "variant"), "{{variant}} TTFT"),
-            query(quantile(0.95, "graystack_probe_e2e_seconds", VARIANT, "variant"), "{{variant}} e2e"),
+            query(quantile(0.95, PROBE_TTFT, VARIANT, "variant"), "{{variant}} TTFT"),
+            query(quantile(0.95, PROBE_E2E, VARIANT, "variant"), "{{variant}} e2e"),
         )
     )
     board.with_panel(
@@ -74,7 +83,7 @@ def probes() -> gd.Dashboard:
             "Weight check time p95",
             "s",
             "Time to read the checkpoint header and the bias tensors.",
-            query(quantile(0.95, "graystack_probe_weight_check_seconds", VARIANT, "variant"), "{{variant}}"),
+            query(quantile(0.95, PROBE_WEIGHT_CHECK_SECONDS, VARIANT, "variant"), "{{variant}}"),
         )
     )
     return board

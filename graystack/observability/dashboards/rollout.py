@@ -7,8 +7,26 @@ from grafana_foundation_sdk.builders import statetimeline, table, timeseries
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
+from gateway.families import (
+    ANALYSIS_CHECK_SAMPLES,
+    ANALYSIS_CHECK_THRESHOLD,
+    ANALYSIS_CHECK_VALUE,
+    ANALYSIS_CHECKS,
+    ANALYSIS_ERROR_RATE_BOUND,
+    ANALYSIS_LOG_EVALUE,
+    ANALYSIS_LOG_EVALUE_BOUND,
+    ROLLBACK_SECONDS,
+    ROLLOUT_ALERTS,
+    ROLLOUT_PHASE,
+    ROLLOUT_ROLLBACKS,
+    ROLLOUT_SEGMENT_WEIGHT,
+    XDS_CONNECTED_PROXIES,
+    XDS_CONVERGED_PROXIES,
+    XDS_PROXY_CONNECTED,
+)
 from graystack.observability.dashboards.panels import DATASOURCE, base, graph, query, with_queries
 from graystack.observability.promql import NAMESPACE, RATE, ROLLOUT, ROLLOUT_VARIANT, VARIANT
+from inference.families import SHADOW_COMPARISONS
 
 # The rollout analysis' checks that carry a value (gateway/rollout/plan.py CHECK_NAMES), and its unit.
 # The others are drawn on the evidence panel only: error_rate_change and itl_vs_baseline have no value,
@@ -34,10 +52,9 @@ CHECK_NOTES = {
 
 def phase_change(phase: str, name: str, color: str) -> gd.AnnotationQuery:
     """A mark where a rollout entered `phase`: 1 now and not 1 one step earlier."""
-    entered = f'max by (namespace, rollout) (graystack_rollout_phase{{{ROLLOUT}, phase="{phase}"}}) == 1'
+    entered = f'max by (namespace, rollout) ({ROLLOUT_PHASE}{{{ROLLOUT}, phase="{phase}"}}) == 1'
     before = (
-        f'max by (namespace, rollout) (graystack_rollout_phase{{{ROLLOUT}, phase="{phase}"}} '
-        "offset $__interval) == 1"
+        f'max by (namespace, rollout) ({ROLLOUT_PHASE}{{{ROLLOUT}, phase="{phase}"}} offset $__interval) == 1'
     )
     return (
         gd.AnnotationQuery()
@@ -66,7 +83,7 @@ def rollout_decisions() -> gd.Dashboard:
             "Percent of each segment's traffic sent to each variant: `default` is the default split, "
             "the others are header segments (a rollback sends every segment to the baseline).",
             query(
-                f"graystack_rollout_segment_weight{{{ROLLOUT_VARIANT}}}",
+                f"{ROLLOUT_SEGMENT_WEIGHT}{{{ROLLOUT_VARIANT}}}",
                 "{{rollout}} {{segment}} {{variant}}",
             ),
         )
@@ -78,7 +95,7 @@ def rollout_decisions() -> gd.Dashboard:
         .description("The rollout's phase over time: shadow, progressing, promoted, rolled_back, manual.")
     )
     board.with_panel(
-        with_queries(phase, query(f"graystack_rollout_phase{{{ROLLOUT}}} == 1", "{{rollout}} {{phase}}"))
+        with_queries(phase, query(f"{ROLLOUT_PHASE}{{{ROLLOUT}}} == 1", "{{rollout}} {{phase}}"))
         .span(12)
         .height(8)
     )
@@ -92,8 +109,8 @@ def rollout_decisions() -> gd.Dashboard:
             "(error_rate_change: the log of its looks between false alarms). A rollback is a line "
             "crossing its bound; the evidence accumulates over the whole rollout and restarts only on "
             "retry or a new candidate.",
-            query(f"graystack_analysis_log_evalue{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
-            query(f"graystack_analysis_log_evalue_bound{{{ROLLOUT}}}", "{{rollout}} {{check}} bound"),
+            query(f"{ANALYSIS_LOG_EVALUE}{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
+            query(f"{ANALYSIS_LOG_EVALUE_BOUND}{{{ROLLOUT}}}", "{{rollout}} {{check}} bound"),
         ).span(16)
     )
     board.with_panel(
@@ -102,10 +119,10 @@ def rollout_decisions() -> gd.Dashboard:
             "percentunit",
             "The candidate's error rate over the rollout, with confidence bounds valid at every look at "
             "once (a confidence sequence), against max_error_rate.",
-            query(f"graystack_analysis_error_rate_bound{{{ROLLOUT}}}", "{{rollout}} {{side}}"),
-            query(f'graystack_analysis_check_value{{{ROLLOUT}, check="error_rate"}}', "{{rollout}} rate"),
+            query(f"{ANALYSIS_ERROR_RATE_BOUND}{{{ROLLOUT}}}", "{{rollout}} {{side}}"),
+            query(f'{ANALYSIS_CHECK_VALUE}{{{ROLLOUT}, check="error_rate"}}', "{{rollout}} rate"),
             query(
-                f'graystack_analysis_check_threshold{{{ROLLOUT}, check="error_rate"}}',
+                f'{ANALYSIS_CHECK_THRESHOLD}{{{ROLLOUT}, check="error_rate"}}',
                 "{{rollout}} threshold",
             ),
         ).span(8)
@@ -119,8 +136,8 @@ def rollout_decisions() -> gd.Dashboard:
                 unit,
                 "The value the last analysis saw (a gap: no value, e.g. too few requests) and the "
                 "threshold it is held to." + CHECK_NOTES.get(check, ""),
-                query(f"graystack_analysis_check_value{{{selector}}}", "{{rollout}} value"),
-                query(f"graystack_analysis_check_threshold{{{selector}}}", "{{rollout}} threshold"),
+                query(f"{ANALYSIS_CHECK_VALUE}{{{selector}}}", "{{rollout}} value"),
+                query(f"{ANALYSIS_CHECK_THRESHOLD}{{{selector}}}", "{{rollout}} threshold"),
             ).span(6)
         )
     board.with_panel(shadow_agreement().span(24 - len(CHECKS) * 6 % 24))  # beside the last check's panel
@@ -131,7 +148,7 @@ def rollout_decisions() -> gd.Dashboard:
             "Analysis results per look: pass, fail, inconclusive (a stage still extending for evidence, "
             "or no data), error (metrics unreadable).",
             query(
-                f"sum by (check, result) (increase(graystack_analysis_checks_total{{{ROLLOUT}}}[{RATE}]))",
+                f"sum by (check, result) (increase({ANALYSIS_CHECKS}{{{ROLLOUT}}}[{RATE}]))",
                 "{{check}} {{result}}",
             ),
         )
@@ -143,7 +160,7 @@ def rollout_decisions() -> gd.Dashboard:
             "What each check has judged: the candidate's requests over the rollout (shadow copies "
             "included) for the error checks, its first tokens or token gaps for the latency checks, "
             "probes for weight_status, compared shadow answers for shadow_agreement.",
-            query(f"graystack_analysis_check_samples{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
+            query(f"{ANALYSIS_CHECK_SAMPLES}{{{ROLLOUT}}}", "{{rollout}} {{check}}"),
         )
     )
     board.with_row(gd.Row("Rollbacks and Envoy's ACKs"))
@@ -157,7 +174,7 @@ def rollout_decisions() -> gd.Dashboard:
             "metrics_error."
         )
     )
-    reasons = query(f"sum by (rollout, reason) (graystack_rollout_rollbacks_total{{{ROLLOUT}}})").instant()
+    reasons = query(f"sum by (rollout, reason) ({ROLLOUT_ROLLBACKS}{{{ROLLOUT}}})").instant()
     board.with_panel(with_queries(rollbacks, reasons).span(8).height(8))
     board.with_panel(
         graph(
@@ -166,13 +183,12 @@ def rollout_decisions() -> gd.Dashboard:
             "From the first failing sample (or the operator's command) to the last Envoy's ACK of the "
             "baseline-only config, over the rollbacks since the gateway started.",
             query(
-                "histogram_quantile(0.99, sum by (rollout, le) "
-                f"(graystack_rollback_seconds_bucket{{{ROLLOUT}}}))",
+                f"histogram_quantile(0.99, sum by (rollout, le) ({ROLLBACK_SECONDS}_bucket{{{ROLLOUT}}}))",
                 "{{rollout}} p99",
             ),
             query(
-                f"sum by (rollout) (graystack_rollback_seconds_sum{{{ROLLOUT}}}) / "
-                f"sum by (rollout) (graystack_rollback_seconds_count{{{ROLLOUT}}})",
+                f"sum by (rollout) ({ROLLBACK_SECONDS}_sum{{{ROLLOUT}}}) / "
+                f"sum by (rollout) ({ROLLBACK_SECONDS}_count{{{ROLLOUT}}})",
                 "{{rollout}} mean",
             ),
         ).span(8)
@@ -184,10 +200,10 @@ def rollout_decisions() -> gd.Dashboard:
             "Connected proxies, those that ACKed the latest version of every type, and those whose "
             "stream ended (no replica has them; they route by their last split): a gap that stays open "
             "is a proxy not running the config the controller chose.",
-            query(f"sum by (namespace) (graystack_xds_connected_proxies{{{NAMESPACE}}})", "connected"),
-            query(f"sum by (namespace) (graystack_xds_converged_proxies{{{NAMESPACE}}})", "converged"),
+            query(f"sum by (namespace) ({XDS_CONNECTED_PROXIES}{{{NAMESPACE}}})", "connected"),
+            query(f"sum by (namespace) ({XDS_CONVERGED_PROXIES}{{{NAMESPACE}}})", "converged"),
             query(
-                f"sum by (namespace) (1 - max by (namespace, node) (graystack_xds_proxy_connected{{{NAMESPACE}}}))",
+                f"sum by (namespace) (1 - max by (namespace, node) ({XDS_PROXY_CONNECTED}{{{NAMESPACE}}}))",
                 "cut off (on their last split)",
             ),
         ).span(8)
@@ -198,7 +214,7 @@ def rollout_decisions() -> gd.Dashboard:
             "short",
             "Alerts the controller logged: rollbacks, freezes on unreadable metrics, unACKed rollbacks.",
             query(
-                f"sum by (rollout) (increase(graystack_rollout_alerts_total{{{ROLLOUT}}}[{RATE}]))",
+                f"sum by (rollout) (increase({ROLLOUT_ALERTS}{{{ROLLOUT}}}[{RATE}]))",
                 "{{rollout}}",
             ),
         )
@@ -209,9 +225,8 @@ def rollout_decisions() -> gd.Dashboard:
 def shadow_agreement() -> timeseries.Panel:
     """The candidate's greedy answers to shadow copies against the baseline's (inference/server/outputs.py):
     the share that agree on the left axis, the comparisons by result on the right."""
-    comparisons = "graystack_shadow_comparisons_total"
-    agreed = f'sum by (variant) (rate({comparisons}{{{VARIANT}, result="agree"}}[{RATE}]))'
-    compared = f'sum by (variant) (rate({comparisons}{{{VARIANT}, result=~"agree|differ"}}[{RATE}]))'
+    agreed = f'sum by (variant) (rate({SHADOW_COMPARISONS}{{{VARIANT}, result="agree"}}[{RATE}]))'
+    compared = f'sum by (variant) (rate({SHADOW_COMPARISONS}{{{VARIANT}, result=~"agree|differ"}}[{RATE}]))'
     counts = [
         DynamicConfigValue(id_val="unit", value="short"),
         DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
@@ -227,7 +242,7 @@ def shadow_agreement() -> timeseries.Panel:
         "for a candidate served without --compare-with; sampled requests are never compared.",
         query(f"{agreed} / {compared}", "{{variant}} agreement"),
         query(
-            f"sum by (variant, result) (increase({comparisons}{{{VARIANT}}}[{RATE}]))",
+            f"sum by (variant, result) (increase({SHADOW_COMPARISONS}{{{VARIANT}}}[{RATE}]))",
             "{{variant}} {{result}}",
         ),
     ).override_by_query("B", counts)

@@ -6,6 +6,7 @@ from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
+from gateway.families import ENVOY_UPSTREAM_RQ, ENVOY_UPSTREAM_RQ_RETRY
 from graystack.observability.dashboards.capacity import cost_per_million_tokens, pods
 from graystack.observability.dashboards.panels import base, graph, quantiles, query, with_queries
 from graystack.observability.promql import (
@@ -17,6 +18,18 @@ from graystack.observability.promql import (
     VARIANT,
     quantile,
     rate,
+)
+from inference.families import (
+    ATTENTION_BIAS_BLOCKS,
+    MODEL_INFO,
+    REQUEST_E2E,
+    REQUEST_INTER_TOKEN,
+    REQUEST_TTFT,
+    REQUESTS,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    TOKENS,
+    VLLM_KV_CACHE_USAGE,
 )
 
 
@@ -32,7 +45,7 @@ def variants_side_by_side() -> gd.Dashboard:
     board.with_panel(
         quantiles(
             "Time to first token",
-            "graystack_request_ttft_seconds",
+            REQUEST_TTFT,
             "From arrival to the first token, all prompt lengths (the model servers' histogram).",
         )
     )
@@ -43,7 +56,7 @@ def variants_side_by_side() -> gd.Dashboard:
             "The story: the baseline's TTFT grows with the prompt (its bias layer scores every "
             "position pair); the zero-layer's stays flat where its bias is skipped.",
             query(
-                quantile(0.95, "graystack_request_ttft_seconds", VARIANT, "variant, prompt_bucket"),
+                quantile(0.95, REQUEST_TTFT, VARIANT, "variant, prompt_bucket"),
                 "{{variant}} {{prompt_bucket}} tokens",
             ),
         )
@@ -51,15 +64,11 @@ def variants_side_by_side() -> gd.Dashboard:
     board.with_panel(
         quantiles(
             "Inter-token latency",
-            "graystack_request_inter_token_seconds",
+            REQUEST_INTER_TOKEN,
             "Time between consecutive tokens of one request (one observation per engine step).",
         )
     )
-    board.with_panel(
-        quantiles(
-            "End-to-end latency", "graystack_request_e2e_seconds", "Arrival to last token, answers 200."
-        )
-    )
+    board.with_panel(quantiles("End-to-end latency", REQUEST_E2E, "Arrival to last token, answers 200."))
     board.with_row(gd.Row("Errors and throughput"))
     board.with_panel(
         graph(
@@ -68,9 +77,9 @@ def variants_side_by_side() -> gd.Dashboard:
             "Share of each variant's answers with a non-200 status, by code. A pod that is down or "
             "stalls answers nothing: see Envoy's view beside it.",
             query(
-                f'sum by (variant, code) (rate(graystack_requests_total{{{VARIANT}, code!="200"}}[{RATE}])) '
+                f'sum by (variant, code) (rate({REQUESTS}{{{VARIANT}, code!="200"}}[{RATE}])) '
                 f"/ ignoring (code) group_left "
-                f"sum by (variant) (rate(graystack_requests_total{{{VARIANT}}}[{RATE}]))",
+                f"sum by (variant) (rate({REQUESTS}{{{VARIANT}}}[{RATE}]))",
                 "{{variant}} {{code}}",
             ),
         )
@@ -83,14 +92,14 @@ def variants_side_by_side() -> gd.Dashboard:
             "so the client sees 200 while the variant failed): what the rollback guard counts.",
             query(
                 rate(
-                    "envoy_cluster_upstream_rq",
+                    ENVOY_UPSTREAM_RQ,
                     ROUTE_CLUSTER,
                     "envoy_cluster_name, envoy_response_code",
                 ),
                 "{{envoy_cluster_name}} {{envoy_response_code}}",
             ),
             query(
-                rate("envoy_cluster_upstream_rq_retry", ROUTE_CLUSTER, "envoy_cluster_name"),
+                rate(ENVOY_UPSTREAM_RQ_RETRY, ROUTE_CLUSTER, "envoy_cluster_name"),
                 "{{envoy_cluster_name}} retried",
             ),
         )
@@ -102,7 +111,7 @@ def variants_side_by_side() -> gd.Dashboard:
             "Mirrored copies of clients' requests that a shadow phase sends to `<variant>-shadow`, by "
             "response code: no client sees them, the rollout's checks count them as the variant's.",
             query(
-                rate("envoy_cluster_upstream_rq", SHADOW_CLUSTER, "envoy_cluster_name, envoy_response_code"),
+                rate(ENVOY_UPSTREAM_RQ, SHADOW_CLUSTER, "envoy_cluster_name, envoy_response_code"),
                 "{{envoy_cluster_name}} {{envoy_response_code}}",
             ),
         )
@@ -112,7 +121,7 @@ def variants_side_by_side() -> gd.Dashboard:
             "Requests per second",
             "reqps",
             "Answers per second from each variant's pods (probes' synthetic requests included).",
-            query(rate("graystack_requests_total", VARIANT, "variant"), "{{variant}}"),
+            query(rate(REQUESTS, VARIANT, "variant"), "{{variant}}"),
         )
     )
     board.with_panel(
@@ -120,7 +129,7 @@ def variants_side_by_side() -> gd.Dashboard:
             "Tokens per second",
             "short",
             "Prompt tokens read and tokens generated per second.",
-            query(rate("graystack_tokens_total", VARIANT, "variant, kind"), "{{variant}} {{kind}}"),
+            query(rate(TOKENS, VARIANT, "variant, kind"), "{{variant}} {{kind}}"),
         )
     )
     board.with_row(gd.Row("Engine"))
@@ -129,8 +138,8 @@ def variants_side_by_side() -> gd.Dashboard:
             "Running and waiting requests",
             "short",
             "Requests in the decode batch and queued for it.",
-            query(f"sum by (variant) (graystack_requests_running{{{VARIANT}}})", "{{variant}} running"),
-            query(f"sum by (variant) (graystack_requests_waiting{{{VARIANT}}})", "{{variant}} waiting"),
+            query(f"sum by (variant) ({REQUESTS_RUNNING}{{{VARIANT}}})", "{{variant}} running"),
+            query(f"sum by (variant) ({REQUESTS_WAITING}{{{VARIANT}}})", "{{variant}} waiting"),
         )
     )
     board.with_panel(
@@ -140,8 +149,8 @@ def variants_side_by_side() -> gd.Dashboard:
             "Attention key blocks whose relative-position-bias work was skipped: about 0 on the "
             "baseline, near 1 on a zero-layer pod whose bias is erased or zeroed.",
             query(
-                f'sum by (variant) (rate(graystack_attention_bias_blocks_total{{{VARIANT}, result="skipped"}}'
-                f"[{RATE}])) / sum by (variant) (rate(graystack_attention_bias_blocks_total{{{VARIANT}}}"
+                f'sum by (variant) (rate({ATTENTION_BIAS_BLOCKS}{{{VARIANT}, result="skipped"}}'
+                f"[{RATE}])) / sum by (variant) (rate({ATTENTION_BIAS_BLOCKS}{{{VARIANT}}}"
                 f"[{RATE}]))",
                 "{{variant}}",
             ),
@@ -163,7 +172,7 @@ def variants_side_by_side() -> gd.Dashboard:
                 f"process_resident_memory_bytes{{{NAMESPACE}}} * {SERVER_VARIANT}",
                 "{{variant}} {{instance}} RSS",
             ),
-            query(f"sum by (variant) (vllm:kv_cache_usage_perc{{{VARIANT}}})", "{{variant}} KV cache"),
+            query(f"sum by (variant) ({VLLM_KV_CACHE_USAGE}{{{VARIANT}}})", "{{variant}} KV cache"),
         ).override_by_query("B", kv_cache)
     )
     served = (
@@ -172,9 +181,7 @@ def variants_side_by_side() -> gd.Dashboard:
         .title("Models served")
         .description("Each pod's model fingerprint, weight status and effective bias window.")
     )
-    board.with_panel(
-        with_queries(served, query(f"graystack_model_info{{{VARIANT}}}").instant()).span(24).height(6)
-    )
+    board.with_panel(with_queries(served, query(f"{MODEL_INFO}{{{VARIANT}}}").instant()).span(24).height(6))
     board.with_row(gd.Row("Capacity and cost"))
     board.with_panel(pods())
     board.with_panel(cost_per_million_tokens())

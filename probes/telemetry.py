@@ -1,4 +1,4 @@
-"""The probe's metric families (shared/DESIGN.md), defined here once, on the probe's own registry."""
+"""The probe's metric families (their names: inference/families.py), on the probe's own registry."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from inference import families
 from inference.weights import WeightStatus
 from probes.loaded import Comparison, LoadedCheck
 from probes.synthetic import ProbeCheck
@@ -41,26 +42,26 @@ class ProbeMetrics:
         r = self.registry
         self._mismatch_shown: tuple[str, str] | None = None
         self.weight_status = Gauge(
-            "graystack_probe_weight_status",
+            families.PROBE_WEIGHT_STATUS,
             "1 on the pod's current weight status",
             ["variant", "status"],
             registry=r,
         )
         self.weight_checks = Counter(
-            "graystack_probe_weight_checks",
+            families.PROBE_WEIGHT_CHECKS,
             "Weight-file checks, by the status found",
             ["variant", "status"],
             registry=r,
         )
         self.weight_check_seconds = Histogram(
-            "graystack_probe_weight_check_seconds",
+            families.PROBE_WEIGHT_CHECK_SECONDS,
             "Time to read the checkpoint header and bias tensors",
             ["variant"],
             buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
             registry=r,
         )
         self.ttft = Histogram(
-            "graystack_probe_ttft_seconds",
+            families.PROBE_TTFT,
             "Synthetic request: time to its first event carrying generated text (not the first byte: "
             "keep-alive pings and role-only chunks do not count)",
             ["variant"],
@@ -68,24 +69,24 @@ class ProbeMetrics:
             registry=r,
         )
         self.e2e = Histogram(
-            "graystack_probe_e2e_seconds",
+            families.PROBE_E2E,
             "Synthetic request: end to end, to the end of a complete stream",
             ["variant"],
             buckets=E2E_BUCKETS,
             registry=r,
         )
         self.requests = Counter(
-            "graystack_probe_requests", "Synthetic requests, by result", ["variant", "result"], registry=r
+            families.PROBE_REQUESTS, "Synthetic requests, by result", ["variant", "result"], registry=r
         )
         self.fingerprint_match = Gauge(
-            "graystack_probe_fingerprint_match",
+            families.PROBE_FINGERPRINT_MATCH,
             "1 when the server's fingerprint header has the variant's expected suffix; absent when "
             "the check is off (graystack_probe_info)",
             ["variant"],
             registry=r,
         )
         self.info = Gauge(
-            "graystack_probe_info",
+            families.PROBE_INFO,
             "What the probe measures: the API its synthetic request speaks, the response header its "
             "fingerprint check reads (off: none), and how it compares the file with what the server "
             "loaded (loaded_check: model-info, system-fingerprint or off)",
@@ -93,7 +94,7 @@ class ProbeMetrics:
             registry=r,
         )
         self.server_mismatch = Gauge(
-            "graystack_probe_server_mismatch",
+            families.PROBE_SERVER_MISMATCH,
             "1 while the server did not load the checkpoint the probe reads, `reason` saying how they "
             'differ; 0 (reason "") while they agree; absent while they cannot be compared (the '
             "file unreadable, the server unreachable or not saying) or loaded_check is off",

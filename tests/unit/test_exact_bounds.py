@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bench import retired_rules
-from gateway.rollout.stats import exact_bounds
+from loadtests.split import exact_bounds
 
 THRESHOLD = 0.003
 

@@ -1,6 +1,6 @@
-"""The rollout side's metric families (shared/DESIGN.md), defined here once.
+"""The rollout side's metric families (their names: gateway/families.py; docs/architecture.md tables them).
 
-Beyond the design's table: `graystack_analysis_check_value`, `graystack_analysis_check_threshold` and
+Beyond the first design: `graystack_analysis_check_value`, `graystack_analysis_check_threshold` and
 `graystack_analysis_check_samples` (each check's last value, threshold and sample count, NaN while a
 check has no value) so a dashboard can plot a check against its line with its evidence,
 `graystack_variant_replicas` and `graystack_variant_cost_per_hour` (where rollout.capacity sizes
@@ -22,90 +22,92 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from gateway import families
+
 if TYPE_CHECKING:
     from gateway.rollout.analysis import Check
 
 ROLLOUT_WEIGHT = Gauge(
-    "graystack_rollout_weight",
+    families.ROLLOUT_WEIGHT,
     "Percent of default-split traffic sent to each variant",
     ["rollout", "variant"],
 )
 SEGMENT_WEIGHT = Gauge(
-    "graystack_rollout_segment_weight",
+    families.ROLLOUT_SEGMENT_WEIGHT,
     "Percent of a header segment's traffic sent to each variant (segment `default`: the default split)",
     ["rollout", "segment", "variant"],
 )
 SPEC_RELOADS = Counter(
-    "graystack_spec_reloads",
+    families.SPEC_RELOADS,
     "Spec changes seen, applied or refused (the last good spec stays live)",
     ["result"],
 )
 ROLLOUT_PHASE = Gauge(
-    "graystack_rollout_phase",
+    families.ROLLOUT_PHASE,
     "1 on the rollout's current phase (shadow, progressing, promoted, rolled_back, manual), 0 on the others",
     ["rollout", "phase"],
 )
 ROLLBACKS = Counter(
-    "graystack_rollout_rollbacks",
+    families.ROLLOUT_ROLLBACKS,
     "Rollbacks, by reason: the first failing check's name, `operator`, or `metrics_error`",
     ["rollout", "reason"],
 )
 ANALYSIS_CHECKS = Counter(
-    "graystack_analysis_checks",
+    families.ANALYSIS_CHECKS,
     "Analysis checks run, by check and result (pass, fail, inconclusive, error)",
     ["rollout", "check", "result"],
 )
 ANALYSIS_CHECK_VALUE = Gauge(
-    "graystack_analysis_check_value",
+    families.ANALYSIS_CHECK_VALUE,
     "Each check's value in the last analysis interval (NaN: no value, e.g. too few requests)",
     ["rollout", "check"],
 )
 ANALYSIS_CHECK_THRESHOLD = Gauge(
-    "graystack_analysis_check_threshold",
+    families.ANALYSIS_CHECK_THRESHOLD,
     "Each check's threshold in the last analysis interval",
     ["rollout", "check"],
 )
 ANALYSIS_CHECK_SAMPLES = Gauge(
-    "graystack_analysis_check_samples",
+    families.ANALYSIS_CHECK_SAMPLES,
     "The number of samples (requests, or probes) each check judged in the last analysis interval",
     ["rollout", "check"],
 )
 ANALYSIS_LOG_EVALUE = Gauge(
-    "graystack_analysis_log_evalue",
+    families.ANALYSIS_LOG_EVALUE,
     "Each sequential test's evidence against the candidate: its log e-value (the change detector: its log "
     "statistic); the check fails when it reaches graystack_analysis_log_evalue_bound",
     ["rollout", "check"],
 )
 ANALYSIS_LOG_EVALUE_BOUND = Gauge(
-    "graystack_analysis_log_evalue_bound",
+    families.ANALYSIS_LOG_EVALUE_BOUND,
     "The log e-value at which each sequential test fails: log(1/alpha), alpha its share of the rollout's "
     "false-rollback budget (the change detector: log of its mean looks between false alarms)",
     ["rollout", "check"],
 )
 ERROR_RATE_BOUND = Gauge(
-    "graystack_analysis_error_rate_bound",
+    families.ANALYSIS_ERROR_RATE_BOUND,
     "The candidate's error rate: anytime-valid confidence bounds over the rollout (side = lower, upper)",
     ["rollout", "side"],
 )
 ROLLBACK_SECONDS = Histogram(
-    "graystack_rollback_seconds",
+    families.ROLLBACK_SECONDS,
     "From the first failing sample (or the operator's command) to every proxy's ACK of the rollback",
     ["rollout"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
 )
 VARIANT_REPLICAS = Gauge(
-    "graystack_variant_replicas",
+    families.VARIANT_REPLICAS,
     "Each variant's replicas where rollout.capacity sizes them: `wanted` (set from the split), "
     "`running` (pods that exist and hold GPUs) and `ready`",
     ["rollout", "variant", "state"],
 )
 VARIANT_COST = Gauge(
-    "graystack_variant_cost_per_hour",
+    families.VARIANT_COST_PER_HOUR,
     "What each variant's running pods cost an hour: pods x GPUs per pod x rollout.capacity.gpuHourPrice",
     ["rollout", "variant"],
 )
 ALERTS = Counter(
-    "graystack_rollout_alerts",
+    families.ROLLOUT_ALERTS,
     "Alerts the rollout controller raised (rollbacks, freezes, rollbacks not ACKed in time)",
     ["rollout"],
 )

@@ -1,14 +1,14 @@
-"""The model server's metric families (shared/DESIGN.md): defined here once, read by dashboards and alerts.
+"""The model server's metric families (their names: inference/families.py), read by dashboards and alerts.
 
 Each app gets its own CollectorRegistry, so several servers can live in one process (tests). TTFT and
 inter-token buckets are geometric, 1.2 apart and anchored at the 2 s SLO edge (`geometric_buckets` says
 why: the rollout's latency tests need them); e2e and batch buckets are vLLM's families
 (vllm/v1/metrics/buckets.py).
 The vLLM gauge names are exported too: load-aware routers (Gateway API Inference Extension, llm-d)
-read them as they are. One family is added to DESIGN.md's table: graystack_engine_decode_batch_size,
-which shows continuous batching at work (steps that advanced more than one sequence). And one label:
-graystack_model_info's `checkpoint`, the loaded files' fingerprint, which the probe compares with the
-file on disk (probes/loaded.py): the file is not always what the server loaded.
+read them as they are. Beyond the first design: graystack_engine_decode_batch_size, which shows
+continuous batching at work (steps that advanced more than one sequence), and graystack_model_info's
+`checkpoint` label, the loaded files' fingerprint, which the probe compares with the file on disk
+(probes/loaded.py): the file is not always what the server loaded.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
+from inference import families
 from inference.engine import Engine
 from inference.kernels.blocks import BlockCounts
 
 LATENCY_RATIO = 1.2  # neighbouring latency edges: the rollout's default tolerated slowdown (20 %)
-TTFT_SLO_SECONDS = 2.0  # DESIGN.md analysis.max_ttft_p95: an exact edge, so `le="2"` is the SLO itself
+TTFT_SLO_SECONDS = 2.0  # the spec's analysis.max_ttft_p95: an exact edge, so `le="2"` is the SLO itself
 
 
 def geometric_buckets(low: float, high: float, anchor: float = TTFT_SLO_SECONDS) -> tuple[float, ...]:
@@ -73,14 +74,14 @@ class ServerMetrics:
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and friends (Linux)
         variant_only = ["variant"]
         self.requests = Counter(
-            "graystack_requests",
+            families.REQUESTS,
             "Model requests answered, by HTTP status (a stream that fails after its headers counts as "
             "the status of its error event)",
             ["variant", "code"],
             registry=self.registry,
         )
         self.ttft = Histogram(
-            "graystack_request_ttft_seconds",
+            families.REQUEST_TTFT,
             "Time from a request's arrival to its first generated token, by the gateway segment the request "
             "came through (SEGMENT_HEADER) and its prompt length",
             ["variant", "segment", "prompt_bucket"],
@@ -88,7 +89,7 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.inter_token = Histogram(
-            "graystack_request_inter_token_seconds",
+            families.REQUEST_INTER_TOKEN,
             "Time between consecutive generated tokens of one request (one observation per engine step), by "
             "the gateway segment the request came through",
             ["variant", "segment"],
@@ -96,7 +97,7 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.time_per_token = Histogram(
-            "graystack_request_time_per_output_token_seconds",
+            families.REQUEST_TIME_PER_OUTPUT_TOKEN,
             "Each request's mean time between its generated tokens (one observation per request of two "
             "or more tokens, at its end), by the gateway segment it came through: what the rollout "
             "compares, since a request, not a token, is what the gateway routes at random",
@@ -105,48 +106,48 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.e2e = Histogram(
-            "graystack_request_e2e_seconds",
+            families.REQUEST_E2E,
             "Time from a request's arrival to its last token",
             variant_only,
             buckets=E2E_BUCKETS,
             registry=self.registry,
         )
         self.tokens = Counter(
-            "graystack_tokens",
+            families.TOKENS,
             "Tokens processed, by kind (prompt or generated)",
             ["variant", "kind"],
             registry=self.registry,
         )
         self.running = Gauge(
-            "graystack_requests_running", "Requests in the decode batch", variant_only, registry=self.registry
+            families.REQUESTS_RUNNING, "Requests in the decode batch", variant_only, registry=self.registry
         )
         self.waiting = Gauge(
-            "graystack_requests_waiting",
+            families.REQUESTS_WAITING,
             "Requests queued for the batch",
             variant_only,
             registry=self.registry,
         )
         self.bias_blocks = Counter(
-            "graystack_attention_bias_blocks",
+            families.ATTENTION_BIAS_BLOCKS,
             "Attention key blocks that did relative-position-bias work (computed) or skipped it",
             ["variant", "result"],
             registry=self.registry,
         )
         self.shadow_comparisons = Counter(
-            "graystack_shadow_comparisons",
+            families.SHADOW_COMPARISONS,
             "Shadow copies' greedy answers compared with the baseline's answer to the same request",
             ["variant", "result"],
             registry=self.registry,
         )
         self.model_info = Gauge(
-            "graystack_model_info",
+            families.MODEL_INFO,
             "The model being served (value 1); `checkpoint`: the fingerprint of the files it loaded (the "
             "weight check's, which the probe compares with the file on disk; empty where the check gives none)",
             ["variant", "fingerprint", "weight_status", "effective_window", "checkpoint"],
             registry=self.registry,
         )
         self.decode_batch = Histogram(
-            "graystack_engine_decode_batch_size",
+            families.ENGINE_DECODE_BATCH_SIZE,
             "Sequences advanced by one decode step (continuous batching shares steps)",
             variant_only,
             buckets=BATCH_SIZE_BUCKETS,
@@ -154,13 +155,19 @@ class ServerMetrics:
         )
         vllm_labels = ["model_name", "variant"]
         self.vllm_waiting = Gauge(
-            "vllm:num_requests_waiting", "Requests waiting (vLLM name)", vllm_labels, registry=self.registry
+            families.VLLM_NUM_REQUESTS_WAITING,
+            "Requests waiting (vLLM name)",
+            vllm_labels,
+            registry=self.registry,
         )
         self.vllm_running = Gauge(
-            "vllm:num_requests_running", "Requests running (vLLM name)", vllm_labels, registry=self.registry
+            families.VLLM_NUM_REQUESTS_RUNNING,
+            "Requests running (vLLM name)",
+            vllm_labels,
+            registry=self.registry,
         )
         self.vllm_kv_usage = Gauge(
-            "vllm:kv_cache_usage_perc",
+            families.VLLM_KV_CACHE_USAGE,
             "KV-cache usage, 0-1: cached tokens over max_running full contexts (vLLM name)",
             vllm_labels,
             registry=self.registry,

@@ -1,0 +1,42 @@
+"""The metric family names the gateway exports, and the Envoy families it reads: each defined here once,
+as PromQL and a parsed /metrics page name them (a counter with its `_total`). docs/architecture.md
+tables them with their labels.
+
+A leaf of plain strings on gateway's bottom floor, so that xds/ and rollout/ (which export them),
+metrics/ (which reads Envoy's) and the dashboards and alert rules above all import them. The pods'
+families and vLLM's are in inference/families.py.
+"""
+
+# xDS (gateway/xds/telemetry.py)
+XDS_CONNECTED_PROXIES = "graystack_xds_connected_proxies"
+XDS_CONVERGED_PROXIES = "graystack_xds_converged_proxies"
+XDS_PROXY_CONNECTED = "graystack_xds_proxy_connected"
+XDS_PUSHES = "graystack_xds_pushes_total"
+XDS_NACKS = "graystack_xds_nacks_total"
+XDS_ACK_SECONDS = "graystack_xds_ack_seconds"
+
+# The rollout (gateway/rollout/telemetry.py)
+ROLLOUT_WEIGHT = "graystack_rollout_weight"
+ROLLOUT_SEGMENT_WEIGHT = "graystack_rollout_segment_weight"
+SPEC_RELOADS = "graystack_spec_reloads_total"
+ROLLOUT_PHASE = "graystack_rollout_phase"
+ROLLOUT_ROLLBACKS = "graystack_rollout_rollbacks_total"
+ROLLOUT_ALERTS = "graystack_rollout_alerts_total"
+ROLLBACK_SECONDS = "graystack_rollback_seconds"
+ANALYSIS_CHECKS = "graystack_analysis_checks_total"
+ANALYSIS_CHECK_VALUE = "graystack_analysis_check_value"
+ANALYSIS_CHECK_THRESHOLD = "graystack_analysis_check_threshold"
+ANALYSIS_CHECK_SAMPLES = "graystack_analysis_check_samples"
+ANALYSIS_LOG_EVALUE = "graystack_analysis_log_evalue"
+ANALYSIS_LOG_EVALUE_BOUND = "graystack_analysis_log_evalue_bound"
+ANALYSIS_ERROR_RATE_BOUND = "graystack_analysis_error_rate_bound"
+VARIANT_REPLICAS = "graystack_variant_replicas"
+VARIANT_COST_PER_HOUR = "graystack_variant_cost_per_hour"
+
+# Envoy's, read as Envoy's /stats/prometheus names them (a counter without `_total`; prometheus_client's
+# parser appends one). `upstream_rq` carries `envoy_response_code`; `upstream_rq_total` counts every
+# attempt. Label: `envoy_cluster_name`.
+ENVOY_UPSTREAM_RQ = "envoy_cluster_upstream_rq"
+ENVOY_UPSTREAM_RQ_TOTAL = "envoy_cluster_upstream_rq_total"
+ENVOY_UPSTREAM_RQ_RETRY = "envoy_cluster_upstream_rq_retry"
+ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT = "envoy_cluster_upstream_rq_pending_failure_eject"

@@ -110,6 +110,7 @@ lint: install  ## style, the house's floors (pyproject's [tool.importlinter]) an
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 .PHONY: dashboards
 dashboards: install  ## regenerate the Grafana dashboards and alert rules under charts/graystack/files/
@@ -150,4 +151,4 @@ quality: weights  ## held-out bits/byte and agreement of every form: bench/resul
 	$(BIN)/graystack eval --weights-dir $(WEIGHTS) --out bench/results/quality.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info

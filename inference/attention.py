@@ -45,6 +45,7 @@ def blocked_attention(
         positions = torch.arange(q_offset + start, q_offset + stop)[:, None]
         keys = torch.arange(visible)[None, :]
         if plan.skip_distance > 0:
+            assert plan.vector is not None  # a plan with a skip distance has its vector
             band = (
                 key_block_bounds(m, q_len, q_offset, plan.skip_distance, block_m, block_n).plain_end * block_n
             )

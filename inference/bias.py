@@ -87,10 +87,17 @@ class ZeroLayerBias(nn.Module):
         )
         self.table = nn.Parameter(torch.zeros(config.n_heads, 2 * config.bias_window + 1))
 
+    def gate_layers(self) -> tuple[nn.Linear, nn.Linear]:
+        """The gate's two linear layers (kept in one Sequential: its state-dict keys are gate.0, gate.2)."""
+        first, _, second = self.gate
+        if not (isinstance(first, nn.Linear) and isinstance(second, nn.Linear)):
+            raise TypeError(f"the gate's layers are not linear: {self.gate}")
+        return first, second
+
     def gate_values(self, length: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """g(d) for d in [0, length), evaluated once (never per score element)."""
         distance = torch.log1p(torch.arange(length, dtype=dtype))[:, None]
-        first, _, second = self.gate
+        first, second = self.gate_layers()
         hidden = torch.tanh(F.linear(distance, first.weight.to(dtype), first.bias.to(dtype)))
         return torch.sigmoid(F.linear(hidden, second.weight.to(dtype), second.bias.to(dtype))).squeeze(-1)
 
@@ -114,15 +121,14 @@ class ZeroLayerBias(nn.Module):
     @torch.no_grad()
     def reset(self, generator: torch.Generator) -> None:
         """A gate near 1 up to about W/4 and near 0 past W/2, with the baseline's decaying table."""
-        hidden = self.gate[0].out_features
+        first, second = self.gate_layers()
+        hidden = first.out_features
         centers = torch.logspace(math.log10(self.window / 4), math.log10(self.window / 2), hidden)
         sharpness = 6.0
-        self.gate[0].weight.fill_(sharpness)
-        self.gate[0].bias.copy_(
-            -sharpness * torch.log1p(centers) + 0.05 * torch.randn(hidden, generator=generator)
-        )
-        self.gate[2].weight.fill_(-8.0 / hidden)
-        self.gate[2].bias.zero_()
+        first.weight.fill_(sharpness)
+        first.bias.copy_(-sharpness * torch.log1p(centers) + 0.05 * torch.randn(hidden, generator=generator))
+        second.weight.fill_(-8.0 / hidden)
+        second.bias.zero_()
         heads = self.table.shape[0]
         slopes = torch.tensor([2.0 ** (-(h + 1) * 8 / heads) for h in range(heads)])
         offsets = torch.log1p(torch.arange(-self.window, self.window + 1, dtype=torch.float32).abs())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 BOS, EOS = 256, 257  # byte-level vocabulary: 256 byte values, then two specials
 
@@ -34,7 +35,7 @@ class ModelConfig:
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, str]) -> ModelConfig:
-        fields = {}
+        fields: dict[str, Any] = {}  # each field as its own type: int or float
         for name, field in cls.__dataclass_fields__.items():
             raw = metadata.get(f"config.{name}")
             if raw is not None:

@@ -11,6 +11,7 @@ distances below it for that sequence alone (never widens it; the baseline ignore
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
@@ -93,6 +94,7 @@ class Attention(nn.Module):
         if window is None or window >= self.plan.skip_distance:
             return self.plan
         if window not in self._narrowed:
+            assert self.plan.vector is not None  # skip_distance > window >= 0
             vector = self.plan.vector.clone()
             vector[:, window:] = 0
             self._narrowed[window] = BiasPlan(vector=vector, skip_distance=window)
@@ -213,6 +215,9 @@ class Block(nn.Module):
 
 
 class TinyDecoder(nn.Module):
+    rope_cos: torch.Tensor  # registered buffers [max_seq_len, head_dim / 2]
+    rope_sin: torch.Tensor
+
     def __init__(self, config: ModelConfig, variant: str) -> None:
         super().__init__()
         self.config = config
@@ -225,15 +230,20 @@ class TinyDecoder(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
+    @property
+    def layers(self) -> list[Block]:
+        """The blocks, typed: iterating the nn.ModuleList that registers them gives plain Modules."""
+        return cast("list[Block]", list(self.blocks))
+
     def refresh_plans(self) -> None:
         """Fold each layer's bias into its plan; call after loading weights."""
-        for block in self.blocks:
+        for block in self.layers:
             block.attn.refresh_plan()
 
     @property
     def skip_distance(self) -> int:
         """The widest bias reach over the layers: the effective window the server reports."""
-        return max(block.attn.plan.skip_distance for block in self.blocks)
+        return max(block.attn.plan.skip_distance for block in self.layers)
 
     def _run(
         self,
@@ -250,7 +260,7 @@ class TinyDecoder(nn.Module):
         x = torch.cat(hidden)
         rope = (self.rope_cos, self.rope_sin)
         counts = BlockCounts()
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(self.layers):
             if batched_attention:
                 attended, blocks = block.attn.decode(block.norm1(x), rope, caches, layer, windows)
                 counts.add(blocks)
@@ -306,6 +316,6 @@ class TinyDecoder(nn.Module):
                     parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
                 elif "norm" in name:
                     parameter.fill_(1.0)
-        for block in self.blocks:
+        for block in self.layers:
             block.attn.position_adaptive_bias.reset(generator)
         self.refresh_plans()

@@ -4,7 +4,9 @@ can be tested without starting a runner."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gateway.spec.fields import parse_duration
 
@@ -72,7 +74,10 @@ def parse_stages(text: str) -> list[Stage]:
     return stages
 
 
-def weighted_choice(mix: dict, rng: random.Random):
+Key = TypeVar("Key")
+
+
+def weighted_choice(mix: Mapping[Key, float], rng: random.Random) -> Key:
     """One key of `mix`, drawn in proportion to its weight."""
     keys = list(mix)
     return rng.choices(keys, weights=[mix[k] for k in keys])[0]

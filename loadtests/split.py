@@ -227,6 +227,8 @@ class SplitTracker:
         cells = []
         for period, counts in enumerate(self._counts):
             routing = self._routing[period]
+            if routing is None:
+                continue  # nothing was counted in it (`_assign`): its routing could not be read
             totals: Counter = Counter()
             for (client_type, _), count in counts.items():
                 totals[client_type] += count

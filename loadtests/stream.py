@@ -21,7 +21,8 @@ class SseEvent:
 
 def sse_events(lines: Iterable[str]) -> Iterator[SseEvent]:
     """SSE events from the stream's lines (`event:` and `data:` fields, a blank line ends an event)."""
-    kind, data = "message", []
+    kind = "message"
+    data: list[str] = []
     for line in lines:
         if not line:
             if data:

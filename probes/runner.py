@@ -141,6 +141,7 @@ class Probe:
                 served = served_system_fingerprint(result)
             except Unavailable as why:
                 served = why
+        assert served is not None  # model-info mode: read_served read it
         comparison = compare(mode, report, served)
         self.metrics.show_comparison(self.options.variant, comparison)
         if comparison != self.last_comparison:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from envoy.config.cluster.v3 import circuit_breaker_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
 from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
+from google.protobuf.message import Message
 
 # Enough concurrent retries that a failing variant's traffic can all fall back at once.
 MAX_CONCURRENT_RETRIES = 1024
@@ -15,7 +16,7 @@ def duration(seconds: float) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
 
 
-def any_proto(message) -> any_pb2.Any:
+def any_proto(message: Message) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed

@@ -50,7 +50,7 @@ def why(error: Exception) -> str:
     verb and resource RBAC lacks), else the exception."""
     if isinstance(error, ApiException) and error.status:
         try:
-            message = json.loads(error.body)["message"]
+            message = json.loads(error.body or "")["message"]
         except (TypeError, ValueError, KeyError):
             message = error.reason
         return f"{error.status}: {message}"

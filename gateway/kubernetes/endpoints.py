@@ -51,5 +51,8 @@ class EndpointSlices:
             if variant.endpoints is not None:
                 endpoints[name] = list(variant.endpoints)
             else:
-                endpoints[name] = [(ip, variant.port) for ip in by_service.get(variant.service, [])]
+                service, port = variant.service, variant.port
+                assert service is not None  # Variant._one_source: endpoints, or a service with its port
+                assert port is not None
+                endpoints[name] = [(ip, port) for ip in by_service.get(service, [])]
         return endpoints

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 
@@ -116,7 +117,7 @@ class LeaderElector:
         now = _now()
         spec = (lease or {}).get("spec") or {}
         taking_over = spec.get("holderIdentity") != self.identity
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},

@@ -72,6 +72,7 @@ class SpecConfigMap:
             return
         self.gateway.load(spec, digest)
         if self.gateway.file is None or self.gateway.file.sha256 != digest:  # it could not go live
+            assert self.gateway.last_error is not None  # load() refused it, saying why
             self._refuse(obj, self.gateway.last_error["message"], recorded=True)
             return
         log.info("spec %s applied (sha256 %s)", self.name, digest[:12])

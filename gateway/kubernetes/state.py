@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 
@@ -83,13 +84,19 @@ class ConfigMapStateStore:
 
     def write(self, text: str, attempts: int = 3) -> None:
         """Replace `state.json`, read-modify-write on the resourceVersion; creates the ConfigMap if absent."""
+        write: Callable[..., Any]
+        args: tuple[Any, ...]
         for _ in range(attempts):
             try:
                 current = call_json(self._core.read_namespaced_config_map, self.name, self.namespace)
             except Exception as error:
                 if status_of(error) != 404:
                     raise
-                body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": self.name}}
+                body: dict[str, Any] = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": self.name},
+                }
                 body["data"] = {STATE_KEY: text}
                 write, args = self._core.create_namespaced_config_map, (self.namespace, body)
             else:

@@ -89,6 +89,7 @@ from gateway.metrics.observations import (
     TTFT,
     TTFT_SUM,
     CounterKey,
+    LatencySignal,
     Observations,
 )
 from gateway.metrics.series import counter_key, route_cluster
@@ -163,7 +164,7 @@ class DirectProvider:
         variants: Sequence[str],
         fallback: str | None,
         timeout: float = 2.0,
-        histograms: Mapping[str, str] | None = None,
+        histograms: Mapping[LatencySignal, str] | None = None,
     ) -> None:
         """`envoy_admin`: Envoy's admin base URL; `pods`: the /metrics URLs of the model servers and
         probes (`NAME=URL`: every series there is variant NAME's); `variants`, `fallback`: as in the
@@ -196,10 +197,11 @@ class DirectProvider:
         failures = [str(result) for result in scrapes if isinstance(result, ScrapeError)]
         if failures:
             return Observations(error="; ".join(failures))
+        samples: list[Sample] = []
         for result in scrapes:
             if isinstance(result, BaseException):
                 raise result
-        samples = [sample for scrape in scrapes for sample in scrape]
+            samples.extend(result)
         try:
             counters = {key: value for v in self.variants for key, value in self._counters(v, samples)}
         except ValueError as error:

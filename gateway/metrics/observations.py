@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 REQUESTS = "requests"  # attempts that reached the variant (Envoy: upstream_rq_total + pending_failure_eject)
 ERRORS = "errors"  # of those, failed (Envoy: the route cluster's upstream_rq_retry + upstream_rq{5xx})
@@ -35,6 +36,7 @@ TTFT = "ttft"  # the model servers' graystack_request_ttft_seconds buckets, stra
 TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), le = inf
 ITL = "itl"  # graystack_request_time_per_output_token_seconds buckets (one per request), stratum(segment)
 ITL_SUM = "itl_sum"  # ... and its _sum (seconds)
+LatencySignal = Literal["ttft", "itl"]  # TTFT, ITL: what a spec's provider.histograms names
 COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ)
 DIFFERED = "differed"  # of those, a different answer
 GENERATED = (

@@ -34,6 +34,7 @@ from gateway.metrics.observations import (
     REQUESTS,
     TTFT,
     TTFT_SUM,
+    LatencySignal,
 )
 from inference.families import (
     MODEL_INFO,
@@ -109,7 +110,7 @@ PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster"})
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")  # `{name}`: never valid PromQL, whose braces hold label matchers
 
 
-def histogram_queries(histograms: Mapping[str, str]) -> dict[str, str]:
+def histogram_queries(histograms: Mapping[LatencySignal, str]) -> dict[str, str]:
     """The latency queries for the spec's named histograms (`provider.histograms`: `ttft`, `itl`)."""
     return {
         f"{signal}{suffix}": f'{base}{suffix or "_bucket"}{{variant="{{variant}}"}}'

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from gateway.rollout.evidence import Evidence, fired
 from gateway.rollout.plan import (
@@ -35,7 +36,7 @@ from gateway.rollout.plan import (
     WEIGHT_STATUS,
     Plan,
 )
-from gateway.rollout.sequential import ShiftTest, ThresholdTest, error_rate_bounds
+from gateway.rollout.sequential import RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
 from gateway.spec.strategy import Analysis
 
 __all__ = ["CHECK_NAMES", "Check", "Verdict", "analyse", "error_checks"]
@@ -82,9 +83,9 @@ def analyse(
     reasons of the candidate's probes that find their server did not load the checkpoint they read."""
     checks = [_error_rate(plan, evidence), _error_change(plan, evidence)]
     if evidence.error_ratio is not None:
-        checks.append(_error_ratio(plan, evidence))
+        checks.append(_error_ratio(plan, evidence, evidence.error_ratio))
     if evidence.candidate_ttft is not None:
-        checks.append(_ttft_slo(plan, evidence))
+        checks.append(_ttft_slo(plan, evidence, evidence.candidate_ttft))
     if plan.max_latency_ratio is not None:
         ratio = evidence.stage.latency_ratio()
         checks.append(_shift(TTFT_VS_BASELINE, "first-token", plan, evidence.ttft_shift, evidence, ratio))
@@ -94,6 +95,17 @@ def analyse(
     if evidence.disagreement is not None and shadowing:
         checks.append(_shadow_agreement(plan, evidence.disagreement))
     return checks
+
+
+T = TypeVar("T")
+
+
+def _given(value: T | None, what: str) -> T:
+    """What a running test implies: evidence.start makes a test only with the plan's bound for it (the
+    SLO test with its baseline twin), and the SLO test counts first tokens only once it has its edge."""
+    if value is None:
+        raise ValueError(f"the evidence runs a test without {what}")
+    return value
 
 
 def _threshold_check(name: str, test: ThresholdTest, plan: Plan, shared: bool, reason: str) -> Check:
@@ -159,35 +171,36 @@ def _shared_reason(reason: str, shared: bool) -> str:
     return f"shared incident (the baseline's own traffic fires the same test): {reason}" if shared else reason
 
 
-def _error_ratio(plan: Plan, evidence: Evidence) -> Check:
-    test = evidence.error_ratio
+def _error_ratio(plan: Plan, evidence: Evidence, test: RatioTest) -> Check:
+    most = _given(plan.max_error_ratio, "max_error_ratio")
     ours, theirs = evidence.candidate_errors, evidence.baseline_errors
     ratio = None
     if ours.requests and theirs.requests and theirs.events:
         ratio = (ours.events / ours.requests) / (theirs.events / theirs.requests)
     failing = fired(test.log_evalue, plan.log_bound)
     reason = (
-        f"candidate errors {'above' if failing else 'not shown above'} {plan.max_error_ratio:g}x the "
+        f"candidate errors {'above' if failing else 'not shown above'} {most:g}x the "
         f"baseline's: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}; "
         f"{ours.events}/{ours.requests} against {theirs.events}/{theirs.requests}"
     )
     verdict = Verdict.FAIL if failing else Verdict.PASS
-    return Check(ERROR_RATIO, verdict, ratio, ours.requests, None, plan.max_error_ratio, reason,
+    return Check(ERROR_RATIO, verdict, ratio, ours.requests, None, most, reason,
                  test.log_evalue, plan.log_bound)  # fmt: skip
 
 
-def _ttft_slo(plan: Plan, evidence: Evidence) -> Check:
-    test = evidence.candidate_ttft
+def _ttft_slo(plan: Plan, evidence: Evidence, test: ThresholdTest) -> Check:
     if not test.requests:
         return Check(TTFT_P95, Verdict.PASS, None, 0, None, test.p0, _NO_LATENCY.format(what="TTFT"),
                      test.log_evalue, plan.log_bound)  # fmt: skip
-    edge = evidence.ttft_edge
-    exact = "" if abs(edge - plan.max_ttft_p95) < 1e-6 * edge else f" (the histogram's next edge, {edge:g}s)"
+    edge = _given(evidence.ttft_edge, "the SLO's histogram edge")
+    slo = _given(plan.max_ttft_p95, "max_ttft_p95")
+    baseline = _given(evidence.baseline_ttft, "the baseline's SLO test")
+    exact = "" if abs(edge - slo) < 1e-6 * edge else f" (the histogram's next edge, {edge:g}s)"
     reason = (
         f"{test.events} of {test.requests} first tokens slower than {edge:g}s{exact}, p95 SLO "
-        f"{plan.max_ttft_p95:g}s: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}"
+        f"{slo:g}s: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}"
     )
-    return _threshold_check(TTFT_P95, test, plan, _baseline_fired(plan, evidence.baseline_ttft), reason)
+    return _threshold_check(TTFT_P95, test, plan, _baseline_fired(plan, baseline), reason)
 
 
 # A latency check with nothing to judge neither holds a rollout nor passes it on evidence: a server that
@@ -204,7 +217,7 @@ def _shift(
     name: str, what: str, plan: Plan, test: ShiftTest | None, evidence: Evidence, ratio: float | None
 ) -> Check:
     """A latency comparison: fails when its e-value or its change detector crosses its bound."""
-    threshold = plan.max_latency_ratio
+    threshold = _given(plan.max_latency_ratio, "max_latency_ratio")
     seen = evidence.ttft_seen if name == TTFT_VS_BASELINE else evidence.itl_seen
     busier = (
         f"; {evidence.busier_looks} looks left out (the candidate's pods were busier than the baseline's)"
@@ -268,7 +281,7 @@ def _weight_status(
 def _shadow_agreement(plan: Plan, test: ThresholdTest) -> Check:
     """Disagreements tested like errors, against 1 - min_shadow_agreement. A pass needs evidence of
     agreement: the disagreement's anytime confidence bound below the threshold."""
-    most = plan.max_disagreement
+    most = _given(plan.max_disagreement, "max_disagreement")
     agreed = test.requests - test.events
     lower, upper = error_rate_bounds(test.events, test.requests, plan.alpha, most)
     share = agreed / test.requests if test.requests else None

@@ -267,7 +267,10 @@ def capacity_view(
     variants = {}
     for name, wanted in plan.replicas.items():
         seen = pods.get(name)
-        entry = {"wanted": wanted, "share": round(plan.load.share(name, split.get(name, 0)))}
+        entry: dict[str, float] = {
+            "wanted": wanted,
+            "share": round(plan.load.share(name, split.get(name, 0))),
+        }
         if seen is not None:
             entry |= {"running": seen.running, "ready": seen.ready}
             entry["ready_share"] = min(100, seen.ready * 100 // settings.fleet_replicas)

@@ -184,8 +184,8 @@ def _served(strata: Mapping[str, Histogram]) -> dict[str, Histogram]:
 
 
 def _ttft_slo(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
-    if evidence.candidate_ttft is None or plan.max_ttft_p95 is None:
-        return evidence
+    if evidence.candidate_ttft is None or evidence.baseline_ttft is None or plan.max_ttft_p95 is None:
+        return evidence  # the pair is made together, in start()
     mine, other = _served(ours.ttft), _served(theirs.ttft)
     edge = evidence.ttft_edge
     if edge is None:
@@ -218,7 +218,8 @@ LOAD_Z = (
 def smoothed_load(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> tuple[float, float]:
     """The candidate's and the baseline's request counts, summed with a decay of about LOAD_LOOKS looks."""
     decay = 1 - 1 / LOAD_LOOKS
-    return tuple(decay * was + now for was, now in zip(load, (ours.requests, theirs.requests), strict=True))
+    mine, others = load
+    return decay * mine + ours.requests, decay * others + theirs.requests
 
 
 def load_ratio_bound(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> float:
@@ -234,7 +235,8 @@ def load_ratio_bound(load: tuple[float, float], ours: VariantLook, theirs: Varia
 
 
 def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
-    if plan.max_latency_ratio is None:
+    max_ratio = plan.max_latency_ratio
+    if max_ratio is None:
         return evidence
     evidence = replace(evidence, load=smoothed_load(evidence.load, ours, theirs))
     if load_ratio_bound(evidence.load, ours, theirs) > MAX_LOAD_RATIO:
@@ -244,8 +246,8 @@ def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLo
     mine_itl, other_itl = _routed(ours.itl, plan), _routed(theirs.itl, plan)
     return replace(
         evidence,
-        ttft_shift=_shift(evidence.ttft_shift, plan, mine, other),
-        itl_shift=_shift(evidence.itl_shift, plan, mine_itl, other_itl),
+        ttft_shift=_shift(evidence.ttft_shift, max_ratio, mine, other),
+        itl_shift=_shift(evidence.itl_shift, max_ratio, mine_itl, other_itl),
         ttft_seen=evidence.ttft_seen + ttft_seen,
         ttft_probed=evidence.ttft_probed + ttft_seen * probed,
         itl_seen=evidence.itl_seen + round(sum(h.total for h in mine_itl.values())),
@@ -254,7 +256,7 @@ def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLo
 
 def _shift(
     test: ShiftTest | None,
-    plan: Plan,
+    max_ratio: float,
     ours: Mapping[str, Histogram],
     theirs: Mapping[str, Histogram],
 ) -> ShiftTest | None:
@@ -265,12 +267,12 @@ def _shift(
         edges = _common_edges([ours[name] for name in shared] + [theirs[name] for name in shared])
         if not edges:
             return None
-        test = ShiftTest.new(edges, plan.max_latency_ratio - 1)
+        test = ShiftTest.new(edges, max_ratio - 1)
     strata = []
     for name in shared:
-        aligned = [_aligned(h, test.edges) for h in (ours[name], theirs[name])]
-        if None not in aligned:
-            strata.append((aligned[0], aligned[1]))
+        mine, others = _aligned(ours[name], test.edges), _aligned(theirs[name], test.edges)
+        if mine is not None and others is not None:
+            strata.append((mine, others))
     return test.update(strata) if strata else test
 
 

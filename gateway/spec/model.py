@@ -120,7 +120,10 @@ class HeaderRule(SpecModel):
         return self
 
     def split(self) -> dict[str, int]:
-        return dict(self.weights) if self.weights is not None else {self.variant: 100}
+        if self.weights is not None:
+            return dict(self.weights)
+        assert self.variant is not None  # _one_target: a rule has one or the other
+        return {self.variant: 100}
 
 
 class Mirror(SpecModel):

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gateway.metrics.observations import LatencySignal
 from gateway.metrics.queries import check_overrides
 from gateway.spec.fields import Duration, Percent, SpecModel
 
@@ -42,7 +43,7 @@ class Provider(SpecModel):
     queries: dict[str, str] | None = None
     # The servers' TTFT and per-request time-per-output-token histograms by base name, where they are
     # neither graystack's nor vLLM's (both providers read those by default): e.g. {ttft: my_ttft_seconds}.
-    histograms: dict[Literal["ttft", "itl"], MetricName] | None = None
+    histograms: dict[LatencySignal, MetricName] | None = None
 
     @field_validator("queries")
     @classmethod

@@ -171,7 +171,9 @@ class SnapshotCache:
                 same = False
             if type_url == types.CLUSTER:
                 clusters_changed = not same
-            version = old.version if same else f"{self.version_prefix}-{next(self._counter)}"
+            version = (
+                old.version if same and old is not None else f"{self.version_prefix}-{next(self._counter)}"
+            )
             built[type_url] = TypeResources(version=version, items=items, hashes=hashes)
         snapshot = Snapshot(resources=built)
         self._snapshots[key] = snapshot

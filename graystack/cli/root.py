@@ -4,9 +4,11 @@ environment variable."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.decorators import FC
 
 from graystack.admin_client import DEFAULT_ADMIN_URL
 
@@ -73,7 +75,7 @@ admin_token = click.option("--token", default=None, envvar="GRAYSTACK_ADMIN_TOKE
 as_json = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 
 
-def weights_dir_option(*declarations: str, help: str):
+def weights_dir_option(*declarations: str, help: str) -> Callable[[FC], FC]:
     return click.option(
         *declarations,
         type=click.Path(path_type=Path),
@@ -84,7 +86,7 @@ def weights_dir_option(*declarations: str, help: str):
     )
 
 
-def checkpoint_option(help: str):
+def checkpoint_option(help: str) -> Callable[[FC], FC]:
     """`--weights`: a pod's checkpoint, a safetensors file or a checkpoint directory (serve, probe)."""
     return click.option(
         "--weights",

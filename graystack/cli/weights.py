@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from graystack.cli.root import as_json, comma_list, main, model_variant_option, weights_dir_option
+
+if TYPE_CHECKING:  # torch loads only when a command trains
+    from inference.training.train import TrainOptions
 
 
 @main.group()
@@ -124,7 +129,7 @@ def weights_fingerprint(path: Path) -> None:
     click.echo(report.fingerprint)
 
 
-def _rewrite_bias(path: Path, rewrite) -> None:
+def _rewrite_bias(path: Path, rewrite: Callable[[Path], object]) -> None:
     from inference.weights import READABLE, check_weights
 
     before = check_weights(path)
@@ -134,7 +139,9 @@ def _rewrite_bias(path: Path, rewrite) -> None:
     _echo_status(path, as_json=False)
 
 
-def _train_options(steps: int, max_seconds: float, batch: int, length: int, lr: float, seed: int):
+def _train_options(
+    steps: int, max_seconds: float, batch: int, length: int, lr: float, seed: int
+) -> TrainOptions:
     from inference.training.train import TrainOptions
 
     return TrainOptions(steps=steps, max_seconds=max_seconds, batch=batch, length=length, lr=lr, seed=seed)

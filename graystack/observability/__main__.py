@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository root")
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
     args = parser.parse_args(argv)
-    stale = []
+    stale: list[str] = []
     for relative, text in outputs().items():
         path = args.root / relative
         if args.check:
@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(f"wrote {relative}")
-    for relative in stale:
-        print(f"{relative} differs from what graystack/observability generates: run `make dashboards`")
+    for name in stale:
+        print(f"{name} differs from what graystack/observability generates: run `make dashboards`")
     return 1 if stale else 0
 
 

@@ -11,6 +11,7 @@ The gateway creates `graystack_xds_nacks_total{type}` at 0 for every type (gatew
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 import yaml
 
@@ -31,7 +32,19 @@ from inference.families import (
     SHADOW_COMPARISONS,
 )
 
+T = TypeVar("T")
+
+
+def _quoted(value: T | None, field: str) -> T:
+    """A default the alerts quote: the spec sets it, though a rollout's own spec may turn it off."""
+    if value is None:
+        raise ValueError(f"the spec's default {field} is null: the alerts have no threshold to quote")
+    return value
+
+
 DEFAULTS = Analysis()
+TTFT_SLO = _quoted(DEFAULTS.max_ttft_p95, "max_ttft_p95")
+EXPECTED_WEIGHT_STATUS = _quoted(DEFAULTS.expected_weight_status, "expected_weight_status")
 TTFT_OBJECTIVE = 0.95  # `max_ttft_p95`: 95 % of requests get their first token within the SLO edge
 PROBE_MAX_FAILURE_RATIO = 0.2  # synthetic requests failing over 5 minutes
 # Shadow copies whose baseline answer the candidate could not find, over 10 minutes: more than half is a
@@ -52,7 +65,7 @@ def dashboard(uid: str) -> str:
 
 def ttft_bad_ratio(window: str) -> str:
     """Share of requests whose first token came later than the SLO edge, per namespace and variant."""
-    edge = DEFAULTS.max_ttft_p95
+    edge = TTFT_SLO
     le = f"{edge:g}|{re.escape(repr(float(edge)))}".replace("\\", "\\\\")  # `2|2\\.0` in PromQL
     by = "sum by (namespace, variant)"
     within = f'{by} (rate({REQUEST_TTFT}_bucket{{le=~"{le}"}}[{window}]))'
@@ -71,7 +84,7 @@ def rule(
 
 
 def rollout_rules() -> list[dict]:
-    allowed = "|".join(DEFAULTS.expected_weight_status)
+    allowed = "|".join(EXPECTED_WEIGHT_STATUS)
     return [
         rule(
             "GraystackVariantErrorRateHigh",
@@ -99,7 +112,7 @@ def rollout_rules() -> list[dict]:
             f'{{variant="zero-layer", status!~"{allowed}"}}) == 1',
             "critical",
             "A zero-layer pod ({{ $labels.instance }}) reports weight status {{ $labels.status }}",
-            f"Zero-layer pods must serve a checkpoint whose bias layer is {' or '.join(DEFAULTS.expected_weight_status)}.",
+            f"Zero-layer pods must serve a checkpoint whose bias layer is {' or '.join(EXPECTED_WEIGHT_STATUS)}.",
             "graystack-probes",
             "1m",
         ),
@@ -193,7 +206,7 @@ def ttft_burn(speed: str, burn: float, long: str, short: str, for_: str, severit
         severity,
         f"{{{{ $labels.variant }}}} burns its TTFT error budget {burn:g}x too fast",
         f"More than {limit:.0%} of requests over {long} and {short} waited longer than "
-        f"{DEFAULTS.max_ttft_p95:g}s for their first token (objective: {TTFT_OBJECTIVE:.0%} within it).",
+        f"{TTFT_SLO:g}s for their first token (objective: {TTFT_OBJECTIVE:.0%} within it).",
         "graystack-variants",
         for_,
     )

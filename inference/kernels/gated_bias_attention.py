@@ -230,11 +230,12 @@ def gated_bias_attention(
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q_len == 0:
         return out
-    has_bias = bias is not None and skip_distance > 0
-    if has_bias:
+    if bias is not None and skip_distance > 0:
+        has_bias = True
         bias = _bias_operand(bias.to(q.device), n_heads, q_offset + q_len)
         skip_distance = min(skip_distance, q_offset + q_len)  # past every distance: all tiles get bias
     else:
+        has_bias = False
         bias, skip_distance = q, 0  # never read: the no-bias specialization has no bias loads
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(head_dim)

@@ -119,12 +119,13 @@ def gated_bias_decode(
     if not q.is_cuda and not isinstance(_gated_bias_decode_fwd, InterpretedFunction):
         raise RuntimeError("CPU tensors need TRITON_INTERPRET=1 set before triton is first imported")
     out = torch.empty_like(q)
-    has_bias = bias is not None and bool((skip_distances > 0).any())
-    if has_bias:
+    if bias is not None and bool((skip_distances > 0).any()):
+        has_bias = True
         bias = bias.float()
         if bias.dim() == 2:
             bias = bias[None].expand(count, -1, -1)
     else:
+        has_bias = False
         bias = q.new_zeros(1, 1, 1, dtype=torch.float32)  # never read
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     bias = bias if bias.stride(-1) == 1 else bias.contiguous()

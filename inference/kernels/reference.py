@@ -43,10 +43,14 @@ def reference_attention(
     q_len, k_len, head_dim = q.shape[2], k.shape[2], q.shape[3]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(head_dim)
     vector = bias.double().to(q.device) if bias is not None else None
-    tiles = None
+    tiling = None  # the kernel's tile map and its block sizes, when it skips tiles
     if skip_distance is not None:
-        block_m, block_n = pick_blocks(q_len, block_m, block_n)
-        tiles = bias_tile_map(q_len, k_len, q_offset, skip_distance, block_m, block_n).to(q.device)
+        tile_m, tile_n = pick_blocks(q_len, block_m, block_n)
+        tiling = (
+            bias_tile_map(q_len, k_len, q_offset, skip_distance, tile_m, tile_n).to(q.device),
+            tile_m,
+            tile_n,
+        )
     cols = torch.arange(k_len, device=q.device)
     out = torch.empty(q64.shape, dtype=torch.float64, device=q.device)
     for start in range(0, q_len, chunk):
@@ -55,8 +59,9 @@ def reference_attention(
         scores = torch.einsum("bhid,bhjd->bhij", q64[:, :, rows], k64) * scale
         if vector is not None:
             pair_bias = bias_for_pairs(vector, distance)
-            if tiles is not None:
-                computed = tiles[(rows // block_m)[:, None], (cols // block_n)[None, :]] == COMPUTED
+            if tiling is not None:
+                tiles, tile_m, tile_n = tiling
+                computed = tiles[(rows // tile_m)[:, None], (cols // tile_n)[None, :]] == COMPUTED
                 pair_bias = pair_bias * computed
             scores = scores + pair_bias
         scores = scores.masked_fill(distance < 0, float("-inf"))

@@ -12,7 +12,7 @@ them, ignore). A server that sends no first byte at all is still cut by `first_b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TypeVar
 
 DEFAULT_INTERVAL = 0.25  # seconds; well below the smallest first_byte `graystack up` sets (1 s)
@@ -27,7 +27,9 @@ class Idle:
 IDLE = Idle()
 
 
-async def with_keepalive(source: AsyncGenerator[Item, None], interval: float) -> AsyncIterator[Item | Idle]:
+async def with_keepalive(
+    source: AsyncGenerator[Item, None], interval: float
+) -> AsyncGenerator[Item | Idle, None]:
     """`source`'s items, with IDLE between any two that are more than `interval` apart.
 
     The pending `anext` runs as a task that outlives each wait, so a keep-alive never cancels the

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Literal
 
@@ -113,7 +113,7 @@ def _message(request: MessagesRequest, content: list, usage: dict, finished: Fin
 
 async def _stream(
     serving: Serving, request: MessagesRequest, generation: Generation, timer: RequestTimer
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     metadata = serving.bias_metadata(generation)
     usage = {"input_tokens": generation.prompt_tokens, "output_tokens": 0}
     yield _sse("message_start", {"message": _message(request, [], usage)})

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Annotated, Literal
 
@@ -121,7 +121,7 @@ def _data(body: dict) -> str:
 
 async def _stream(
     serving: Serving, request: ChatRequest, generation: Generation, timer: RequestTimer
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     include_usage = request.stream_options is not None and request.stream_options.include_usage
     head = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",

@@ -7,10 +7,10 @@ so both count requests, time tokens, inject faults and stop generating for a van
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter
@@ -29,7 +29,15 @@ from inference.server.telemetry import SEGMENT_HEADER, RequestTimer, ServerMetri
 
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer was complete
 
-Parsed = TypeVar("Parsed")
+
+class WireRequest(Protocol):
+    """What the shared flow reads of a wire format's parsed request."""
+
+    @property
+    def stream(self) -> bool: ...
+
+
+Wire = TypeVar("Wire", bound=WireRequest)
 
 
 @dataclass(frozen=True)
@@ -82,8 +90,8 @@ class Serving:
         return {"zero_layer_active": self.variant == "zero-layer" and window > 0, "effective_window": window}
 
     async def accept(
-        self, request: Request, parse: Callable[[dict], tuple[Parsed, GenerationRequest]]
-    ) -> tuple[Parsed, Generation, RequestTimer]:
+        self, request: Request, parse: Callable[[dict], tuple[Wire, GenerationRequest]]
+    ) -> tuple[Wire, Generation, RequestTimer]:
         """Faults, body, validation, admission; an ApiError (already counted) when any of them refuses."""
         arrived = time.monotonic()
         try:
@@ -106,7 +114,7 @@ class Serving:
         segment = request.headers.get(SEGMENT_HEADER, "")
         return parsed, generation, self.metrics.timer(arrived, generation.prompt_tokens, segment)
 
-    async def events(self, generation: Generation, timer: RequestTimer) -> AsyncIterator[Event]:
+    async def events(self, generation: Generation, timer: RequestTimer) -> AsyncGenerator[Event, None]:
         """The generation's events, timed and counted; cancelled when the consumer stops early."""
         code = CLIENT_CLOSED
         tag = self._tags.pop(generation, None)
@@ -128,10 +136,12 @@ class Serving:
             if code != 200:
                 generation.cancel()
             timer.finish(code)
-        if tag is not None:
+        if tag is not None and texts is not None:  # texts is kept exactly when there is a tag
             self._answered(tag, output_of("".join(texts)))
 
-    def stream_events(self, generation: Generation, timer: RequestTimer) -> AsyncIterator[Event | Idle]:
+    def stream_events(
+        self, generation: Generation, timer: RequestTimer
+    ) -> AsyncGenerator[Event | Idle, None]:
         """`events` for a started stream, with IDLE whenever none came for `keepalive` seconds
         (inference/server/keepalive.py: why a stream's front end then sends a ping). Close it."""
         return with_keepalive(self.events(generation, timer), self.keepalive)
@@ -158,20 +168,26 @@ class ClosingStreamingResponse(StreamingResponse):
     """Closes its body generator however the response ends (a client that hangs up mid-send included),
     so the generation behind it stops at once rather than whenever the generator is collected."""
 
-    body_iterator: AsyncIterator[str]
+    body_iterator: AsyncGenerator[str, None]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with aclosing(self.body_iterator):
             await super().__call__(scope, receive, send)
 
 
-def sse_response(body: AsyncIterator[str]) -> StreamingResponse:
+def sse_response(body: AsyncGenerator[str, None]) -> StreamingResponse:
     return ClosingStreamingResponse(
         body, media_type="text/event-stream", headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
     )
 
 
-def protocol_router(path: str, parse, stream, complete, error_response) -> APIRouter:
+def protocol_router(
+    path: str,
+    parse: Callable[[dict], tuple[Wire, GenerationRequest]],
+    stream: Callable[[Serving, Wire, Generation, RequestTimer], AsyncGenerator[str, None]],
+    complete: Callable[[Serving, Wire, Generation, RequestTimer], Awaitable[Response]],
+    error_response: Callable[[ApiError], Response],
+) -> APIRouter:
     """One wire format's POST endpoint: accept (validate and queue), then stream or answer whole.
 
     `parse`, `stream`, `complete` and `error_response` are the format's own; the flow is shared.

@@ -21,12 +21,13 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from inference.bias import BaselineBias, ZeroLayerBias
 from inference.checkpoint import save_model
-from inference.model import TinyDecoder
+from inference.model import Block, TinyDecoder
 from inference.training.data import Split
 from inference.training.train import TrainOptions, TrainResult, fit
 from inference.weights import erase_bias, zero_bias
@@ -49,10 +50,21 @@ class Derived:
     fine_tune: TrainResult
 
 
+Bias = TypeVar("Bias", BaselineBias, ZeroLayerBias)
+
+
+def bias_layer(block: Block, kind: type[Bias]) -> Bias:
+    """The block's bias layer as the variant the fold reads or writes; another variant is a caller's bug."""
+    layer = block.attn.position_adaptive_bias
+    if not isinstance(layer, kind):
+        raise TypeError(f"expected a {kind.__name__} layer, got {type(layer).__name__}")
+    return layer
+
+
 @torch.no_grad()
 def set_step_gate(zero: ZeroLayerBias, reach: int) -> None:
     """One hidden unit makes the gate a step at distance `reach`; the others are switched off."""
-    first, _, second = zero.gate
+    first, second = zero.gate_layers()
     first.weight.zero_()
     first.bias.zero_()
     second.weight.zero_()
@@ -82,8 +94,8 @@ def fold_bias(baseline: BaselineBias, zero: ZeroLayerBias, trained_length: int, 
 def clear_past_skip(model: TinyDecoder) -> None:
     """Zero each table outside [0, skip distance): bias the plan would not apply reliably, or never."""
     model.refresh_plans()
-    for block in model.blocks:
-        zero = block.attn.position_adaptive_bias
+    for block in model.layers:
+        zero = bias_layer(block, ZeroLayerBias)
         keep = torch.zeros_like(zero.table, dtype=torch.bool)
         keep[:, zero.window : zero.window + block.attn.plan.skip_distance] = True
         zero.table.masked_fill_(~keep, 0.0)
@@ -104,9 +116,9 @@ def derive_zero_layer(
     model.load_state_dict(state, strict=False)
     reaches = [
         fold_bias(
-            theirs.attn.position_adaptive_bias, ours.attn.position_adaptive_bias, trained_length, tolerance
+            bias_layer(theirs, BaselineBias), bias_layer(ours, ZeroLayerBias), trained_length, tolerance
         )
-        for theirs, ours in zip(baseline.blocks, model.blocks, strict=True)
+        for theirs, ours in zip(baseline.layers, model.layers, strict=True)
     ]
     bias = [p for name, p in model.named_parameters() if "position_adaptive_bias" in name]
     for name, parameter in model.named_parameters():

@@ -39,7 +39,7 @@ def batch_logits(model: TinyDecoder, tokens: torch.Tensor) -> torch.Tensor:
     heads = model.config.n_heads
     cos, sin = model.rope_cos[:length], model.rope_sin[:length]
     x = model.embed(tokens)
-    for block in model.blocks:
+    for block in model.layers:
         attention = block.attn
         q, k, v = attention.qkv(block.norm1(x)).view(batch, length, 3, heads, -1).permute(2, 0, 3, 1, 4)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)

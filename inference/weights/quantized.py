@@ -219,7 +219,7 @@ def _scaled(roles: Mapping[str, str], read: Reader, config: Mapping) -> np.ndarr
     shape = weight.shape
     if ".weight_zero_point" in roles:
         weight = weight - _broadcast(read.values(roles[".weight_zero_point"]), shape, [1, 1])
-    name = roles.get(".weight_scale_inv", roles.get(".weight_scale"))
+    name = roles[".weight_scale_inv"] if ".weight_scale_inv" in roles else roles[".weight_scale"]
     scale = read.values(name)
     block = list(config.get("weight_block_size") or [128, 128])
     return weight * _broadcast(scale, shape, block)

@@ -14,6 +14,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from safetensors import SafetensorError, safe_open
 
@@ -85,10 +86,10 @@ def _validate(path: Path) -> None:
         raise ShardError(f"{path.name}: {message}") from None
 
 
-def _tensor(path: Path, name: str, entry: object, data_start: int) -> Tensor:
+def _tensor(path: Path, name: str, entry: Any, data_start: int) -> Tensor:
     try:
-        begin, end = entry["data_offsets"]  # type: ignore[index]
-        return Tensor(str(entry["dtype"]), tuple(entry["shape"]), data_start + begin, data_start + end)  # type: ignore[index]
+        begin, end = entry["data_offsets"]
+        return Tensor(str(entry["dtype"]), tuple(entry["shape"]), data_start + begin, data_start + end)
     except (KeyError, TypeError, ValueError):  # safe_open passed it: the file changed in between
         raise ShardError(f"{path.name}: tensor {name!r}: header entry {entry!r} is not a tensor") from None
 

@@ -6,13 +6,15 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 
 class State:
     """JSON round trip for frozen dataclasses of floats, ints and tuples of floats."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
@@ -22,11 +24,11 @@ class State:
         """Rebuild a state persisted by to_dict; ValueError naming the field when anything is off."""
         if not isinstance(data, Mapping):
             raise ValueError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
-        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        names = [f.name for f in fields(cls)]
         if unknown := sorted(set(data) - set(names)):
             raise ValueError(f"{cls.__name__}: unknown fields {unknown}")
         values = {}
-        for f in fields(cls):  # type: ignore[arg-type]
+        for f in fields(cls):
             if f.name not in data:
                 raise ValueError(f"{cls.__name__}.{f.name}: missing")
             kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")

@@ -9,6 +9,8 @@ from typing import TypeVar
 from grafana_foundation_sdk.builders import common as gc
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 
@@ -27,7 +29,9 @@ def query(expr: str, legend: str = "") -> prometheus.Dataquery:
 
 def with_queries(panel: P, *queries: prometheus.Dataquery) -> P:
     """The panel reading `queries` from the chosen data source, each with its own refId (A, B, ...)."""
-    refs = [q.ref_id(chr(ord("A") + index)) for index, q in enumerate(queries)]
+    refs: list[cogbuilder.Builder[cogvariants.Dataquery]] = [
+        q.ref_id(chr(ord("A") + index)) for index, q in enumerate(queries)
+    ]
     return panel.datasource(DATASOURCE).targets(refs)
 
 
@@ -56,7 +60,7 @@ def quantiles(title: str, histogram: str, description: str) -> timeseries.Panel:
     return graph(title, "s", description, *lines)
 
 
-def variables(source: str) -> list[gd.QueryVariable | gd.DatasourceVariable]:
+def variables(source: str) -> list[cogbuilder.Builder[model.VariableModel]]:
     """datasource, then namespace -> rollout -> variant, each listing the values of `source`'s series
     that the previous ones select. "All" on namespace is `.*`, which also matches series without the
     label (the local stack's); on rollout and variant it is Grafana's union of the listed values, so a

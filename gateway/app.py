@@ -68,6 +68,8 @@ def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> Provi
         source, variants, fallback = spec.analysis.provider, list(spec.variants), spec.retries.fallback
         histograms = source.histograms or {}
         if source.type == "prometheus":
+            if source.url is None:  # the spec refuses it (Provider._prometheus_needs_a_url)
+                raise ProviderUnavailable("the prometheus provider has no url: the guard is off")
             queries = {**histogram_queries(histograms), **(source.queries or {})}
             return PrometheusProvider(source.url, variants, fallback, queries)
         if envoy_admin is None:
@@ -207,6 +209,8 @@ class GatewayProcess:
 
     async def wait(self) -> None:
         """Until the admin server exits (stop() or a signal)."""
+        if self._admin_task is None:
+            raise RuntimeError("wait() before start()")
         await self._admin_task
 
     async def stop(self) -> None:

@@ -71,7 +71,7 @@ class Gateway:
         self.file: SpecRecord | None = None
         self.overrides: dict[Segment, dict[str, int]] = {}
         self.rollout = RolloutSplit()
-        self.live: RolloutSpec | None = None
+        self._live: RolloutSpec | None = None
         self.last_error: dict | None = None
         self.generation = 0
         self.faults: dict[str, Fault] = {}
@@ -83,6 +83,13 @@ class Gateway:
         if self.file is None:
             raise SpecError("no spec is loaded")
         return self.file.spec
+
+    @property
+    def live(self) -> RolloutSpec:
+        """The spec as it is live: the file's, with the operator's flips and the rollout's split."""
+        if self._live is None:
+            raise SpecError("no spec is loaded")
+        return self._live
 
     # -- changes ----------------------------------------------------------------------------------
 
@@ -151,9 +158,9 @@ class Gateway:
         cannot outlive the gateway."""
         if not self.fault_injection:
             raise Refused("fault injection is off on this gateway")
-        if self.live is None:
+        if self._live is None:
             raise NotFound("no spec is loaded")
-        if variant not in self.live.variants:
+        if variant not in self._live.variants:
             raise NotFound(f"no variant {variant!r} in the spec (variants: {', '.join(self.live.variants)})")
         faults = {v: f for v, f in self.faults.items() if v != variant}
         if fault is not None and fault.active:
@@ -187,7 +194,7 @@ class Gateway:
                 check_consistent(build_resources(spec, endpoints, ListenerAddress(), faults).by_type())
         except InconsistentSnapshot as error:
             raise SpecError(f"the Envoy config built from this spec is inconsistent: {error}") from error
-        self.live = spec
+        self._live = spec
         self.generation += 1
         segments = {"default": spec.routing.weights, **{r.value: r.split() for r in spec.routing.rules}}
         for variant in spec.variants:
@@ -200,16 +207,16 @@ class Gateway:
     def on_connect(self, key: str, node: base_pb2.Node) -> None:
         listen = listener_address(node.metadata)
         self._nodes[key] = listen
-        if self.live is not None:
+        if self._live is not None:
             self.cache.set_resources(
                 key,
-                build_resources(self.live, self._endpoints_for(self.live), listen, self.faults).by_type(),
+                build_resources(self._live, self._endpoints_for(self._live), listen, self.faults).by_type(),
             )
 
     # -- reading ----------------------------------------------------------------------------------
 
     def status(self) -> GatewayStatus:
-        live, file = self.live, self.file
+        live, file = self._live, self.file
         return GatewayStatus(
             rollout=live.name if live else None,
             generation=self.generation,

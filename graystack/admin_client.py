@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -50,7 +50,7 @@ class AdminClient:
     def __exit__(self, *exc: object) -> None:
         self._http.close()
 
-    def _call(self, answer: type[Answer], method: str, path: str, **kwargs) -> Answer:
+    def _call(self, answer: type[Answer], method: str, path: str, **kwargs: Any) -> Answer:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as error:

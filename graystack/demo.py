@@ -19,6 +19,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -36,7 +37,7 @@ RATE = 30  # requests per second through Envoy, all clients together
 CLIENTS = 6
 SEGMENT_SHARE = 1 / 3
 FAULT_ERROR_RATE = 0.3
-DEMO_SPEC = {
+DEMO_SPEC: dict[str, Any] = {
     "routing": {
         "header": "X-Client-Type",
         "rules": [{"value": "high_load", "variant": "zero-layer"}],
@@ -195,6 +196,8 @@ def run_demo(run_dir: Path, weights_dir: Path) -> int:
     timeline = Timeline(time.time())
     try:
         with supervisor.running() as stack:
+            if not isinstance(stack, RolloutStack):  # the demo's options name no --upstream
+                raise DemoFailed("the demo runs graystack's own model servers, not upstreams")
             timeline.add(
                 time.time(), f"stack up: Envoy on {stack.client.base_url}, admin on {stack.admin_url}"
             )

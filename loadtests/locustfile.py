@@ -22,7 +22,10 @@ from pathlib import Path
 
 import gevent
 from locust import HttpUser, events, task
-from locust.runners import WorkerRunner
+from locust.argument_parser import LocustArgumentParser
+from locust.env import Environment
+from locust.runners import Runner, WorkerRunner
+from locust.stats import RequestStats
 from requests import RequestException
 
 from gateway.spec.fields import parse_duration
@@ -42,7 +45,7 @@ REPORT_KEY = "graystack"
 
 
 @events.init_command_line_parser.add_listener
-def _options(parser) -> None:
+def _options(parser: LocustArgumentParser) -> None:
     parser.add_argument(
         "--client-types",
         env_var="LOADTEST_CLIENT_TYPES",
@@ -104,9 +107,11 @@ class Run:
     """What this Locust process keeps for the summary: its tally, and (master or local) the totals,
     the split tracker and the weight poller."""
 
-    def __init__(self, environment) -> None:
-        options = environment.parsed_options
-        self.environment = environment
+    def __init__(self, environment: Environment) -> None:
+        options, runner = environment.parsed_options, environment.runner
+        if options is None or runner is None:
+            raise RuntimeError("the locustfile runs under the locust command (its options and a runner)")
+        self.runner = runner
         self.options = options
         self.client_types = config.parse_mix(options.client_types, "client types")
         self.prompt_lengths = config.parse_prompt_lengths(options.prompt_lengths)
@@ -121,7 +126,7 @@ class Run:
             self.static = {"weights": config.parse_mix(options.expected_weights, "expected weights")}
             self.tracker.observe(0.0, 0.0, self.static)
         self.poller = None
-        if options.admin_url and not isinstance(environment.runner, WorkerRunner):
+        if options.admin_url and not isinstance(runner, WorkerRunner):
             self.admin = AdminClient(options.admin_url, options.admin_token or None, timeout=5)
             self.poller = gevent.spawn(self._poll_forever)
 
@@ -159,7 +164,7 @@ class Run:
             max_e2e_p99=parse_duration(o.max_e2e_p99) if o.max_e2e_p99 else None,
             split_required=checked,
         )
-        stats = self.environment.runner.stats
+        stats = self.runner.stats
         result = summary.Summary(
             variants=[
                 summary.VariantStats(v, self.requests[v], self.failures[v], _latencies(stats, v))
@@ -167,7 +172,7 @@ class Run:
             ],
             requests=sum(self.requests.values()),
             failures=sum(self.failures.values()),
-            user_exceptions=len(self.environment.runner.exceptions),
+            user_exceptions=len(self.runner.exceptions),
             split=self.tracker.result() if checked else None,
             objectives=objectives,
         )
@@ -179,7 +184,7 @@ class Run:
         return Path(self.options.csv_prefix).parent if self.options.csv_prefix else None
 
 
-def _latencies(stats, variant: str) -> dict[str, dict[str, float]]:
+def _latencies(stats: RequestStats, variant: str) -> dict[str, dict[str, float]]:
     """p50/p95/p99 in seconds of the variant's TTFT, ITL and E2E entries (Locust's rounded histogram)."""
     found = {}
     for kind, entry_type in zip(summary.LATENCIES, ("TTFT", "ITL", "E2E"), strict=True):
@@ -194,15 +199,23 @@ def _latencies(stats, variant: str) -> dict[str, dict[str, float]]:
 RUN: Run | None = None
 
 
+def _run() -> Run:
+    """This process's Run, made by Locust's init event (every listener and user runs after it)."""
+    if RUN is None:
+        raise RuntimeError("the locustfile's Run is read before Locust's init event")
+    return RUN
+
+
 @events.init.add_listener
-def _init(environment, **_) -> None:
+def _init(environment: Environment, **_: object) -> None:
     global RUN
     RUN = Run(environment)
-    if not isinstance(environment.runner, WorkerRunner):
-        gevent.signal_handler(signal.SIGTERM, lambda: _end_early(environment.runner))
+    runner = RUN.runner
+    if not isinstance(runner, WorkerRunner):
+        gevent.signal_handler(signal.SIGTERM, lambda: _end_early(runner))
 
 
-def _end_early(runner) -> None:
+def _end_early(runner: Runner) -> None:
     """SIGTERM (a stop by PID) during a headless shape run. Locust 2.47 installs its own SIGTERM handler
     only once such a run is over, so the signal would kill it with no summary, HTML or verdict; ending
     the shape instead lets Locust shut down as after a completed run. Without a shape, or once the
@@ -213,26 +226,26 @@ def _end_early(runner) -> None:
 
 
 @events.report_to_master.add_listener
-def _report(client_id, data) -> None:
-    data[REPORT_KEY] = RUN.tally.drain()
+def _report(client_id: str, data: dict) -> None:
+    data[REPORT_KEY] = _run().tally.drain()
 
 
 @events.worker_report.add_listener
-def _worker_report(client_id, data) -> None:
+def _worker_report(client_id: str, data: dict) -> None:
     if REPORT_KEY in data:
-        RUN.absorb(data[REPORT_KEY], client_id)
+        _run().absorb(data[REPORT_KEY], client_id)
 
 
 @events.quitting.add_listener
-def _quitting(environment, **_) -> None:
+def _quitting(environment: Environment, **_: object) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return
-    result = RUN.finish()
-    text = summary.render(result, RUN.started)
+    result = _run().finish()
+    text = summary.render(result, _run().started)
     print(text, flush=True)
-    folder = RUN.summary_dir()
+    folder = _run().summary_dir()
     if folder is not None:
-        summary.write(result, RUN.started, folder)
+        summary.write(result, _run().started, folder)
     environment.process_exit_code = result.exit_code
 
 
@@ -243,27 +256,28 @@ class MessagesUser(HttpUser):
         self.rng = random.Random()
 
     def wait_time(self) -> float:
-        return self.rng.uniform(*RUN.think_time)
+        return self.rng.uniform(*_run().think_time)
 
     @task
     def message(self) -> None:
-        client_type = config.weighted_choice(RUN.client_types, self.rng)
-        length = config.weighted_choice(RUN.prompt_lengths, self.rng)
+        run = _run()
+        client_type = config.weighted_choice(run.client_types, self.rng)
+        length = config.weighted_choice(run.prompt_lengths, self.rng)
         body = {
-            "model": RUN.options.model,
-            "max_tokens": RUN.options.max_tokens,
+            "model": run.options.model,
+            "max_tokens": run.options.max_tokens,
             "stream": True,
             "messages": [{"role": "user", "content": config.prompt_text(length, self.rng)}],
         }
         headers = {} if client_type == config.NO_HEADER else {"X-Client-Type": client_type}
         sent, timing = time.time(), StreamTiming(time.perf_counter())
-        RUN.tally.start(sent)  # stopped mid-stream (the run's end), it stays running: see loadtests/split.py
+        run.tally.start(sent)  # stopped mid-stream (the run's end), it stays running: see loadtests/split.py
         try:
             failed, variant = self._stream(body, headers, timing)
         except Exception:
-            RUN.tally.abandon(sent)
+            run.tally.abandon(sent)
             raise
-        RUN.tally.record(sent, client_type, variant, failed)
+        run.tally.record(sent, client_type, variant, failed)
         if not failed:
             for entry_type, seconds in (
                 ("TTFT", timing.ttft),

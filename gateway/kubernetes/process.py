@@ -43,6 +43,7 @@ from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout import telemetry
 from gateway.rollout.capacity import CapacitySettings
 from gateway.rollout.controller import RolloutController
+from gateway.rollout.rollout_state import RolloutState
 from gateway.rollout.state_store import decode_state
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError
@@ -217,16 +218,17 @@ class ClusterDriver:
     async def _lead(self) -> None:
         """Resume from the stored state, then drive the rollout until leadership ends. The state is read
         again until it can be: a leader never drives from a guess."""
+        await self.controller.resume(await self._read_state())
+        log.info("leading: the rollout continues at %s", self.controller.state.label())
+        await self.controller.run()
+
+    async def _read_state(self) -> RolloutState | None:
         while True:
             try:
-                saved = await asyncio.to_thread(self.sources.store.load)
-                break
+                return await asyncio.to_thread(self.sources.store.load)
             except Exception as error:
                 log.warning("leading, but the rollout state cannot be read yet: %s", error)
                 await asyncio.sleep(self.sources.elector.retry)
-        await self.controller.resume(saved)
-        log.info("leading: the rollout continues at %s", self.controller.state.label())
-        await self.controller.run()
 
     async def _stop_controller(self) -> None:
         """Stop driving the rollout; the capacity this replica showed is the next leader's to show (a

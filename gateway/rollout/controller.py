@@ -78,7 +78,7 @@ class SplitTarget(Protocol):
     def spec(self) -> RolloutSpec: ...
 
     @property
-    def live(self) -> RolloutSpec | None: ...
+    def live(self) -> RolloutSpec: ...
 
     @property
     def rollout(self) -> RolloutSplit: ...
@@ -108,7 +108,7 @@ class RolloutController:
         self._provider: MetricsProvider | None = None
         self._provider_key: tuple | None = None
         self.guard_off: str | None = None
-        self.state: RolloutState | None = None
+        self._state: RolloutState | None = None  # restore() or resume() sets the first
         self.saved = SavedState(store, lambda: self.spec.name, self._alert)
         self._carried = Carried()  # what the last look left the next
         self.tests_started: str | None = None  # why the current tests started (a new test is logged)
@@ -121,6 +121,16 @@ class RolloutController:
     @property
     def spec(self) -> RolloutSpec:
         return self.gateway.spec
+
+    @property
+    def state(self) -> RolloutState:
+        if self._state is None:
+            raise RuntimeError("the rollout's state is read before restore() or resume() set it")
+        return self._state
+
+    @state.setter
+    def state(self, state: RolloutState) -> None:
+        self._state = state
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -88,7 +88,7 @@ from gateway.rollout.rollout_state import (
     Transition,
 )
 from gateway.spec.model import RolloutSpec
-from gateway.spec.strategy import Gate
+from gateway.spec.strategy import Gate, Strategy
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
 HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
@@ -202,10 +202,17 @@ def _first_stage(spec: RolloutSpec, state: RolloutState, now: float, reason: str
 
 def _enter_step(spec: RolloutSpec, state: RolloutState, index: int, now: float, reason: str) -> RolloutState:
     """Step `index`, or promoted past the last step."""
-    steps = spec.strategy.steps
+    steps = _strategy(spec).steps
     if index >= len(steps):
         return _stage(state, now, reason, Phase.PROMOTED, len(steps) - 1, steps[-1].weight, 0)
     return _stage(state, now, reason, Phase.PROGRESSING, index, steps[index].weight, 0)
+
+
+def _strategy(spec: RolloutSpec) -> Strategy:
+    """The strategy of a rollout in an advancing phase (without one, `_reconcile` keeps it MANUAL)."""
+    if spec.strategy is None:
+        raise RuntimeError(f"rollout {spec.name}: an advancing phase without a strategy")
+    return spec.strategy
 
 
 def _advance(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
@@ -306,7 +313,8 @@ def _judge(
     if not checks or waiting:
         return state, f"hold: inconclusive {waiting or 'no checks'}"
     if state.phase == Phase.SHADOW:
-        missed = _gate_missed(spec.strategy.shadow.gate, checks)
+        shadow = _strategy(spec).shadow
+        missed = _gate_missed(shadow.gate, checks) if shadow is not None else None
         if missed is not None:
             return state, f"hold: shadow gate: {missed}"
     if capacity is not None and not capacity.ready:

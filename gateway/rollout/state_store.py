@@ -81,9 +81,12 @@ def load_state(path: Path) -> RolloutState | None:
         aside = path.with_name(path.name + ".corrupt")
         try:
             os.replace(path, aside)
+            moved_to = str(aside)
         except OSError as move_error:  # a read-only directory: still start, and say so
-            aside = f"nowhere ({move_error})"
-        log.warning("rollout state %s is unreadable (%s); moved to %s, starting afresh", path, error, aside)
+            moved_to = f"nowhere ({move_error})"
+        log.warning(
+            "rollout state %s is unreadable (%s); moved to %s, starting afresh", path, error, moved_to
+        )
         return None
 
 

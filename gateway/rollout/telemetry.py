@@ -161,7 +161,7 @@ def record_checks(rollout: str, checks: Sequence[Check], error_bounds: tuple[flo
         ANALYSIS_CHECK_VALUE.labels(rollout, check.name).set(value)
         ANALYSIS_CHECK_THRESHOLD.labels(rollout, check.name).set(check.threshold)
         ANALYSIS_CHECK_SAMPLES.labels(rollout, check.name).set(check.samples)
-        if check.log_evalue is not None:
+        if check.log_evalue is not None and check.log_bound is not None:
             ANALYSIS_LOG_EVALUE.labels(rollout, check.name).set(check.log_evalue)
             ANALYSIS_LOG_EVALUE_BOUND.labels(rollout, check.name).set(check.log_bound)
     for side, value in zip(("lower", "upper"), error_bounds or (), strict=False):

@@ -214,7 +214,13 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
 
     # -- requests ---------------------------------------------------------------------------------
 
-    async def _read(self, requests, stream: Stream, wake: asyncio.Event, context) -> None:
+    async def _read(
+        self,
+        requests: AsyncIterator[discovery_pb2.DiscoveryRequest],
+        stream: Stream,
+        wake: asyncio.Event,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
         async for request in requests:
             stream.last_heard_at = time.time()
             if stream.key is None:

@@ -108,7 +108,7 @@ def _weight_in_cluster(
         raise click.ClickException(f"configmap/{namespace}/{configmap}: {error}") from None
     routing = spec.routing
     split = (
-        routing.weights if segment is None else next(r.weights for r in routing.rules if r.value == segment)
+        routing.weights if segment is None else next(r.split() for r in routing.rules if r.value == segment)
     )
     if as_json:
         click.echo(

@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gateway.admin.protocol import RolloutStatus, Status, TransitionStatus
+from gateway.admin.protocol import RolloutSection, RolloutStatus, Status, TransitionStatus
 from graystack.admin_client import AdminClient, AdminError
 from graystack.console.live_metrics import VariantMeter, VariantStats
 from graystack.console.status_view import capacity_lines, weight_text
@@ -128,7 +128,7 @@ def render(
     if status is None:
         body: RenderableType = Text("waiting for the gateway ...")
     else:
-        rollout = rollout_lines(status.rollout) if isinstance(status.rollout, RolloutStatus) else Text()
+        rollout = rollout_lines(status.rollout) if isinstance(status.rollout, RolloutSection) else Text()
         body = Group(rollout, gateway_line(status), Text(""), variant_table(status, stats))
     return Panel(
         Group(body, Text(note, style="dim")),

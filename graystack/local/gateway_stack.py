@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from copy import deepcopy
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -119,7 +120,7 @@ class StandIns:
             argv = [sys.executable, "-m", "graystack.local.standin", "--name", variant]
             self.running[variant] = start_process(variant, [*argv, "--port", str(ports[variant])], logs)
         for variant in VARIANTS:
-            wait_until(lambda v=variant: answers(ports[v], "/readyz"), 15, f"{variant} stand-in upstream")
+            wait_until(partial(answers, ports[variant], "/readyz"), 15, f"{variant} stand-in upstream")
         return default_spec(ports["baseline"], ports["zero-layer"])
 
     def gateway_args(self, envoy_admin: str) -> list[str]:

@@ -11,6 +11,7 @@ import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -74,7 +75,7 @@ class ModelServers:
         from gateway.spec.strategy import Analysis
 
         analysis = self.spec_changes.get("analysis") or {}
-        return list(analysis.get("expected_weight_status", Analysis().expected_weight_status))
+        return list(analysis.get("expected_weight_status", Analysis().expected_weight_status) or [])
 
     def start(self, ports: Mapping[str, int], logs: Path) -> dict:
         weights = self.weights or fresh_weights(self.workdir)
@@ -98,7 +99,7 @@ class ModelServers:
             )
         for variant in VARIANTS:
             process, port = self.servers[variant]
-            process.wait_healthy(lambda p=port: answers(p, "/readyz"), 120, f"the {variant} model server")
+            process.wait_healthy(partial(answers, port, "/readyz"), 120, f"the {variant} model server")
         self.set_fault(self.error_rate)
         return default_spec(self.servers["baseline"][1], self.servers["zero-layer"][1]) | self.spec_changes
 
@@ -276,7 +277,7 @@ class Traffic:
             thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=20)

@@ -21,6 +21,7 @@ import json
 from collections import Counter
 
 import uvicorn
+from starlette.types import Receive, Scope, Send
 
 
 class StandInUpstream:
@@ -31,7 +32,7 @@ class StandInUpstream:
         self.anonymous = False
         self.answers: Counter[int] = Counter()
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         path = scope["path"]
@@ -58,7 +59,7 @@ class StandInUpstream:
         else:
             await self._serve(send)
 
-    async def _serve(self, send) -> None:
+    async def _serve(self, send: Send) -> None:
         if self.mode == "stall":
             await asyncio.sleep(self.stall_seconds)
         if self.mode == "fail":
@@ -69,7 +70,7 @@ class StandInUpstream:
         else:
             await self._answer(send, 200, {"variant": self.name})
 
-    async def _answer(self, send, status: int, payload: dict, count: bool = True) -> None:
+    async def _answer(self, send: Send, status: int, payload: dict, count: bool = True) -> None:
         if count:
             self.answers[status] += 1
         body = json.dumps(payload).encode()

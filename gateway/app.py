@@ -31,7 +31,8 @@ from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
 from gateway.metrics.queries import histogram_queries
 from gateway.rollout.capacity import CapacityEdge
-from gateway.rollout.controller import ProviderFactory, ProviderUnavailable, RolloutController
+from gateway.rollout.controller import RolloutController
+from gateway.rollout.guard import ProviderFactory, ProviderUnavailable
 from gateway.rollout.state_store import StateStore
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError

@@ -19,7 +19,8 @@ cluster. Capacity (Kubernetes mode, opt-in): each look first asks the capacity e
 pods for the next weight are ready; the machine waits for them before it advances.
 
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
-guard is off, and says so in status: no analysis runs, the strategy moves only by operator commands.
+guard is off (gateway/rollout/guard.py), and says so in status: no analysis runs, the strategy moves
+only by operator commands.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ from dataclasses import replace
 from typing import Protocol
 
 from gateway.metrics.observations import Observations
-from gateway.metrics.provider import MetricsProvider
 from gateway.rollout import telemetry
 from gateway.rollout.analysis import Verdict
 from gateway.rollout.capacity import CapacityEdge, per_million_tokens
 from gateway.rollout.fleet import Proxies, RollbackConfirmation
+from gateway.rollout.guard import Guard, ProviderFactory
 from gateway.rollout.look import Carried, look
 from gateway.rollout.machine import initial_state, rollback_acked
-from gateway.rollout.plan import CHECK_NAMES, roles
+from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import (
     Alert,
     CapacityGate,
@@ -61,13 +62,6 @@ log = logging.getLogger(__name__)
 
 ACK_DEADLINE = 10.0  # seconds for every proxy to ACK a rollback before the controller alerts
 ALERTS_KEPT = 10  # recent alerts shown in status
-
-
-class ProviderUnavailable(Exception):
-    """No metrics source can be built for this spec; the message says why (shown in status)."""
-
-
-ProviderFactory = Callable[[RolloutSpec], MetricsProvider]
 
 
 class SplitTarget(Protocol):
@@ -100,14 +94,11 @@ class RolloutController:
         """`clock` is wall time: the state (and its hold) is saved and read back across restarts."""
         self.gateway = gateway
         self.proxies = proxies
-        self._make_provider = make_provider
+        self.guard = Guard(make_provider)
         self._clock = clock
         self.ack_deadline = ack_deadline
         self.capacity = capacity
         self._lock = asyncio.Lock()
-        self._provider: MetricsProvider | None = None
-        self._provider_key: tuple | None = None
-        self.guard_off: str | None = None
         self._state: RolloutState | None = None  # restore() or resume() sets the first
         self.saved = SavedState(store, lambda: self.spec.name, self._alert)
         self._carried = Carried()  # what the last look left the next
@@ -182,7 +173,7 @@ class RolloutController:
         """One look: measure, then judge, step and apply (`look`), and save."""
         spec = self.spec
         capacity = await self._capacity_look(spec)  # replicas follow the split even with the guard off
-        provider = self._provider_for(spec)
+        provider = self.guard.provider_for(spec)
         if provider is None:
             return
         # Asked before the scrape: a proxy that connects during it was not up for it.
@@ -200,20 +191,6 @@ class RolloutController:
         gate = await asyncio.to_thread(self.capacity.look, spec, self.state, routing, self._clock())
         telemetry.record_capacity(spec.name, self.capacity.view or {})
         return gate
-
-    def _provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
-        """The provider for this spec's variants and source, rebuilt when those change; None (and the
-        guard off, with the reason) when there is none or the spec names no baseline."""
-        key = (tuple(spec.variants), spec.retries.fallback, spec.analysis.provider)
-        if key != self._provider_key:
-            self._provider_key = key
-            try:
-                roles(spec)
-                self._provider, self.guard_off = self._make_provider(spec), None
-            except (ProviderUnavailable, SpecError) as error:
-                self._provider, self.guard_off = None, str(error)
-                log.warning("rollout %s: the guard is off: %s", spec.name, error)
-        return self._provider
 
     def _look(
         self,
@@ -296,7 +273,7 @@ class RolloutController:
             self.spec,
             self.state,
             self._clock(),
-            guard_off=self.guard_off,
+            guard_off=self.guard.off,
             last_rollback_seconds=self.rollback.last_seconds,
             last_decision=self.last_decision,
             alerts=list(self.alerts),

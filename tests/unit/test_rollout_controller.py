@@ -15,7 +15,8 @@ from prometheus_client import REGISTRY
 from gateway.app import provider_factory
 from gateway.metrics import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
-from gateway.rollout.controller import ProviderUnavailable, RolloutController
+from gateway.rollout.controller import RolloutController
+from gateway.rollout.guard import ProviderUnavailable
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Command, RolloutState
 from gateway.rollout.state_store import FileStateStore

@@ -39,16 +39,17 @@ def _ending(end: dict | None, status: int, flags: accesslog_pb2.ResponseFlags) -
         return "client_gone" if gone else "cut"
     if end.get("error") or status >= 400:
         return "error"
-    if end.get("sse") and not end.get("final"):
+    if end.get("sse") is True and end.get("final") is not True:
         return "cut"
     return "complete"
 
 
 def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry) -> Answer | None:
-    """The entry's answer; None where no variant's cluster was chosen (no route, `/v1/models`)."""
+    """The entry's answer; None where no cluster was chosen (no route). The log holds only POSTs, and the
+    only POST routes are the variants' (`GET /v1/models` never reaches it)."""
     common = entry.common_properties
     cluster = common.upstream_cluster
-    if not cluster or cluster == names.models_cluster(variant_of(cluster)):
+    if not cluster:
         return None
     measured = common.metadata.filter_metadata.get(names.ANSWER_METADATA)
     fields = json_format.MessageToDict(measured) if measured is not None else {}
@@ -60,7 +61,7 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry) -> Answer | None:
     first_us, last_us = _count(fields.get("first_us")), _count(end.get("last_us"))
     content = _count(end.get("content")) or 0
     output = _count(end.get("output"))
-    streamed = bool(end.get("sse"))
+    streamed = end.get("sse") is True
     # without `usage`, a stream's content events are its tokens; a whole body's words are not
     tokens = output if output is not None else (content if streamed else None)
     tpot = None

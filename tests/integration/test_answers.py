@@ -46,7 +46,7 @@ def body(pad: int, stream: bool = True) -> dict:
 
 
 async def ask(
-    measured: Measured, scripts: list[str], **kwargs
+    measured: Measured, scripts: list[str], stop_after_first: bool = False
 ) -> dict[str, tuple[int, float | None, Answer]]:
     """Each script once, one after another: script -> (status, client TTFT, the gateway's answer)."""
     cursor = measured.gateway.answers.cursor
@@ -55,7 +55,7 @@ async def ask(
         for pad, script in enumerate(scripts):
             sent = body(pad)
             path = PATHS["messages" if script.startswith(("messages", "json-messages")) else "chat"]
-            status, ttft = await client_ttft(client, path, {"x-script": script}, sent, **kwargs)
+            status, ttft = await client_ttft(client, path, {"x-script": script}, sent, stop_after_first)
             seen[script] = (status, ttft, len(httpx.Request("POST", "/", json=sent).content))
     answers = {a.prompt_bytes: a for a in await measured.answers(cursor, len(scripts))}
     return {script: (status, ttft, answers[size]) for script, (status, ttft, size) in seen.items()}

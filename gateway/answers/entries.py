@@ -33,6 +33,11 @@ def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and value >= 0 else None
 
 
+def _seconds(at_us: int | None, since_us: int) -> float | None:
+    """None where unknown, or where the clock went back between the two readings."""
+    return (at_us - since_us) / 1e6 if at_us is not None and at_us >= since_us else None
+
+
 def _ending(end: dict | None, status: int, flags: accesslog_pb2.ResponseFlags) -> Ending:
     if end is None:  # the filter never saw the last byte: the stream was reset
         gone = flags.downstream_connection_termination or flags.downstream_remote_reset
@@ -79,7 +84,7 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry) -> Answer | None:
         prompt_bytes=body_bytes,
         prompt_bucket=prompt_bucket(body_bytes),
         started_at=started_us / 1e6,
-        ttft=(first_us - started_us) / 1e6 if first_us is not None and (not end or content) else None,
+        ttft=_seconds(first_us, started_us) if not end or content else None,
         tpot=tpot,
         duration=(
             common.time_to_last_downstream_tx_byte.ToMicroseconds() / 1e6

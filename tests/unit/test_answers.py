@@ -195,3 +195,9 @@ def test_the_listener_measures_before_routing_and_logs_posts_to_the_xds_cluster(
     assert config.common_config.log_name == names.ANSWER_LOG
     assert config.common_config.grpc_service.envoy_grpc.cluster_name == names.XDS_CLUSTER
     assert list(config.additional_request_headers_to_log) == [names.SEGMENT_HEADER]
+
+
+def test_a_first_token_before_the_request_started_is_no_ttft():
+    answer = answer_from(entry(STREAM, first_ms=-5.0))  # the system clock stepped back mid-request
+    assert answer is not None
+    assert answer.ttft is None

@@ -24,6 +24,8 @@ from typing import Protocol
 import uvicorn
 
 from gateway.admin.api import Leadership, create_admin_app, fault_injection_refusal
+from gateway.answers.receiver import AnswerReceiver
+from gateway.answers.store import AnswerStore
 from gateway.envoy.resources import EndpointMap
 from gateway.errors import Refused
 from gateway.metrics.direct import DirectProvider
@@ -154,6 +156,9 @@ class GatewayProcess:
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
             raise SpecError(self.gateway.last_error["message"])
+        # Every answer Envoy measured (gateway/answers/), reported on the xDS port: the store is what
+        # the rollout's looks will read.
+        self.answers = AnswerStore()
         self.ads = AdsServer(
             self.cache, on_connect=self.gateway.on_connect, forget_after=self.options.forget_proxies_after
         )
@@ -187,7 +192,12 @@ class GatewayProcess:
         self._grpc = None
 
     async def start(self) -> None:
-        self._grpc = await start_server(self.ads, self.options.xds_host, self.options.xds_port)
+        self._grpc = await start_server(
+            self.ads,
+            self.options.xds_host,
+            self.options.xds_port,
+            also=[AnswerReceiver(self.answers).register],
+        )
         self._admin_task = asyncio.create_task(self.admin.serve())
         self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self.driver.background())]
         while not self.admin.started:

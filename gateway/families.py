@@ -15,6 +15,10 @@ XDS_PUSHES = "graystack_xds_pushes_total"
 XDS_NACKS = "graystack_xds_nacks_total"
 XDS_ACK_SECONDS = "graystack_xds_ack_seconds"
 
+# The answers the gateway measured (gateway/answers/telemetry.py)
+ANSWERS_RECEIVED = "graystack_answers_received_total"
+ANSWERS_EVICTED = "graystack_answers_evicted_total"
+
 # The rollout (gateway/rollout/telemetry.py)
 ROLLOUT_WEIGHT = "graystack_rollout_weight"
 ROLLOUT_SEGMENT_WEIGHT = "graystack_rollout_segment_weight"

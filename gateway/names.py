@@ -36,3 +36,10 @@ def models_cluster(variant: str) -> str:
 # model servers can label their latency histograms by the segment a request came through.
 SEGMENT_HEADER = "x-graystack-segment"
 DEFAULT_SEGMENT = "default"
+
+# The dynamic-metadata namespace the answer filter writes each answer's measurement under
+# (gateway/envoy/answer_filter.py), and the access log's name that carries it to the gateway.
+ANSWER_METADATA = "graystack.answer"
+ANSWER_LOG = "graystack-answers"
+# The header naming the variant on every answer (gateway/envoy/variant_header.py).
+VARIANT_HEADER = "x-graystack-variant"

@@ -25,6 +25,8 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from gateway import names
+from gateway.envoy.answer_filter import build_answer_filter
+from gateway.envoy.answer_log import build_answer_log
 from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
 from gateway.envoy.faults import (
     Fault,
@@ -237,9 +239,11 @@ def build_listener(listen: ListenerAddress) -> listener_pb2.Listener:
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=names.ROUTE_CONFIG),
         http_filters=[
-            hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router()))
+            build_answer_filter(),
+            hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
         local_reply_config=build_local_reply_config(),
+        access_log=[build_answer_log()],
     )
     return listener_pb2.Listener(
         name=names.LISTENER,

@@ -17,8 +17,10 @@ from __future__ import annotations
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import struct_pb2
 
+from gateway import names
+
 NAMESPACE = "graystack"
-HEADER = "x-graystack-variant"
+HEADER = names.VARIANT_HEADER
 
 
 def variant_metadata(variant: str) -> base_pb2.Metadata:

@@ -23,7 +23,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -373,9 +373,15 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         return self.converged() and not (everywhere and self.disconnected())
 
 
-async def start_server(servicer: AdsServer, host: str, port: int) -> grpc.aio.Server:
+async def start_server(
+    servicer: AdsServer, host: str, port: int, also: Sequence[Callable[[grpc.aio.Server], None]] = ()
+) -> grpc.aio.Server:
+    """ADS on `host:port`; `also`: more services the proxies reach through their xDS cluster (each a
+    function that adds its servicer to the server: the gateway's access-log receiver)."""
     server = grpc.aio.server(options=list(GRPC_OPTIONS))
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(servicer, server)
+    for add in also:
+        add(server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind the xDS server to {host}:{port} (port in use?)")

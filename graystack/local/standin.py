@@ -7,6 +7,9 @@ Real HTTP (uvicorn) on loopback, so Envoy sees a real upstream; it is not the mo
   fail       503 on every request
   fail-once  503 on the next request, then ok
   stall      waits `stall_seconds` before answering
+A request whose JSON body asks `"stream": true` is answered, in `ok` mode, with STREAMED_TOKENS content events
+at once in its path's wire format (Messages events on /v1/messages, chat chunks elsewhere), so a benchmark
+can put streams through the gateway's answer filter.
 POST /_control {"mode": ..., "stall_seconds": ..., "anonymous": ...} changes the mode (anonymous: answers
 carry no `x-graystack-variant`, as a server not graystack's); GET /_stats counts answers.
 /readyz and /healthz always answer 200, so only traffic failures are scripted; /health is 404, as on
@@ -22,6 +25,42 @@ from collections import Counter
 
 import uvicorn
 from starlette.types import Receive, Scope, Send
+
+STREAMED_TOKENS = 16
+
+
+def _asks_to_stream(body: bytes) -> bool:
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError:
+        return False
+    return isinstance(request, dict) and request.get("stream") is True
+
+
+def _stream_events(messages: bool) -> list[bytes]:
+    """A whole answer of STREAMED_TOKENS one-character tokens, as SSE events of either wire format."""
+
+    def sse(data: dict, event: str | None = None) -> bytes:
+        return ((f"event: {event}\n" if event else "") + f"data: {json.dumps(data)}\n\n").encode()
+
+    if messages:
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}
+        usage = {"output_tokens": STREAMED_TOKENS}
+        return [
+            sse({"type": "message_start", "message": {"usage": {"input_tokens": 1}}}, "message_start"),
+            *[sse(delta, "content_block_delta")] * STREAMED_TOKENS,
+            sse(
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": usage},
+                "message_delta",
+            ),
+            sse({"type": "message_stop"}, "message_stop"),
+        ]
+    chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "x"}}]}
+    last = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+    }
+    return [*[sse(chunk)] * STREAMED_TOKENS, sse(last), b"data: [DONE]\n\n"]
 
 
 class StandInUpstream:
@@ -57,9 +96,9 @@ class StandInUpstream:
         elif path == "/_stats":
             await self._answer(send, 200, {str(k): v for k, v in self.answers.items()}, count=False)
         else:
-            await self._serve(send)
+            await self._serve(send, path, _asks_to_stream(body))
 
-    async def _serve(self, send: Send) -> None:
+    async def _serve(self, send: Send, path: str, stream: bool) -> None:
         if self.mode == "stall":
             await asyncio.sleep(self.stall_seconds)
         if self.mode == "fail":
@@ -67,8 +106,20 @@ class StandInUpstream:
         elif self.mode == "fail-once":
             self.mode = "ok"
             await self._answer(send, 503, {"error": "injected failure (once)", "variant": self.name})
+        elif stream:
+            await self._stream(send, path)
         else:
             await self._answer(send, 200, {"variant": self.name})
+
+    async def _stream(self, send: Send, path: str) -> None:
+        self.answers[200] += 1
+        headers = [(b"content-type", b"text/event-stream")]
+        if not self.anonymous:
+            headers.append((b"x-graystack-variant", self.name.encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for event in _stream_events(path.startswith("/v1/messages")):
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
 
     async def _answer(self, send: Send, status: int, payload: dict, count: bool = True) -> None:
         if count:

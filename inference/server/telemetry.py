@@ -13,7 +13,6 @@ continuous batching at work (steps that advanced more than one sequence), and gr
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 import time
@@ -23,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from inference import families
 from inference.engine import Engine
 from inference.kernels.blocks import BlockCounts
+from inference.prompt_buckets import prompt_bucket
 
 LATENCY_RATIO = 1.2  # neighbouring latency edges: the rollout's default tolerated slowdown (20 %)
 TTFT_SLO_SECONDS = 2.0  # the spec's analysis.max_ttft_p95: an exact edge, so `le="2"` is the SLO itself
@@ -54,16 +54,6 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 SEGMENT_HEADER = "x-graystack-segment"
 MAX_SEGMENTS = 32
 _SEGMENT = re.compile(r"[A-Za-z0-9_.:-]{0,64}")
-PROMPT_BUCKET_EDGES = (128, 512, 2048, 8192)  # prompt tokens; the default context holds 10,240
-
-
-def prompt_bucket(tokens: int) -> str:
-    """The `prompt_bucket` label of a prompt: one of a handful of ranges, e.g. `129-512`."""
-    index = bisect.bisect_left(PROMPT_BUCKET_EDGES, tokens)
-    if index == len(PROMPT_BUCKET_EDGES):
-        return f"{PROMPT_BUCKET_EDGES[-1] + 1}+"
-    low = PROMPT_BUCKET_EDGES[index - 1] + 1 if index else 0
-    return f"{low}-{PROMPT_BUCKET_EDGES[index]}"
 
 
 class ServerMetrics:

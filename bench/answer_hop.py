@@ -1,0 +1,265 @@
+"""What measuring every answer costs the hop: the same requests through two real Envoys, one with the
+answer filter and access log (what the builders ship) and one with both removed, side by side.
+
+Both Envoys run the builders' own listener and routes (gateway/envoy/), made static so neither waits on a
+control plane; the measuring one logs to the gateway's AnswerReceiver on a gRPC server in a process of
+its own (as the gateway is). One stand-in upstream behind both (graystack.local.standin): a
+JSON answer, and a chat stream of 16 content chunks (`"stream": true`). Requests go one at a time, in
+alternating blocks, so drift on this shared box hits both alike; each Envoy's CPU (utime + stime from
+/proc) is read around its own blocks. Last, the receiver's own cost: the entries it received, read again
+and again (`answer_from`), as entries per second on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+from envoy.config.bootstrap.v3 import bootstrap_pb2
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.data.accesslog.v3 import accesslog_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+
+from bench._common import brief, envoy_binary, summarize, write_result
+from gateway import names
+from gateway.answers.entries import answer_from
+from gateway.answers.receiver import AnswerReceiver
+from gateway.answers.store import AnswerStore
+from gateway.envoy.answer_filter import FILTER_NAME
+from gateway.envoy.bootstrap import BootstrapOptions, build_bootstrap, message_yaml
+from gateway.envoy.common import any_proto, duration
+from gateway.envoy.resources import ListenerAddress, build_listener, build_load_assignment
+from gateway.envoy.routes import build_route_config
+from gateway.spec.model import validate_spec
+from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
+from graystack.local.processes import free_port, start_process, wait_until
+
+BODIES = {"json": {}, "stream": {"stream": True}}
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class KeepingReceiver(AnswerReceiver):
+    """The gateway's receiver, keeping the entries it read for the throughput run."""
+
+    def __init__(self, store: AnswerStore) -> None:
+        super().__init__(store)
+        self.entries: list[accesslog_pb2.HTTPAccessLogEntry] = []
+
+    def take(self, entry: accesslog_pb2.HTTPAccessLogEntry) -> None:
+        self.entries.append(entry)
+        super().take(entry)
+
+
+def bootstrap(listen: int, admin: int, upstream: int, receiver: int, measure: bool) -> str:
+    """The builders' listener and routes, static, over clusters with the upstream as their one host."""
+    spec = validate_spec(
+        {
+            "name": "hop",
+            "variants": {v: {"endpoints": [f"127.0.0.1:{upstream}"]} for v in ("baseline", "candidate")},
+            "routing": {"header": "X-Client-Type", "weights": {"baseline": 100, "candidate": 0}},
+            "timeouts": {"request": "10s"},
+            "health_check": None,
+        }
+    )
+    listener = build_listener(ListenerAddress("127.0.0.1", listen))
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    manager.ClearField("rds")
+    manager.route_config.CopyFrom(build_route_config(spec))
+    if not measure:
+        kept = [f for f in manager.http_filters if f.name != FILTER_NAME]
+        del manager.http_filters[:]
+        manager.http_filters.extend(kept)
+        manager.ClearField("access_log")
+    listener.filter_chains[0].filters[0].typed_config.CopyFrom(any_proto(manager))
+    config: bootstrap_pb2.Bootstrap = build_bootstrap(
+        BootstrapOptions(xds_port=receiver, listen=ListenerAddress("127.0.0.1", listen), admin_port=admin)
+    )
+    config.ClearField("dynamic_resources")
+    config.static_resources.listeners.append(listener)
+    for cluster in ("baseline", names.models_cluster("baseline")):
+        config.static_resources.clusters.append(
+            cluster_pb2.Cluster(
+                name=cluster,
+                type=cluster_pb2.Cluster.STATIC,
+                connect_timeout=duration(1.0),
+                load_assignment=build_load_assignment("baseline", [("127.0.0.1", upstream)], cluster),
+            )
+        )
+    return message_yaml(config)
+
+
+async def receive(port: int) -> KeepingReceiver:
+    """`--receive` mode: the receiver on its own gRPC server until SIGTERM."""
+    receiver = KeepingReceiver(AnswerStore())
+    server = grpc.aio.server()
+    receiver.register(server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop(grace=1.0)
+    return receiver
+
+
+def answers_200(url: str) -> bool:
+    return httpx.get(url).status_code == 200
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def interleaved(
+    urls: dict[str, str], pids: dict[str, int], body: dict, n: int, block: int, warmup: int
+) -> dict:
+    latencies: dict[str, list[float]] = {name: [] for name in urls}
+    cpu = dict.fromkeys(urls, 0.0)
+    clients = {name: httpx.Client(base_url=url, timeout=10) for name, url in urls.items()}
+    try:
+        for client in clients.values():
+            for _ in range(warmup):
+                client.post(INFERENCE_PATH, json=body).raise_for_status()
+        order = list(urls)
+        for b in range(n // block):
+            for name in order if b % 2 == 0 else order[::-1]:
+                client, before = clients[name], cpu_seconds(pids[name])
+                for _ in range(block):
+                    started = time.perf_counter()
+                    response = client.post(INFERENCE_PATH, json=body)
+                    response.read()
+                    latencies[name].append(time.perf_counter() - started)
+                    response.raise_for_status()
+                cpu[name] += cpu_seconds(pids[name]) - before
+    finally:
+        for client in clients.values():
+            client.close()
+    stats = {name: summarize(values, 1000) for name, values in latencies.items()}
+    return {
+        **{
+            name: {"latency_ms": stats[name], "envoy_cpu_s_per_1000": round(cpu[name] * 1000 / n, 3)}
+            for name in urls
+        },
+        "added_ms": {q: round(stats["on"][q] - stats["off"][q], 4) for q in ("p50", "p90", "p99", "mean")},
+    }
+
+
+def receiver_rate(entries: list, seconds: float = 2.0) -> float:
+    """Entries per second `answer_from` reads on one core (the receiver's work per entry)."""
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for entry in entries:
+            answer_from(entry)
+        done += len(entries)
+    return done / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=2000, help="requests per Envoy and body")
+    parser.add_argument("--block", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--receive", type=int, help=argparse.SUPPRESS)  # the receiver's own process
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.receive:  # then its count, and how fast it reads entries, go to --out as JSON
+        heard = asyncio.run(receive(args.receive))
+        rate = receiver_rate(heard.entries[-2000:]) if heard.entries else 0.0
+        kept = heard.store.counts.kept
+        args.out.write_text(json.dumps({"kept": kept, "entries_per_second_one_core": round(rate)}))
+        return
+    receiver_port, upstream = free_port(), free_port()
+    processes = []
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bench-answer-hop-") as workdir:
+        logs = Path(workdir)
+        try:
+            argv = [
+                sys.executable,
+                "-m",
+                "graystack.local.standin",
+                "--name",
+                "baseline",
+                "--port",
+                str(upstream),
+            ]
+            processes.append(start_process("standin", argv, logs))
+            counted = logs / "receiver.json"
+            receiver_argv = [
+                sys.executable,
+                "-m",
+                "bench.answer_hop",
+                "--receive",
+                str(receiver_port),
+                "--out",
+                str(counted),
+            ]
+            receiver = start_process("receiver", receiver_argv, logs)
+            urls, pids = {}, {}
+            standin = f"http://127.0.0.1:{upstream}/readyz"
+            wait_until(functools.partial(answers_200, standin), 30, "the stand-in")
+            admins = {}
+            for name in ("on", "off"):
+                listen, admin = free_port(), free_port()
+                admins[name] = f"http://127.0.0.1:{admin}/ready"
+                path = logs / f"envoy-{name}.yaml"
+                path.write_text(bootstrap(listen, admin, upstream, receiver_port, measure=name == "on"))
+                envoy = start_process(f"envoy-{name}", envoy_argv(envoy_binary(), path), logs)
+                processes.append(envoy)
+                urls[name], pids[name] = f"http://127.0.0.1:{listen}", envoy.pid
+            for name, ready in admins.items():
+                wait_until(functools.partial(answers_200, ready), 30, f"Envoy {name}")
+            receiver_cpu = cpu_seconds(receiver.pid)
+            for kind, body in BODIES.items():
+                results[kind] = interleaved(urls, pids, body, args.n, args.block, args.warmup)
+                for name in ("on", "off"):
+                    print(
+                        f"{kind:6s} measure {name:3s}: {brief(results[kind][name]['latency_ms'])}  "
+                        f"Envoy CPU {results[kind][name]['envoy_cpu_s_per_1000']} s/1000 req"
+                    )
+                print(f"{kind:6s} added: {results[kind]['added_ms']}")
+            time.sleep(2.5)  # the last flush
+            receiver_cpu = cpu_seconds(receiver.pid) - receiver_cpu
+            os.kill(receiver.pid, signal.SIGTERM)
+            receiver.popen.wait(timeout=60)
+            heard = json.loads(counted.read_text())
+        finally:
+            for process in [*processes, receiver]:
+                process.stop()
+    results["receiver"] = {
+        "answers_kept": heard["kept"],
+        "requests_through_the_measuring_envoy": len(BODIES) * (args.n + args.warmup),
+        "cpu_s_per_1000_answers": round(receiver_cpu * 1000 / max(heard["kept"], 1), 3),
+        "entries_per_second_one_core": heard["entries_per_second_one_core"],
+    }
+    print(f"receiver: {results['receiver']}")
+    path = write_result(
+        "answer_hop",
+        {
+            "requests_per_envoy_and_body": args.n,
+            "block": args.block,
+            "warmup": args.warmup,
+            "path": INFERENCE_PATH,
+            "bodies": BODIES,
+            "streamed_tokens": 16,
+            "envoy_concurrency": 2,
+        },
+        results,
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

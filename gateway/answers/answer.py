@@ -1,0 +1,83 @@
+"""One answer as the gateway measured it: plain, frozen data, for any server and either wire format.
+
+How a stream ended (`ending`):
+    complete     the body ended with the format's final event (`[DONE]` or a `finish_reason` on a chat
+                 stream, `message_stop` on a Messages stream), or a whole non-streamed body
+    error        an error after the answer started (`event: error`, a `{"error": ...}` chunk or body), or
+                 an HTTP status of 400 or more
+    cut          the stream ended, or was reset (upstream reset, timeout), before its final event
+    client_gone  the client went away before the answer ended
+`finish`: stop, length, tool_call, filter, other (the server's reason, named alike for both formats),
+error when the answer ended in one, None where the server gave none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Ending = Literal["complete", "error", "cut", "client_gone"]
+Api = Literal["chat", "messages", "completions", "count_tokens", "other"]
+
+_FINISH = {
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "eos": "stop",
+    "length": "length",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_calls": "tool_call",
+    "tool_use": "tool_call",
+    "function_call": "tool_call",
+    "content_filter": "filter",
+    "refusal": "filter",
+}
+
+
+def finish_of(raw: str | None, ending: Ending) -> str | None:
+    """The server's finish or stop reason, one name for both formats."""
+    if ending == "error":
+        return "error"
+    if raw is None:
+        return None
+    return _FINISH.get(raw, "other")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One routed request. Times in seconds; `started_at` since the epoch (Envoy's request start).
+
+    `variant`: the variant the split chose (its fallback aggregate resolved); `answered_by`: the variant
+    named on the answer (`x-graystack-variant`), the fallback after a fallback retry. `prompt_bucket`:
+    the servers' `prompt_bucket` ranges applied to the request body's bytes, which every server has (a
+    token count comes only where a server sends `usage`), so both variants' answers to like prompts share
+    a stratum. `ttft`: to the first event carrying generated content (a non-streamed answer: its first
+    body byte). `tpot`: the mean time per output token after the first, on streams of two tokens or more.
+    `tokens_counted`: `output_tokens` counts content events (no `usage` arrived). `unreadable`: lines
+    and events the filter could not place (malformed SSE, unknown events, parse failures)."""
+
+    variant: str
+    answered_by: str | None
+    segment: str
+    api: Api
+    streamed: bool
+    status: int
+    prompt_bytes: int
+    prompt_bucket: str
+    started_at: float
+    ttft: float | None
+    tpot: float | None
+    duration: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    tokens_counted: bool
+    finish: str | None
+    ending: Ending
+    error_type: str | None = None
+    unreadable: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """A failure the client saw: a 5xx, or a stream that failed after it started (`error`, `cut`)."""
+        return self.status >= 500 or (self.status < 400 and self.ending in ("error", "cut"))

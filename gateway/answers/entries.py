@@ -1,0 +1,101 @@
+"""An access-log entry (envoy.data.accesslog.v3.HTTPAccessLogEntry) to an `Answer`, or None for an entry
+that is not a variant's answer. Pure: the receiver (receiver.py) feeds it, the unit tests too.
+
+What the answer filter wrote (gateway/envoy/answer_filter.py) and what Envoy recorded are read together:
+the filter's `end` is missing exactly when the stream was reset, and Envoy's response flags say by whom."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envoy.data.accesslog.v3 import accesslog_pb2
+from google.protobuf import json_format
+
+from gateway import names
+from gateway.answers.answer import Answer, Api, Ending, finish_of
+from inference.prompt_buckets import prompt_bucket
+
+_FALLBACK_SUFFIX = names.fallback_cluster("")
+_APIS: dict[str, Api] = {
+    "/v1/chat/completions": "chat",
+    "/v1/messages": "messages",
+    "/v1/completions": "completions",
+    "/v1/messages/count_tokens": "count_tokens",
+}
+
+
+def variant_of(cluster: str) -> str:
+    """The variant a routed cluster carries: `<variant>-with-fallback` is `<variant>`'s."""
+    return cluster.removesuffix(_FALLBACK_SUFFIX)
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and value >= 0 else None
+
+
+def _seconds(at_us: int | None, since_us: int) -> float | None:
+    """None where unknown, or where the clock went back between the two readings."""
+    return (at_us - since_us) / 1e6 if at_us is not None and at_us >= since_us else None
+
+
+def _ending(end: dict | None, status: int, flags: accesslog_pb2.ResponseFlags) -> Ending:
+    if end is None:  # the filter never saw the last byte: the stream was reset
+        gone = flags.downstream_connection_termination or flags.downstream_remote_reset
+        return "client_gone" if gone else "cut"
+    if end.get("error") or status >= 400:
+        return "error"
+    if end.get("sse") is True and end.get("final") is not True:
+        return "cut"
+    return "complete"
+
+
+def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry) -> Answer | None:
+    """The entry's answer; None where no cluster was chosen (no route). The log holds only POSTs, and the
+    only POST routes are the variants' (`GET /v1/models` never reaches it)."""
+    common = entry.common_properties
+    cluster = common.upstream_cluster
+    if not cluster:
+        return None
+    measured = common.metadata.filter_metadata.get(names.ANSWER_METADATA)
+    fields = json_format.MessageToDict(measured) if measured is not None else {}
+    end = fields.get("end")
+    status = entry.response.response_code.value
+    ending = _ending(end if isinstance(end, dict) else None, status, common.response_flags)
+    end = end if isinstance(end, dict) else {}
+    started_us = common.start_time.ToMicroseconds()
+    first_us, last_us = _count(fields.get("first_us")), _count(end.get("last_us"))
+    content = _count(end.get("content")) or 0
+    output = _count(end.get("output"))
+    streamed = end.get("sse") is True
+    # without `usage`, a stream's content events are its tokens; a whole body's words are not
+    tokens = output if output is not None else (content if streamed else None)
+    tpot = None
+    if streamed and tokens is not None and tokens >= 2 and first_us is not None and last_us is not None:
+        tpot = (last_us - first_us) / 1e6 / (tokens - 1)
+    body_bytes = entry.request.request_body_bytes
+    error_type = end.get("error")
+    return Answer(
+        variant=variant_of(cluster),
+        answered_by=entry.response.response_headers.get(names.VARIANT_HEADER) or None,
+        segment=entry.request.request_headers.get(names.SEGMENT_HEADER, names.DEFAULT_SEGMENT),
+        api=_APIS.get(entry.request.path.partition("?")[0], "other"),
+        streamed=streamed,
+        status=status,
+        prompt_bytes=body_bytes,
+        prompt_bucket=prompt_bucket(body_bytes),
+        started_at=started_us / 1e6,
+        ttft=_seconds(first_us, started_us) if not end or content else None,
+        tpot=tpot,
+        duration=(
+            common.time_to_last_downstream_tx_byte.ToMicroseconds() / 1e6
+            if common.HasField("time_to_last_downstream_tx_byte")
+            else None
+        ),
+        input_tokens=_count(end.get("input")),
+        output_tokens=tokens,
+        tokens_counted=output is None and tokens is not None,
+        finish=finish_of(end.get("finish") if isinstance(end.get("finish"), str) else None, ending),
+        ending=ending,
+        error_type=str(error_type) if error_type else None,
+        unreadable=sum(_count(end.get(key)) or 0 for key in ("unknown", "malformed", "parse_errors")),
+    )

@@ -1,0 +1,65 @@
+"""The gateway's end of Envoy's gRPC access-log service: every entry of the answer log becomes an `Answer`
+in the store. It is served on the xDS gRPC server (gateway/app.py), where the proxies' access log points
+(gateway/envoy/answer_log.py).
+
+An entry that cannot be read is counted and logged, and the stream goes on; a stream from another log
+(another name than `names.ANSWER_LOG`) is read to its end and ignored. Nothing here answers Envoy but the
+stream's close: Envoy never waits on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+from envoy.data.accesslog.v3 import accesslog_pb2
+from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
+
+from gateway import names
+from gateway.answers import telemetry
+from gateway.answers.entries import answer_from
+from gateway.answers.store import AnswerStore
+
+log = logging.getLogger(__name__)
+
+
+class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
+    def __init__(self, store: AnswerStore) -> None:
+        self.store = store
+
+    def register(self, server: grpc.aio.Server) -> None:
+        als_pb2_grpc.add_AccessLogServiceServicer_to_server(self, server)
+
+    async def StreamAccessLogs(
+        self,
+        request_iterator: AsyncIterator[als_pb2.StreamAccessLogsMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> als_pb2.StreamAccessLogsResponse:
+        ours = True
+        async for message in request_iterator:
+            if message.HasField("identifier"):
+                ours = message.identifier.log_name == names.ANSWER_LOG
+            if ours:
+                for entry in message.http_logs.log_entry:
+                    self.take(entry)
+        return als_pb2.StreamAccessLogsResponse()
+
+    def take(self, entry: accesslog_pb2.HTTPAccessLogEntry) -> None:
+        now = time.time()
+        try:
+            answer = answer_from(entry)
+        except Exception as error:  # bad input is counted, never fatal to the stream
+            log.warning("unreadable access-log entry (%s: %s)", type(error).__name__, error)
+            self.store.ignore(now, unreadable=True)
+            telemetry.RECEIVED.labels("unreadable").inc()
+            return
+        if answer is None:
+            self.store.ignore(now)
+            telemetry.RECEIVED.labels("ignored").inc()
+            return
+        evicted = self.store.counts.evicted
+        self.store.add(answer, now)
+        telemetry.RECEIVED.labels("kept").inc()
+        telemetry.EVICTED.inc(self.store.counts.evicted - evicted)

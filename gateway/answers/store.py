@@ -1,0 +1,76 @@
+"""The answers measured since the rollout last looked: a bounded, in-memory queue that readers page
+through with a cursor, so two readers (the analysis, a dashboard) never take answers from each other.
+
+    batch = store.since(cursor)     answers kept after `cursor`, oldest first; batch.cursor for next time
+    batch.missed                    answers evicted (the store was full) before this reader saw them
+
+Bounded by `capacity` answers (the oldest go first and are counted as evicted), so a reader that stops
+reading costs memory up to the bound, not more. `counts` tells "no traffic" (nothing received) from
+"measurements missing" (Envoy sent requests, nothing arrived: compare with Envoy's request counters and
+its `access_logs.grpc_access_log.logs_dropped`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from gateway.answers.answer import Answer
+
+CAPACITY = 200_000  # answers; ~100 B each as a frozen dataclass plus its strings: tens of MB at most
+
+
+@dataclass
+class Counts:
+    """Access-log entries received, by what became of them; `last_at`: wall time of the last one."""
+
+    kept: int = 0
+    ignored: int = 0  # not a variant's answer (no cluster chosen)
+    unreadable: int = 0  # raised while being read: logged, never fatal
+    evicted: int = 0
+    last_at: float | None = None
+
+    @property
+    def received(self) -> int:
+        return self.kept + self.ignored + self.unreadable
+
+
+@dataclass(frozen=True)
+class Batch:
+    answers: tuple[Answer, ...]
+    cursor: int
+    missed: int = 0
+
+
+@dataclass
+class AnswerStore:
+    capacity: int = CAPACITY
+    counts: Counts = field(default_factory=Counts)
+    _answers: deque[Answer] = field(default_factory=deque)
+    _first: int = 0  # the sequence number of _answers[0]; answers are numbered from 0 as they arrive
+
+    def add(self, answer: Answer, now: float) -> None:
+        self._answers.append(answer)
+        self.counts.kept += 1
+        self.counts.last_at = now
+        while len(self._answers) > self.capacity:
+            self._answers.popleft()
+            self._first += 1
+            self.counts.evicted += 1
+
+    def ignore(self, now: float, unreadable: bool = False) -> None:
+        if unreadable:
+            self.counts.unreadable += 1
+        else:
+            self.counts.ignored += 1
+        self.counts.last_at = now
+
+    @property
+    def cursor(self) -> int:
+        """The cursor a reader that wants only answers from now on starts from."""
+        return self._first + len(self._answers)
+
+    def since(self, cursor: int = 0) -> Batch:
+        start = max(cursor, self._first)
+        taken = tuple(self._answers[i - self._first] for i in range(start, self.cursor))
+        return Batch(answers=taken, cursor=self.cursor, missed=start - cursor if cursor < start else 0)

@@ -1,0 +1,54 @@
+"""The access log that carries each answer's measurement to the gateway: Envoy's gRPC access-log service
+(envoy.service.accesslog.v3 StreamAccessLogs), one entry per routed inference request.
+
+It rides the xDS cluster of the bootstrap (`names.XDS_CLUSTER`): the gateway serves the access-log service
+on its xDS gRPC server, so no port, cluster or Service is added, and every proxy that can reach its control
+plane reports to it. Envoy's gRPC logger buffers entries per worker and flushes them every FLUSH_S (or at
+BUFFER_BYTES) on a stream of its own, off every request's path: a gateway that is down or slow loses
+entries (Envoy's `access_logs.grpc_access_log.logs_dropped`), never requests.
+
+Only POSTs are logged: the inference paths are the only POST routes (gateway/envoy/routes.py), so
+`GET /v1/models`, health checks and Envoy's 404s stay out. The entry carries the segment the route set
+(`x-graystack-segment`), the variant that answered (`x-graystack-variant`), the request's body bytes, its
+timings, response flags (a reset, a client that went away) and the answer filter's dynamic metadata.
+"""
+
+from __future__ import annotations
+
+from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.config.core.v3 import config_source_pb2, grpc_service_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from envoy.type.matcher.v3 import string_pb2
+from google.protobuf import wrappers_pb2
+
+from gateway import names
+from gateway.envoy.common import any_proto, duration
+
+FLUSH_S = 1.0
+BUFFER_BYTES = 65_536
+LOGGER = "envoy.access_loggers.http_grpc"
+
+
+def build_answer_log() -> accesslog_pb2.AccessLog:
+    only_posts = accesslog_pb2.AccessLogFilter(
+        header_filter=accesslog_pb2.HeaderFilter(
+            header=route_components_pb2.HeaderMatcher(
+                name=":method", string_match=string_pb2.StringMatcher(exact="POST")
+            )
+        )
+    )
+    config = als_pb2.HttpGrpcAccessLogConfig(
+        common_config=als_pb2.CommonGrpcAccessLogConfig(
+            log_name=names.ANSWER_LOG,
+            grpc_service=grpc_service_pb2.GrpcService(
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.XDS_CLUSTER)
+            ),
+            transport_api_version=config_source_pb2.V3,
+            buffer_flush_interval=duration(FLUSH_S),
+            buffer_size_bytes=wrappers_pb2.UInt32Value(value=BUFFER_BYTES),
+        ),
+        additional_request_headers_to_log=[names.SEGMENT_HEADER],
+        additional_response_headers_to_log=[names.VARIANT_HEADER],
+    )
+    return accesslog_pb2.AccessLog(name=LOGGER, filter=only_posts, typed_config=any_proto(config))

@@ -1,0 +1,205 @@
+"""A test-only upstream that answers each request with the script its `x-script` header names: well-formed
+streams in both wire formats, the failures a server makes after `200` (an `event: error`, an error chunk,
+a stream cut before its final event, a reset connection) and bad input (malformed SSE, unknown events,
+no `usage`, a body that is not JSON). Real HTTP (uvicorn in a thread) on a free loopback port, so Envoy
+and its answer filter see a real upstream; graystack's model server stays free of test-only faults.
+
+Every streamed script sends its first content FIRST_TOKEN_S after the headers and a role-only (or
+`message_start`) event, so a measurement that took the first byte for the first token is off by that much.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from graystack.local.processes import free_port
+
+FIRST_TOKEN_S = 0.2
+TOKEN_GAP_S = 0.02
+SSE = "text/event-stream"
+
+
+def _chat(delta: dict | None = None, finish: str | None = None, **extra) -> str:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return f"data: {json.dumps({'id': 'c1', 'object': 'chat.completion.chunk', 'choices': choices, **extra})}\n\n"
+
+
+def _event(name: str, **data) -> str:
+    return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n"
+
+
+ROLE = _chat({"role": "assistant", "content": ""})
+USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+START = _event("message_start", message={"id": "m1", "usage": {"input_tokens": 7, "output_tokens": 1}})
+
+
+def _delta(text: str) -> str:
+    return _event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})
+
+
+# name -> (content type, [head events], [content events, FIRST_TOKEN_S then TOKEN_GAP_S apart], [tail], end)
+# end: "close" ends the body cleanly, "reset" drops the connection mid-body.
+SCRIPTS: dict[str, tuple[str, list[str], list[str], list[str], str]] = {
+    "chat": (
+        SSE,
+        [ROLE],
+        [_chat({"content": t}) for t in "abc"],
+        [_chat({}, "stop", usage=USAGE), "data: [DONE]\n\n"],
+        "close",
+    ),
+    "chat-no-usage": (
+        SSE,
+        [ROLE],
+        [_chat({"content": t}) for t in "abcd"],
+        [_chat({}, "length"), "data: [DONE]\n\n"],
+        "close",
+    ),
+    "chat-error-chunk": (
+        SSE,
+        [ROLE],
+        [_chat({"content": "a"})],
+        [
+            'data: {"error": {"message": "engine died", "type": "server_error", "code": 500}}\n\n',
+            "data: [DONE]\n\n",
+        ],
+        "close",
+    ),
+    "chat-cut": (SSE, [ROLE], [_chat({"content": t}) for t in "ab"], [], "close"),
+    "chat-reset": (SSE, [ROLE], [_chat({"content": t}) for t in "ab"], [], "reset"),
+    "chat-long": (
+        SSE,
+        [ROLE],
+        [_chat({"content": "x"}) for _ in range(100)],
+        [_chat({}, "stop"), "data: [DONE]\n\n"],
+        "close",
+    ),
+    "messages": (
+        SSE,
+        [
+            START,
+            _event("ping"),
+            _event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+        ],
+        [_delta(t) for t in "abc"],
+        [
+            _event("content_block_stop", index=0),
+            _event("message_delta", delta={"stop_reason": "max_tokens"}, usage={"output_tokens": 3}),
+            _event("message_stop"),
+        ],
+        "close",
+    ),
+    "messages-error": (
+        SSE,
+        [START],
+        [_delta("a")],
+        [_event("error", error={"type": "overloaded_error", "message": "Overloaded"})],
+        "close",
+    ),
+    "messages-cut": (SSE, [START], [_delta(t) for t in "ab"], [], "close"),
+    "malformed": (
+        SSE,
+        [ROLE, "this line is not SSE\n\n", "data: {not json\n\n", _event("surprise", detail=1)],
+        [_chat({"content": t}) for t in "ab"],
+        [_chat({}, "stop"), "data: [DONE]\n\n"],
+        "close",
+    ),
+    "json-chat": (
+        "application/json",
+        [],
+        [
+            json.dumps(
+                {
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "hi"},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": USAGE,
+                }
+            )
+        ],
+        [],
+        "close",
+    ),
+    "json-messages": (
+        "application/json",
+        [],
+        [
+            json.dumps(
+                {
+                    "type": "message",
+                    "content": [{"type": "text", "text": "hi"}],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 7, "output_tokens": 2},
+                }
+            )
+        ],
+        [],
+        "close",
+    ),
+    "not-json": ("text/plain", [], ["this is not JSON at all"], [], "close"),
+}
+
+
+class ScriptedUpstream:
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        if scope["path"] in ("/readyz", "/healthz"):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        headers = dict(scope["headers"])
+        name = headers.get(b"x-script", b"chat").decode()
+        content_type, head, body, tail, end = SCRIPTS[name]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", content_type.encode())],
+            }
+        )
+        for event in head:
+            await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+        if content_type == SSE:
+            await asyncio.sleep(FIRST_TOKEN_S)
+        for i, event in enumerate(body):
+            if i:
+                await asyncio.sleep(TOKEN_GAP_S)
+            await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+        if end == "reset":
+            raise ConnectionAbortedError("scripted reset mid-stream")
+        for event in tail:
+            await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@contextmanager
+def served_scripted_upstream() -> Iterator[int]:
+    """The upstream's port while the block runs; stopped and joined after it."""
+    port = free_port()
+    config = uvicorn.Config(ScriptedUpstream(), host="127.0.0.1", port=port, log_level="critical")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the scripted upstream did not start")
+            threading.Event().wait(0.02)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -28,6 +28,7 @@ from gateway.answers.receiver import AnswerReceiver
 from gateway.answers.store import AnswerStore
 from gateway.envoy.resources import EndpointMap
 from gateway.errors import Refused
+from gateway.metrics.answered import WithAnswers
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
@@ -165,7 +166,7 @@ class GatewayProcess:
         self.controller = RolloutController(
             self.gateway,
             self.ads,
-            provider_factory(options.envoy_admin, options.metrics_targets),
+            self._measured(provider_factory(options.envoy_admin, options.metrics_targets)),
             parts.store,
             capacity=parts.capacity,
         )
@@ -190,6 +191,10 @@ class GatewayProcess:
         self._tasks: list[asyncio.Task] = []
         self._admin_task: asyncio.Task | None = None
         self._grpc = None
+
+    def _measured(self, make: ProviderFactory) -> ProviderFactory:
+        """Each provider's looks with the answers this gateway measured added (gateway/metrics/answered.py)."""
+        return lambda spec: WithAnswers(make(spec), self.answers)
 
     async def start(self) -> None:
         self._grpc = await start_server(

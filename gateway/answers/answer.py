@@ -80,4 +80,14 @@ class Answer:
     @property
     def failed(self) -> bool:
         """A failure the client saw: a 5xx, or a stream that failed after it started (`error`, `cut`)."""
-        return self.status >= 500 or (self.status < 400 and self.ending in ("error", "cut"))
+        return self.status >= 500 or self.failed_after_start
+
+    @property
+    def failed_after_start(self) -> bool:
+        """Failed after a success status went out: invisible to Envoy's response-code counters."""
+        return self.status < 400 and self.ending in ("error", "cut")
+
+    @property
+    def server(self) -> str:
+        """The variant whose server answered: `answered_by`, else the split's choice."""
+        return self.answered_by or self.variant

@@ -12,7 +12,7 @@ its `access_logs.grpc_access_log.logs_dropped`).
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from gateway.answers.answer import Answer
@@ -44,8 +44,12 @@ class Batch:
 
 @dataclass
 class AnswerStore:
+    """`failed_after_start`: per variant whose server answered, the answers that failed after their
+    success status went out (cumulative, never evicted): the errors Envoy's counters cannot see."""
+
     capacity: int = CAPACITY
     counts: Counts = field(default_factory=Counts)
+    failed_after_start: Counter[str] = field(default_factory=Counter)
     _answers: deque[Answer] = field(default_factory=deque)
     _first: int = 0  # the sequence number of _answers[0]; answers are numbered from 0 as they arrive
 
@@ -53,6 +57,8 @@ class AnswerStore:
         self._answers.append(answer)
         self.counts.kept += 1
         self.counts.last_at = now
+        if answer.failed_after_start:
+            self.failed_after_start[answer.server] += 1
         while len(self._answers) > self.capacity:
             self._answers.popleft()
             self._first += 1

@@ -10,7 +10,8 @@ the settings that define them change (the plan's key).
 
 What each test sees, per look:
 - error_rate / error_rate_change: the candidate's attempts and failed attempts (Envoy's cluster
-  counters: a failure hidden by the fallback retry still counts), against max_error_rate; the same
+  counters: a failure hidden by the fallback retry still counts; and the answers the gateway measured
+  failing after their `200`, gateway/metrics/answered.py), against max_error_rate; the same
   tests on the baseline's own counts tell a shared incident from the candidate's;
 - error_ratio: both variants' counts, the look's realised share as the null;
 - ttft_p95: the candidate's first tokens above the smallest histogram edge at or above max_ttft_p95

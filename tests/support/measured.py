@@ -67,13 +67,25 @@ def spec(variants: Mapping[str, int], rules: Mapping[str, str]) -> dict:
 
 @asynccontextmanager
 async def measured_gateway(
-    tmp_path: Path, envoy_binary: str, variants: Mapping[str, int], rules: Mapping[str, str]
+    tmp_path: Path,
+    envoy_binary: str,
+    variants: Mapping[str, int],
+    rules: Mapping[str, str],
+    spec_changes: Mapping | None = None,
 ) -> AsyncIterator[Measured]:
+    """`spec_changes`: top-level spec fields over `spec(variants, rules)` (a strategy, its analysis);
+    the gateway reads Envoy's admin (the `direct` provider), so a rollout's guard is on."""
     spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(spec(variants, rules)))
-    gateway = local_gateway(GatewayOptions(spec=spec_path, xds_port=free_port(), admin_port=free_port()))
-    await gateway.start()
+    spec_path.write_text(yaml.safe_dump({**spec(variants, rules), **(spec_changes or {})}))
     listen, admin = free_port(), free_port()
+    options = GatewayOptions(
+        spec=spec_path,
+        xds_port=free_port(),
+        admin_port=free_port(),
+        envoy_admin=f"http://127.0.0.1:{admin}",
+    )
+    gateway = local_gateway(options)
+    await gateway.start()
     bootstrap = tmp_path / "envoy.yaml"
     bootstrap.write_text(
         bootstrap_yaml(

@@ -151,6 +151,14 @@ SCRIPTS: dict[str, tuple[str, list[str], list[str], list[str], str]] = {
 
 
 class ScriptedUpstream:
+    """`broken_every`: every so many answers, `broken_script` replaces the one asked for (a server that
+    breaks a share of its streams after `200`, whatever the client asked)."""
+
+    def __init__(self, broken_every: int | None = None, broken_script: str = "chat-error-chunk") -> None:
+        self.broken_every = broken_every
+        self.broken_script = broken_script
+        self.answered = 0
+
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
@@ -163,6 +171,9 @@ class ScriptedUpstream:
             return
         headers = dict(scope["headers"])
         name = headers.get(b"x-script", b"chat").decode()
+        self.answered += 1
+        if self.broken_every and self.answered % self.broken_every == 0:
+            name = self.broken_script
         content_type, head, body, tail, end = SCRIPTS[name]
         await send(
             {
@@ -187,10 +198,10 @@ class ScriptedUpstream:
 
 
 @contextmanager
-def served_scripted_upstream() -> Iterator[int]:
+def served_scripted_upstream(upstream: ScriptedUpstream | None = None) -> Iterator[int]:
     """The upstream's port while the block runs; stopped and joined after it."""
     port = free_port()
-    config = uvicorn.Config(ScriptedUpstream(), host="127.0.0.1", port=port, log_level="critical")
+    config = uvicorn.Config(upstream or ScriptedUpstream(), host="127.0.0.1", port=port, log_level="critical")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

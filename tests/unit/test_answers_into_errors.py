@@ -1,0 +1,50 @@
+"""The answers that failed after their status count as errors in the rollout's looks
+(gateway/metrics/answered.py): per variant that answered, cumulative, beside Envoy's counters."""
+
+from __future__ import annotations
+
+from gateway.answers.entries import answer_from
+from gateway.answers.store import AnswerStore
+from gateway.metrics.answered import ANSWERS_SOURCE, WithAnswers
+from gateway.metrics.observations import ERRORS, REQUESTS, CounterKey, Observations
+from tests.unit.test_answers import STREAM, entry
+
+ENVOY = {
+    CounterKey("baseline", REQUESTS, source="envoy"): 100.0,
+    CounterKey("baseline", ERRORS, source="envoy"): 1.0,
+}
+
+
+class Fixed:
+    def __init__(self, seen: Observations) -> None:
+        self.seen = seen
+
+    async def observe(self) -> Observations:
+        return self.seen
+
+
+def store_with(*ends: tuple[dict | None, int, dict]) -> AnswerStore:
+    store = AnswerStore()
+    for end, status, flags in ends:
+        answer = answer_from(entry(end, status=status, **flags))
+        assert answer is not None
+        store.add(answer, now=1.0)
+    return store
+
+
+async def test_streams_that_failed_after_200_add_an_errors_series_and_nothing_else_does():
+    store = store_with(
+        ({**STREAM, "final": False}, 200, {}),  # cut before its final event
+        ({**STREAM, "error": "overloaded_error"}, 200, {}),  # an error event after 200
+        (STREAM, 200, {}),  # whole
+        ({"sse": False, "content": 0}, 503, {}),  # a 5xx: Envoy counts it already
+        (None, 200, {"downstream_connection_termination": True}),  # the client left: not the server's
+    )
+    seen = await WithAnswers(Fixed(Observations(counters=ENVOY)), store).observe()
+    assert seen.counters == {**ENVOY, CounterKey("baseline", ERRORS, source=ANSWERS_SOURCE): 2.0}
+
+
+async def test_a_look_that_failed_stays_failed():
+    store = store_with(({**STREAM, "final": False}, 200, {}))
+    failed = Observations(error="envoy admin unreachable")
+    assert await WithAnswers(Fixed(failed), store).observe() == failed

@@ -18,6 +18,12 @@ XDS_ACK_SECONDS = "graystack_xds_ack_seconds"
 # The answers the gateway measured (gateway/answers/telemetry.py)
 ANSWERS_RECEIVED = "graystack_answers_received_total"
 ANSWERS_EVICTED = "graystack_answers_evicted_total"
+ANSWERS = "graystack_answers_total"
+# ... named after the OpenTelemetry GenAI semantic conventions (gen_ai.server.time_to_first_token,
+# gen_ai.server.time_per_output_token, gen_ai.client.token.usage), as Prometheus names them
+GEN_AI_TTFT = "gen_ai_server_time_to_first_token_seconds"
+GEN_AI_TPOT = "gen_ai_server_time_per_output_token_seconds"
+GEN_AI_TOKEN_USAGE = "gen_ai_client_token_usage"
 
 # The rollout (gateway/rollout/telemetry.py)
 ROLLOUT_WEIGHT = "graystack_rollout_weight"

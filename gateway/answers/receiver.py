@@ -62,4 +62,5 @@ class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
         evicted = self.store.counts.evicted
         self.store.add(answer, now)
         telemetry.RECEIVED.labels("kept").inc()
+        telemetry.record(answer)
         telemetry.EVICTED.inc(self.store.counts.evicted - evicted)

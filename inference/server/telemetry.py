@@ -1,8 +1,8 @@
 """The model server's metric families (their names: inference/families.py), read by dashboards and alerts.
 
 Each app gets its own CollectorRegistry, so several servers can live in one process (tests). TTFT and
-inter-token buckets are geometric, 1.2 apart and anchored at the 2 s SLO edge (`geometric_buckets` says
-why: the rollout's latency tests need them); e2e and batch buckets are vLLM's families
+inter-token buckets are geometric, 1.2 apart and anchored at the 2 s SLO edge (inference/latency_buckets.py
+says why: the rollout's latency tests need them); e2e and batch buckets are vLLM's families
 (vllm/v1/metrics/buckets.py).
 The vLLM gauge names are exported too: load-aware routers (Gateway API Inference Extension, llm-d)
 read them as they are. Beyond the first design: graystack_engine_decode_batch_size, which shows
@@ -13,7 +13,6 @@ continuous batching at work (steps that advanced more than one sequence), and gr
 
 from __future__ import annotations
 
-import math
 import re
 import time
 
@@ -22,27 +21,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from inference import families
 from inference.engine import Engine
 from inference.kernels.blocks import BlockCounts
+from inference.latency_buckets import INTER_TOKEN_BUCKETS, TTFT_BUCKETS
 from inference.prompt_buckets import prompt_bucket
 
-LATENCY_RATIO = 1.2  # neighbouring latency edges: the rollout's default tolerated slowdown (20 %)
-TTFT_SLO_SECONDS = 2.0  # the spec's analysis.max_ttft_p95: an exact edge, so `le="2"` is the SLO itself
-
-
-def geometric_buckets(low: float, high: float, anchor: float = TTFT_SLO_SECONDS) -> tuple[float, ...]:
-    """Edges anchor * 1.2**k covering [low, high], rounded to 6 significant digits.
-
-    The rollout compares latency distributions with a margin (gateway/rollout/sequential.py): "the
-    candidate is at most 20 % slower" is tested as P_candidate(T > 1.2 e) <= P_baseline(T > e) at
-    edges e, which needs edge pairs 1.2 apart. vLLM's families (1, 2.5, 5, ...) have pairs 2.5x apart,
-    so against them the same test can only tell a 2.5x slowdown. Anchored at the SLO's 2 s.
-    """
-    lowest = math.floor(math.log(low / anchor, LATENCY_RATIO))
-    highest = math.ceil(math.log(high / anchor, LATENCY_RATIO))
-    return tuple(float(f"{anchor * LATENCY_RATIO**k:.6g}") for k in range(lowest, highest + 1))
-
-
-TTFT_BUCKETS = geometric_buckets(0.01, 60.0)
-INTER_TOKEN_BUCKETS = geometric_buckets(0.002, 20.0)
 E2E_BUCKETS = (
     *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0),
     *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),

@@ -48,3 +48,26 @@ async def test_a_look_that_failed_stays_failed():
     store = store_with(({**STREAM, "final": False}, 200, {}))
     failed = Observations(error="envoy admin unreachable")
     assert await WithAnswers(Fixed(failed), store).observe() == failed
+
+
+def test_each_answer_received_is_exported_under_the_genai_names():
+    from prometheus_client import REGISTRY
+
+    from gateway.answers.receiver import AnswerReceiver
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    where = {"variant": "baseline", "segment": "mobile"}
+    before = (
+        sample("gen_ai_server_time_to_first_token_seconds_count", **where, prompt_bucket="129-512"),
+        sample("gen_ai_client_token_usage_sum", **where, gen_ai_token_type="output"),
+        sample("graystack_answers_total", **where, api="chat", ending="cut", finish="stop"),
+    )
+    AnswerReceiver(AnswerStore()).take(entry({**STREAM, "final": False, "output": 12}))
+    after = (
+        sample("gen_ai_server_time_to_first_token_seconds_count", **where, prompt_bucket="129-512"),
+        sample("gen_ai_client_token_usage_sum", **where, gen_ai_token_type="output"),
+        sample("graystack_answers_total", **where, api="chat", ending="cut", finish="stop"),
+    )
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1.0, 12.0, 1.0]

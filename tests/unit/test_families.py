@@ -27,7 +27,7 @@ def exported() -> set[str]:
     names = set()
     for registry in registries:
         for family in registry.collect():
-            if family.name.startswith(("graystack_", "vllm:")):
+            if family.name.startswith(("graystack_", "vllm:", "gen_ai_")):
                 names.add(f"{family.name}_total" if family.type == "counter" else family.name)
     return names
 

@@ -37,7 +37,7 @@ import yaml
 
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import free_port, start_process, wait_until
-from graystack.local.rollout_stack import RolloutStack, Traffic
+from graystack.local.rollout_stack import RolloutStack, Traffic, body
 from graystack.observability import dashboards
 from graystack.observability.files import ALERTS_FILE
 from tests.integration.test_rollout_e2e import ROLLOUT, SHADOW
@@ -189,7 +189,12 @@ def wait_rolled_back(stack: RolloutStack, why: str) -> None:
 def history(stack, prometheus) -> tuple[float, float]:
     """Cause what the panels show; the (start, end) Unix times Prometheus holds it in."""
     started = time.time()
-    with Traffic(stack.client.base_url, rate=40), LongPrompts(stack):
+    streamed = [{**body(), "stream": True, "max_tokens": 4}]  # time per output token needs streams
+    with (
+        Traffic(stack.client.base_url, rate=40),
+        Traffic(stack.client.base_url, rate=4, clients=2, bodies=streamed),
+        LongPrompts(stack),
+    ):
         wait_rolled_back(stack, "its greedy answers differ from the baseline's")
         wait_scraped(prometheus, "rolled_back")  # the annotations mark each phase Prometheus saw
         # No agreement check, and a shadow stage that lasts until the fault (set once Prometheus has
@@ -353,23 +358,20 @@ def test_the_panels_show_the_events_that_happened(prometheus, history):
         assert holds(series), f"{name}: {where}: {series}"
 
 
-def test_the_cost_panel_prices_the_tokens_the_servers_generated(prometheus, history):
-    """Each variant's cost per million generated tokens is its pods' cost per hour over the generated
-    tokens per second that the Tokens per second panel draws, times 3600, at every step both have."""
+def test_the_cost_panel_prices_the_output_tokens_the_gateway_measured(prometheus, history):
+    """Each variant's cost per million output tokens is its pods' cost per hour over the output tokens
+    per second that the Tokens per second panel draws from the gateway's measurement, times 3600, at
+    every step both have."""
     board = json.loads(dashboards.render("variants"))
     values = grafana_values(prometheus, board)
     drawn = dict(dashboards.queries(board))
 
-    def by_variant(where: str, kind: str | None = None) -> dict[str, dict[float, float]]:
+    def by_variant(where: str) -> dict[str, dict[float, float]]:
         series = range_series(prometheus, substituted(drawn[where], values), history)
-        return {
-            x["metric"]["variant"]: {t: float(v) for t, v in x["values"]}
-            for x in series
-            if kind is None or x["metric"]["kind"] == kind
-        }
+        return {x["metric"]["variant"]: {t: float(v) for t, v in x["values"]} for x in series}
 
-    cost = by_variant("Cost per million generated tokens [A]")
-    generated = by_variant("Tokens per second [A]", kind="generated")
+    cost = by_variant("Cost per million output tokens [A]")
+    generated = by_variant("Tokens per second [B]")
     assert set(cost) == set(capacity_exporter.REPLICAS)
     for variant, points in cost.items():
         pods = capacity_exporter.REPLICAS[variant]["running"]

@@ -1,5 +1,5 @@
 """The dashboards and alert rules as the code generates them: the committed files are what it builds, every
-`graystack_*` family a query reads is one the parts export, and each dashboard filters by namespace,
+`graystack_*` (and `gen_ai_*`) family a query reads is one the parts export, and each dashboard filters by namespace,
 rollout and variant. (No Grafana server runs here: tests/integration/test_observability_live.py sends
 every query to a real Prometheus instead.)"""
 
@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from gateway.answers import telemetry as answers_metrics
 from gateway.rollout import telemetry as rollout_metrics
 from gateway.rollout.analysis import analyse
 from gateway.rollout.evidence import start
@@ -27,7 +28,9 @@ from inference.server.telemetry import TTFT_BUCKETS, ServerMetrics
 from probes.telemetry import ProbeMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILY = re.compile(r"\b(?:graystack_\w+|vllm:\w+|process_\w+)")
+FAMILY = re.compile(
+    r"\b(?:graystack_\w+|gen_ai_\w+\b(?!\s*[=!])|vllm:\w+|process_\w+)"
+)  # not a label: gen_ai_token_type
 # vLLM's own families that a panel sums with graystack's: a vLLM pod exports them, graystack's servers count
 # the same thing under their own name.
 VLLM_ONLY = {"vllm:generation_tokens_total"}
@@ -37,7 +40,7 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 def exported_sample_names() -> set[str]:
     """Every sample name the gateway, a model server and a probe expose (as Prometheus stores them)."""
     registry = CollectorRegistry()
-    for module in (rollout_metrics, xds_metrics):
+    for module in (rollout_metrics, xds_metrics, answers_metrics):
         for metric in vars(module).values():
             if hasattr(metric, "_name") and hasattr(metric, "collect"):
                 registry.register(metric)

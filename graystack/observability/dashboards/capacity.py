@@ -1,5 +1,5 @@
 """The Variants dashboard's capacity row: each variant's pods as the gateway's capacity plan sees them, and
-what its GPUs cost per million generated tokens.
+what its GPUs cost per million output tokens (any server: the gateway counts them).
 
 Both read gauges that only the leading gateway exports, in Kubernetes with `rollout.capacity` enabled
 (gateway/rollout/telemetry.py): elsewhere these panels are empty.
@@ -9,19 +9,14 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import timeseries
 
-from gateway.families import VARIANT_COST_PER_HOUR, VARIANT_REPLICAS
+from gateway.families import GEN_AI_TOKEN_USAGE, VARIANT_COST_PER_HOUR, VARIANT_REPLICAS
 from graystack.observability.dashboards.panels import graph, query
 from graystack.observability.promql import NAMESPACE, RATE, ROLLOUT_VARIANT
-from inference.families import TOKENS, VLLM_GENERATION_TOKENS
 
-# Generated tokens, whichever server counts them: graystack's model servers count both kinds in one
-# family (`kind` prompt or generated), vLLM counts generated ones in its own family without `kind` (a
-# scrape config labels its series with the variant). A pod exports one of the two, so the sum counts
-# each token once.
-GENERATED_TOKENS = (
-    f'{{__name__=~"{TOKENS}|{VLLM_GENERATION_TOKENS}", {NAMESPACE}, variant=~"$variant", kind=~"generated|"}}'
-)
-TOKENS_PER_HOUR = f"sum by (namespace, variant) (rate({GENERATED_TOKENS}[{RATE}])) * 3600"
+# Output tokens as the gateway measured every answer (the server's `usage`, else its content events
+# counted), so any server has a cost figure; mirrored shadow copies are not measured.
+OUTPUT_TOKENS = f'{GEN_AI_TOKEN_USAGE}_sum{{{NAMESPACE}, variant=~"$variant", gen_ai_token_type="output"}}'
+TOKENS_PER_HOUR = f"sum by (namespace, variant) (rate({OUTPUT_TOKENS}[{RATE}])) * 3600"
 COST_PER_HOUR = f"sum by (namespace, variant) ({VARIANT_COST_PER_HOUR}{{{ROLLOUT_VARIANT}}})"
 SOURCE = (
     " From the leading gateway, in Kubernetes with rollout.capacity enabled in the chart's values; "
@@ -46,11 +41,11 @@ def cost_per_million_tokens() -> timeseries.Panel:
     """Running pods' GPU-hours over the tokens they generated in that hour: what a variant costs to serve
     the share of the traffic it has now (idle GPUs included)."""
     return graph(
-        "Cost per million generated tokens",
+        "Cost per million output tokens",
         "none",
         "The variant's GPU cost per hour (running pods x GPUs per pod x the per-GPU-hour price set in "
-        "rollout.capacity) over the tokens it generates per hour (graystack's and vLLM's counters; "
-        "prompt tokens not counted), per million tokens, in the price's currency. It falls as a "
+        "rollout.capacity) over the output tokens it served per hour (as the gateway measured every "
+        "answer, for any server; prompt tokens and shadow copies not counted), per million tokens, in the price's currency. It falls as a "
         "variant's pods fill up; no line while a variant generates nothing." + SOURCE,
         query(f"{COST_PER_HOUR} / ({TOKENS_PER_HOUR} > 0) * 1e6", "{{variant}}"),
     ).decimals(2)

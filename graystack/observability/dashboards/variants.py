@@ -6,7 +6,14 @@ from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
-from gateway.families import ENVOY_UPSTREAM_RQ, ENVOY_UPSTREAM_RQ_RETRY
+from gateway.families import (
+    ANSWERS,
+    ENVOY_UPSTREAM_RQ,
+    ENVOY_UPSTREAM_RQ_RETRY,
+    GEN_AI_TOKEN_USAGE,
+    GEN_AI_TPOT,
+    GEN_AI_TTFT,
+)
 from graystack.observability.dashboards.capacity import cost_per_million_tokens, pods
 from graystack.observability.dashboards.panels import base, graph, quantiles, query, with_queries
 from graystack.observability.promql import (
@@ -44,9 +51,10 @@ def variants_side_by_side() -> gd.Dashboard:
     board.with_row(gd.Row("Latency"))
     board.with_panel(
         quantiles(
-            "Time to first token",
-            REQUEST_TTFT,
-            "From arrival to the first token, all prompt lengths (the model servers' histogram).",
+            "Time to first token (measured by the gateway)",
+            GEN_AI_TTFT,
+            "From the request to the first event carrying generated content, every answer, any server: "
+            "Envoy measures it (gateway/answers/), so a server that exports no histogram is seen too.",
         )
     )
     board.with_panel(
@@ -54,11 +62,26 @@ def variants_side_by_side() -> gd.Dashboard:
             "TTFT p95 by prompt length",
             "s",
             "The story: the baseline's TTFT grows with the prompt (its bias layer scores every "
-            "position pair); the zero-layer's stays flat where its bias is skipped.",
+            "position pair); the zero-layer's stays flat where its bias is skipped (the model "
+            "servers' histogram, bucketed by prompt tokens).",
             query(
                 quantile(0.95, REQUEST_TTFT, VARIANT, "variant, prompt_bucket"),
                 "{{variant}} {{prompt_bucket}} tokens",
             ),
+        )
+    )
+    board.with_panel(
+        quantiles(
+            "Time per output token (measured by the gateway)",
+            GEN_AI_TPOT,
+            "Each streamed answer's mean gap between its tokens after the first, any server.",
+        )
+    )
+    board.with_panel(
+        quantiles(
+            "Time to first token (the model servers' own histogram)",
+            REQUEST_TTFT,
+            "The servers' view from arrival, where a server exports it: a cross-check of the gateway's.",
         )
     )
     board.with_panel(
@@ -106,6 +129,27 @@ def variants_side_by_side() -> gd.Dashboard:
     )
     board.with_panel(
         graph(
+            "How answers ended",
+            "percentunit",
+            "Share of each variant's measured answers by how they ended: complete, error (an error "
+            "status, or an error event or chunk mid-stream), cut (ended before the format's final "
+            "event), client_gone (the client left); the error tests count an error or a cut after a "
+            "success status. And the share that stopped on `length`: not an error, but a candidate "
+            "that stops on max_tokens where the baseline stops on its own shows here.",
+            query(
+                f"sum by (variant, ending) (rate({ANSWERS}{{{VARIANT}}}[{RATE}])) "
+                f"/ ignoring (ending) group_left sum by (variant) (rate({ANSWERS}{{{VARIANT}}}[{RATE}]))",
+                "{{variant}} {{ending}}",
+            ),
+            query(
+                f'sum by (variant) (rate({ANSWERS}{{{VARIANT}, finish="length"}}[{RATE}])) '
+                f"/ sum by (variant) (rate({ANSWERS}{{{VARIANT}}}[{RATE}]))",
+                "{{variant}} length",
+            ),
+        )
+    )
+    board.with_panel(
+        graph(
             "Shadow copies (Envoy)",
             "reqps",
             "Mirrored copies of clients' requests that a shadow phase sends to `<variant>-shadow`, by "
@@ -128,8 +172,15 @@ def variants_side_by_side() -> gd.Dashboard:
         graph(
             "Tokens per second",
             "short",
-            "Prompt tokens read and tokens generated per second.",
+            "Prompt tokens read and tokens generated per second, as the model servers count them, and "
+            "the output tokens of the answers the gateway measured (any server; shadow copies not "
+            "measured), which the cost panel divides by.",
             query(rate(TOKENS, VARIANT, "variant, kind"), "{{variant}} {{kind}}"),
+            query(
+                f'sum by (variant) (rate({GEN_AI_TOKEN_USAGE}_sum{{{VARIANT}, gen_ai_token_type="output"}}'
+                f"[{RATE}]))",
+                "{{variant}} output (gateway)",
+            ),
         )
     )
     board.with_row(gd.Row("Engine"))

@@ -44,12 +44,14 @@ class Batch:
 
 @dataclass
 class AnswerStore:
-    """`failed_after_start`: per variant whose server answered, the answers that failed after their
-    success status went out (cumulative, never evicted): the errors Envoy's counters cannot see."""
+    """Per variant whose server answered, cumulative (never evicted): `failed_after_start`, the answers
+    that failed after their success status went out (the errors Envoy's counters cannot see), and
+    `output_tokens`, the tokens they carried (the servers' `usage`, else content events counted)."""
 
     capacity: int = CAPACITY
     counts: Counts = field(default_factory=Counts)
     failed_after_start: Counter[str] = field(default_factory=Counter)
+    output_tokens: Counter[str] = field(default_factory=Counter)
     _answers: deque[Answer] = field(default_factory=deque)
     _first: int = 0  # the sequence number of _answers[0]; answers are numbered from 0 as they arrive
 
@@ -59,6 +61,8 @@ class AnswerStore:
         self.counts.last_at = now
         if answer.failed_after_start:
             self.failed_after_start[answer.server] += 1
+        if answer.output_tokens:
+            self.output_tokens[answer.server] += answer.output_tokens
         while len(self._answers) > self.capacity:
             self._answers.popleft()
             self._first += 1

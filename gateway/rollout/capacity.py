@@ -288,7 +288,7 @@ def capacity_view(
 
 
 def per_million_tokens(view: dict | None, tokens_per_second: Mapping[str, float]) -> dict | None:
-    """`view` with each priced variant's cost per million generated tokens, where it generated some:
+    """`view` with each priced variant's cost per million output tokens, where it served some:
     the number a GPU bill is judged by (gateway/rollout/throughput.py measures the tokens)."""
     if view is None:
         return None

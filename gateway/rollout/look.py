@@ -35,7 +35,7 @@ from gateway.spec.model import RolloutSpec
 @dataclass(frozen=True)
 class Carried:
     """What one look leaves the next: the counters it read (the next one's increments start there; None
-    before the first), the token rates (the capacity view's cost per million generated tokens), and
+    before the first), the token rates (the capacity view's cost per million output tokens), and
     whether a proxy has connected since the controller started."""
 
     counters: Counters | None = None

@@ -79,7 +79,7 @@ class EvidenceStatus(_Answer):
 
 class CapacityVariant(_Answer):
     """A variant's replicas, pods and cost; the pod counts only where its Deployment was read, the
-    costs only with a GPU-hour price (and generated tokens): absent, not null, otherwise."""
+    costs only with a GPU-hour price (and output tokens): absent, not null, otherwise."""
 
     wanted: int
     share: int

@@ -1,7 +1,8 @@
-"""Tokens generated per second, per variant, over the last few minutes of looks. Pure.
+"""Output tokens per second, per variant, over the last few minutes of looks. Pure.
 
-What a variant's pods cost an hour means little alone: status divides it by the tokens they
-generated (cost per million generated tokens, gateway/rollout/capacity.py `per_million_tokens`).
+What a variant's pods cost an hour means little alone: status divides it by the output tokens they
+served (cost per million output tokens, gateway/rollout/capacity.py `per_million_tokens`): the
+gateway's measurement of every answer, else the servers' own counters (gateway/metrics/answered.py).
 Each look's increments (gateway/rollout/increments.py) cover the time since the previous look, so the
 rate is the tokens of every look but the window's first over the time the window spans.
 """

@@ -134,7 +134,7 @@ def capacity_lines(capacity: CapacityStatus) -> list[str]:
         if entry.cost_per_hour is not None:
             text += f", {entry.cost_per_hour:.2f}/h"
         if entry.cost_per_million_tokens is not None:
-            text += f" ({entry.cost_per_million_tokens:.2f} per million generated tokens)"
+            text += f" ({entry.cost_per_million_tokens:.2f} per million output tokens)"
         if entry.ready_share is not None and entry.ready_share < entry.share:
             text += f": its ready pods can take {entry.ready_share}% of the traffic, it gets {entry.share}%"
         lines.append(text)

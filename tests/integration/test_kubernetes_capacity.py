@@ -240,9 +240,7 @@ async def test_a_rollback_after_the_scale_down_moves_the_weight_at_once_and_says
     await rollout.at(promoted + 910)  # 300 s after the look before: 1000 tokens a second
     text = rollout.status_text()
     # 8 GPUs at 2.5 an hour for 3.6 million tokens an hour
-    assert (
-        "  baseline     8 wanted, 8 running, 8 ready, 20.00/h (5.56 per million generated tokens)\n" in text
-    )
+    assert "  baseline     8 wanted, 8 running, 8 ready, 20.00/h (5.56 per million output tokens)\n" in text
     assert "  zero-layer   1 wanted, 1 running, 1 ready, 5.00/h\n" in text
 
 

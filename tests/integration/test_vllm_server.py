@@ -82,8 +82,9 @@ def test_vllm_times_the_first_token_of_every_request_sent_through_envoy(vllm_sta
 
 
 def test_vllm_counts_the_tokens_it_generates_under_the_name_the_cost_panel_reads(vllm):
-    """The Variants dashboard's cost per million generated tokens sums `vllm:generation_tokens_total`
-    with graystack's own counter: it grows by the completion tokens of vLLM's answer."""
+    """`graystack status`'s cost per million output tokens falls back on `vllm:generation_tokens_total`
+    for a variant the gateway has measured no answer of yet: it grows by the completion tokens of vLLM's
+    answer."""
     before = vllm_sum(vllm.url, "vllm:generation_tokens", "_total")
     message = {"role": "user", "content": "Hi"}
     answer = httpx.post(

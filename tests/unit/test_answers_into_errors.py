@@ -41,7 +41,8 @@ async def test_streams_that_failed_after_200_add_an_errors_series_and_nothing_el
         (None, 200, {"downstream_connection_termination": True}),  # the client left: not the server's
     )
     seen = await WithAnswers(Fixed(Observations(counters=ENVOY)), store).observe()
-    assert seen.counters == {**ENVOY, CounterKey("baseline", ERRORS, source=ANSWERS_SOURCE): 2.0}
+    errors = {key: value for key, value in seen.counters.items() if key.signal in (ERRORS, REQUESTS)}
+    assert errors == {**ENVOY, CounterKey("baseline", ERRORS, source=ANSWERS_SOURCE): 2.0}
 
 
 async def test_a_look_that_failed_stays_failed():
@@ -71,3 +72,19 @@ def test_each_answer_received_is_exported_under_the_genai_names():
         sample("graystack_answers_total", **where, api="chat", ending="cut", finish="stop"),
     )
     assert [a - b for a, b in zip(after, before, strict=True)] == [1.0, 12.0, 1.0]
+
+
+async def test_measured_output_tokens_replace_the_servers_own_count_for_a_variant_that_has_them():
+    from gateway.metrics.answered import TOKENS_SOURCE
+    from gateway.metrics.observations import GENERATED
+
+    servers = {
+        CounterKey("baseline", GENERATED, source="pod-a tokens"): 500.0,
+        CounterKey("zero-layer", GENERATED, source="pod-b tokens"): 70.0,  # no answer measured for it yet
+    }
+    store = store_with(({**STREAM, "output": 12}, 200, {}), ({**STREAM, "output": 30}, 200, {}))
+    seen = await WithAnswers(Fixed(Observations(counters=servers)), store).observe()
+    assert seen.counters == {
+        CounterKey("zero-layer", GENERATED, source="pod-b tokens"): 70.0,
+        CounterKey("baseline", GENERATED, source=TOKENS_SOURCE): 42.0,
+    }

@@ -1,6 +1,6 @@
 """The Variants dashboard's cost panel computes what it says for known inputs: its committed query, with
 Grafana's variables filled in, run by Prometheus' own engine (promtool's PromQL unit tests) on series
-that the gateway's capacity gauges and the model servers' token counters would hold."""
+that the gateway's capacity gauges and its measurement of every answer's tokens would hold."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from graystack.observability import dashboards
 from tests.support.processes import require_binary
 
 GPU_HOUR_PRICE = 4.0  # one GPU per pod
-# variant -> (running pods, generated tokens per second: graystack's server, a vLLM pod)
+# variant -> (running pods, output tokens per second measured by two gateway replicas, as proxies spread)
 FLEET = {"baseline": (2, 1000, 0), "zero-layer": (3, 200, 300), "idle": (1, 0, 0)}
 
 
@@ -28,10 +28,11 @@ def panel_query(title: str) -> str:
 
 
 def input_series() -> list[dict]:
-    """Ten minutes at one sample a minute: the cost gauge as the gateway sets it, the token counters
-    growing at their rate, and graystack's prompt tokens, which the panel must leave out."""
+    """Ten minutes at one sample a minute: the cost gauge as the gateway sets it, the output tokens each
+    gateway replica measured growing at their rate, and the input tokens, which the panel must leave
+    out."""
     found = []
-    for variant, (pods, graystack, vllm) in FLEET.items():
+    for variant, (pods, first, second) in FLEET.items():
         cost = pods * GPU_HOUR_PRICE
         found.append(
             {
@@ -39,18 +40,20 @@ def input_series() -> list[dict]:
                 "values": f"{cost}x10",
             }
         )
+        usage = "gen_ai_client_token_usage_sum"
         counters = {
-            f'graystack_tokens_total{{variant="{variant}", kind="generated", instance="server"}}': graystack,
-            f'graystack_tokens_total{{variant="{variant}", kind="prompt", instance="server"}}': 5 * graystack,
-            f'vllm:generation_tokens_total{{variant="{variant}", model_name="m", instance="vllm"}}': vllm,
+            f'{usage}{{variant="{variant}", segment="default", gen_ai_token_type="output", instance="gw-1"}}': first,
+            f'{usage}{{variant="{variant}", segment="default", gen_ai_token_type="output", instance="gw-2"}}': second,
+            f'{usage}{{variant="{variant}", segment="default", gen_ai_token_type="input", instance="gw-1"}}': 5
+            * first,
         }
         found += [{"series": name, "values": f"0+{rate * 60}x10"} for name, rate in counters.items() if rate]
     return found
 
 
-def test_the_cost_panel_prices_a_million_generated_tokens(tmp_path):
+def test_the_cost_panel_prices_a_million_output_tokens(tmp_path):
     """baseline: 2 pods x 4.0/h over 1000 tokens/s (3.6 M/h) is 2.22 per million; zero-layer: 12.0/h over
-    its graystack pod's 200/s and its vLLM pod's 300/s is 6.67; an idle variant has no line."""
+    the 200/s and 300/s two gateway replicas measured is 6.67; an idle variant has no line."""
     expected = {"baseline": 2.22, "zero-layer": 6.67}
     tests = {
         "rule_files": [],
@@ -61,7 +64,7 @@ def test_the_cost_panel_prices_a_million_generated_tokens(tmp_path):
                 "input_series": input_series(),
                 "promql_expr_test": [
                     {
-                        "expr": f"round({panel_query('Cost per million generated tokens')}, 0.01)",
+                        "expr": f"round({panel_query('Cost per million output tokens')}, 0.01)",
                         "eval_time": "10m",
                         "exp_samples": [
                             {"labels": f'{{variant="{variant}"}}', "value": cost}

@@ -75,6 +75,15 @@ class AdminClient:
     def status(self) -> Status:
         return self._call(Status, "GET", "/v1/status")
 
+    def metrics(self) -> str:
+        """The gateway's own /metrics page (Prometheus text)."""
+        try:
+            response = self._http.get("/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError as error:
+            raise AdminError(f"cannot read the gateway's metrics at {self.base_url}: {error}") from None
+        return response.text
+
     def set_weights(
         self, weights: Mapping[str, int], segment: str | None = None, wait_seconds: float = 5.0
     ) -> FlipResult:

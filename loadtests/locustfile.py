@@ -30,7 +30,7 @@ from requests import RequestException
 
 from gateway.spec.fields import parse_duration
 from graystack.admin_client import AdminClient, AdminError
-from loadtests import config, summary
+from loadtests import config, measured, summary
 from loadtests.shapes import SHAPES
 from loadtests.split import SplitTracker, Tally, report_bins
 from loadtests.stream import StreamError, StreamTiming, sse_events
@@ -126,9 +126,19 @@ class Run:
             self.static = {"weights": config.parse_mix(options.expected_weights, "expected weights")}
             self.tracker.observe(0.0, 0.0, self.static)
         self.poller = None
+        self.gateway_at_start: measured.Readings | None = None
         if options.admin_url and not isinstance(runner, WorkerRunner):
             self.admin = AdminClient(options.admin_url, options.admin_token or None, timeout=5)
+            self.gateway_at_start = self.read_gateway()
             self.poller = gevent.spawn(self._poll_forever)
+
+    def read_gateway(self) -> measured.Readings | None:
+        """The gateway's measurement of every answer so far (None: unreadable, said in the log)."""
+        try:
+            return measured.read(self.admin.metrics())
+        except AdminError as error:
+            log.warning("cannot read what the gateway measured: %s", error)
+            return None
 
     def poll(self) -> None:
         sent = time.time()
@@ -165,6 +175,10 @@ class Run:
             split_required=checked,
         )
         stats = self.runner.stats
+        at_end = self.read_gateway() if self.gateway_at_start is not None else None
+        gateway = (
+            measured.measured(self.gateway_at_start, at_end) if self.gateway_at_start and at_end else None
+        )
         result = summary.Summary(
             variants=[
                 summary.VariantStats(v, self.requests[v], self.failures[v], _latencies(stats, v))
@@ -175,6 +189,7 @@ class Run:
             user_exceptions=len(self.runner.exceptions),
             split=self.tracker.result() if checked else None,
             objectives=objectives,
+            gateway=gateway,
         )
         return summary.judge(result)
 

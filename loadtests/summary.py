@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loadtests.measured import GatewayStats
 from loadtests.split import SplitResult
 
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2}
@@ -43,6 +44,7 @@ class Summary:
     user_exceptions: int
     split: SplitResult | None
     objectives: Objectives
+    gateway: list[GatewayStats] | None = None  # what the gateway measured (None: no admin URL to read)
     verdict: str = "pass"
     reasons: list[str] = field(default_factory=list)
 
@@ -104,6 +106,7 @@ def render(summary: Summary, started: float) -> str:
         e2e = _ms(s.latency.get("e2e", {}), ("p50", "p95", "p99"))
         itl = _ms(s.latency.get("inter_token", {}), ("p50", "p95"))
         lines.append(f"{s.variant:<12}{s.requests:>9}{s.failures:>8}  {ttft:<20}{e2e:<20}{itl}")
+    lines += _gateway_lines(summary.gateway)
     split = summary.split
     if split is None:
         lines.append("split: not checked (no admin URL and no expected weights)")
@@ -123,6 +126,23 @@ def render(summary: Summary, started: float) -> str:
             )
     lines += [f"verdict: {summary.verdict}", *(f"  - {reason}" for reason in summary.reasons)]
     return "\n".join(lines)
+
+
+def _gateway_lines(gateway: list[GatewayStats] | None) -> list[str]:
+    if gateway is None:
+        return ["as the gateway measured: not read (no admin URL)"]
+    lines = [
+        "as the gateway measured every answer (any server; buckets 1.2 apart):",
+        f"  {'variant':<12}{'answers':>8}  {'TTFT p50/95/99 ms':<20}{'TPOT p50/95 ms':<16}"
+        f"{'error/cut/gone':<16}{'length':>7}{'out tokens':>12}",
+    ]
+    for g in gateway:
+        ended = "/".join(str(g.endings.get(e, 0)) for e in ("error", "cut", "client_gone"))
+        lines.append(
+            f"  {g.variant:<12}{g.answers:>8}  {_ms(g.ttft, ('p50', 'p95', 'p99')):<20}"
+            f"{_ms(g.tpot, ('p50', 'p95')):<16}{ended:<16}{g.length_share:>7.1%}{g.output_tokens:>12}"
+        )
+    return lines
 
 
 def write(summary: Summary, started: float, folder: Path) -> None:

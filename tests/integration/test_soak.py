@@ -78,6 +78,17 @@ def test_streaming_users_across_weight_flips_fail_nothing_and_every_split_holds(
             assert int(rows[(kind, variant)]["Request Count"]) > 0
         assert variants[variant]["latency"]["ttft"]["p50"] <= variants[variant]["latency"]["e2e"]["p50"]
 
+    # The gateway measured the same streams (its own count, from Envoy's answer log): every one whole,
+    # none failed after its 200, within a few of what the users sent (the probes' requests go straight
+    # to the pods; the run's last streams may end after the summary read the gateway).
+    measured = {g["variant"]: g for g in summary["gateway"]}
+    assert set(measured) == {"baseline", "zero-layer"}
+    answered = sum(g["answers"] for g in measured.values())
+    assert summary["requests"] - USERS <= answered <= summary["requests"] + USERS
+    for g in measured.values():
+        assert g["endings"].get("error", 0) == g["endings"].get("cut", 0) == 0, g
+        assert g["output_tokens"] > 0 and g["ttft"]["p50"] > 0
+
     # The flips went live (every proxy ACKed), and each period kept to its weights.
     assert len(flipper.flips) >= len(FLIPS) + 1  # the first, then every weight at least once
     assert all(code == 0 for _, _, code in flipper.flips), flipper.flips

@@ -17,6 +17,7 @@ from bench.exact_rules import candidate_ranks
 from gateway.rollout.sequential import (
     ExactShiftTest,
     alpha_log_threshold,
+    by_stratum,
     detector_log_threshold,
     mixture,
     pooled_ranks,
@@ -108,6 +109,12 @@ def test_looks_without_both_sides_change_nothing_and_states_round_trip_through_s
     assert (test.candidate_requests, test.baseline_requests, test.steps) == (4, 50, 1)
     text = json.dumps(test.to_dict(), allow_nan=False)
     assert ExactShiftTest.from_dict(json.loads(text)) == test
+
+
+def test_strata_pair_by_name_and_only_where_both_variants_were_reached():
+    ours = {"default|long": [0.9], "default|short": [0.2, 0.3], "pinned|short": [0.1], "default|mid": []}
+    theirs = {"default|short": [0.25], "default|long": [1.0, 1.1], "default|mid": [0.5]}
+    assert by_stratum(ours, theirs) == [([0.9], [1.0, 1.1]), ([0.2, 0.3], [0.25])]
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ from gateway.rollout.sequential.errors import (
     threshold_increments,
     threshold_look,
 )
-from gateway.rollout.sequential.exact import ExactShiftTest, pooled_ranks, rank_increments
+from gateway.rollout.sequential.exact import ExactShiftTest, by_stratum, pooled_ranks, rank_increments
 from gateway.rollout.sequential.latency import ShiftTest, edge_pairs, shift_look
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "ThresholdTest",
     "alpha_log_threshold",
     "beta_binomial_log_lr",
+    "by_stratum",
     "detector_log_threshold",
     "edge_pairs",
     "error_rate_bounds",

@@ -4,12 +4,16 @@ The histogram test (latency.py) sees only exceedances of bucket edges, and only 
 apart: on vLLM's layout (edges up to 2.5x apart) it can tell only large slowdowns. With each request's own
 value the comparison needs no edges: every candidate value is divided by (1+m) and ranked among the look's
 baseline values of its stratum, and the ranks are bet on.
+
+Ranks within the look, rather than against the baseline's quantiles from earlier looks, keep L2's
+conditioning: a load swing that slows both variants in one look cancels, where a reference taken
+before it would read it as the candidate's slowdown.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,11 +21,9 @@ import numpy as np
 from gateway.rollout.sequential._state import State, mixture, require
 from gateway.rollout.sequential.errors import shiryaev_roberts_step
 
-RANK_LEVELS = (
-    0.5,
-    0.9,
-    0.99,
-)  # tail scores: "in the pooled top half", "... tenth", "... hundredth"; and the rank sum
+# Scores besides the rank sum, which carries a shift of the whole distribution: "in the pooled top
+# half", "... tenth", "... hundredth", which carry a slowdown of the slow requests alone.
+RANK_LEVELS = (0.5, 0.9, 0.99)
 BET_SIZES = (0.25, 0.5, 1.0, 2.0, 4.0)  # tilts lambda of the scores, which lie in [0, 1]
 _SIDES = ("candidate", "baseline")
 Values = Sequence[float] | np.ndarray  # one stratum's per-request seconds from one variant at one look
@@ -31,7 +33,7 @@ def pooled_ranks(candidate: np.ndarray, baseline: np.ndarray, max_slowdown: floa
     """The ranks (1-based, ascending) of candidate / (1+m) among the pooled values of one stratum's look.
 
     A tie with a baseline value ranks the candidate below it: the candidate's favour, so ties (values
-    rounded to milliseconds) can only make the test more lenient.
+    rounded to milliseconds) can only lower the evidence against it.
     """
     scaled = np.sort(candidate) / (1 + max_slowdown)
     below = np.searchsorted(np.sort(baseline), scaled, side="left")
@@ -68,6 +70,14 @@ def rank_increments(
     return np.where(compared[..., None, None], factor, 0.0).sum(axis=-3)
 
 
+def by_stratum(ours: Mapping[str, Values], theirs: Mapping[str, Values]) -> list[tuple[Values, Values]]:
+    """`update`'s strata from one look's values per stratum name (`stratum(segment, prompt_bucket)`) and
+    variant: the names both variants reached, in name order."""
+    return [
+        (ours[name], theirs[name]) for name in sorted(ours) if len(ours[name]) and len(theirs.get(name, ()))
+    ]
+
+
 def _values(name: str, values: Values) -> np.ndarray:
     array = np.asarray(values, dtype=float)
     require(array.ndim == 1, name, f"expected a sequence of seconds, got shape {array.shape}")
@@ -89,9 +99,8 @@ class ExactShiftTest(State):
     has mean exactly 1: each look's factor has conditional mean <= 1 (research §5.1, as R1 and L2).
     Shared load cancels as in L2: each (stratum, look) is compared only within itself.
 
-    The rank sum (Wilcoxon) carries a shift of the whole distribution; the tail counts (levels) carry
-    a slowdown of the slow requests only. Scores and bets are mixed with equal weights (`log_evalue`),
-    and `log_detector` is the Shiryaev-Roberts e-detector on the same factors, as ShiftTest's.
+    Scores (the rank sum, RANK_LEVELS' tail counts) and bets are mixed with equal weights (`log_evalue`);
+    `log_detector` is the Shiryaev-Roberts e-detector on the same factors, as ShiftTest's.
     """
 
     max_slowdown: float
@@ -117,9 +126,8 @@ class ExactShiftTest(State):
             checked.append(
                 tuple(_values(f"strata[{i}].{side}", v) for side, v in zip(_SIDES, stratum, strict=True))
             )
-        rows = [
-            (c, b) for c, b in checked if len(c) and len(b)
-        ]  # a stratum one side did not reach: nothing to compare
+        # a stratum one side did not reach has nothing to compare
+        rows = [(c, b) for c, b in checked if len(c) and len(b)]
         if not rows:
             return self
         width = max(len(c) for c, _ in rows)

@@ -116,9 +116,9 @@ def false_rollbacks(total_rps: float, error_rate: float, trials: int, seed: int)
     ]
 
 
-def _bucket_probabilities(scale: float) -> np.ndarray:
+def bucket_probabilities(scale: float, edges: np.ndarray = EDGES) -> np.ndarray:
     """P(TTFT in each bucket), +Inf last, for TTFT lognormal with the median scaled by `scale`."""
-    cdf = norm.cdf((np.log(EDGES) - math.log(TTFT_MEDIAN * scale)) / TTFT_SIGMA)
+    cdf = norm.cdf((np.log(edges) - math.log(TTFT_MEDIAN * scale)) / TTFT_SIGMA)
     return np.diff(np.concatenate([[0.0], cdf, [1.0]]))
 
 
@@ -183,7 +183,7 @@ def detection(candidate_rps: float, name: str, late: bool, trials: int, seed: in
         naive = retired_rules.naive_errors(cand_n, cand_x, WINDOW_LOOKS, plan.max_error_rate)
         floor = error_floor(plan, candidate_rps, base_rps, size, BASELINE_ERRORS, late)
     else:
-        healthy, slow = _bucket_probabilities(1.0), _bucket_probabilities(size)
+        healthy, slow = bucket_probabilities(1.0), bucket_probabilities(size)
         cand = _buckets(rng, cand_n, [slow if late_look else healthy for late_look in after])
         base = _buckets(rng, base_n, [healthy] * looks)
         shipped = _shipped_latency(LatencyTests(plan, trials, EDGES), cand, base)

@@ -7,7 +7,7 @@ weights changed from the data and looks of any size. That is what the old slidin
 JSON-able through to_dict/from_dict) and compares `log_evalue` with `alpha_log_threshold(alpha)`, or
 `ThresholdTest.log_detector` with `detector_log_threshold(...)`.
 
-The per-look arithmetic lives in batched kernels (`threshold_look`, `ratio_look`, `shift_look`, leading
+The per-look arithmetic lives in batched kernels (`threshold_look`, `ratio_look`, `shift_look`, `rank_increments`, leading
 axes = independent runs): the states call them with one run, simulations with thousands, so what is
 simulated is what ships.
 
@@ -37,19 +37,24 @@ from gateway.rollout.sequential.errors import (
     threshold_increments,
     threshold_look,
 )
+from gateway.rollout.sequential.exact import ExactShiftTest, by_stratum, pooled_ranks, rank_increments
 from gateway.rollout.sequential.latency import ShiftTest, edge_pairs, shift_look
 
 __all__ = [
+    "ExactShiftTest",
     "RatioTest",
     "ShiftTest",
     "ThresholdTest",
     "alpha_log_threshold",
     "beta_binomial_log_lr",
+    "by_stratum",
     "detector_log_threshold",
     "edge_pairs",
     "error_rate_bounds",
     "kl_bernoulli",
     "mixture",
+    "pooled_ranks",
+    "rank_increments",
     "ratio_look",
     "requests_needed",
     "requests_to_detect",

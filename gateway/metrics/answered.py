@@ -5,6 +5,10 @@
   without them a candidate that breaks its streams after `200` passes every error test. They are one
   more cumulative ERRORS series per variant (source ANSWERS_SOURCE), whose increments the analysis
   takes like any counter's; each is already among Envoy's requests.
+- the time to first token and time per output token of every answer measured since the last look, as
+  exact samples per variant and stratum (what `analysis.latency_source: answers` compares). Answers
+  that failed, or that a fallback retry moved to another variant, are left out: their times are not
+  one server's.
 - the output tokens of every measured answer, as the variant's GENERATED series in place of the
   servers' own counters (graystack's or vLLM's, where a server has one), so the capacity view's cost
   per million tokens exists for any server and counts what the dashboards count.
@@ -12,10 +16,22 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import replace
 
+from gateway.answers.answer import Answer
 from gateway.answers.store import AnswerStore
-from gateway.metrics.observations import ERRORS, GENERATED, CounterKey, Observations
+from gateway.metrics.observations import (
+    ERRORS,
+    GENERATED,
+    ITL,
+    TTFT,
+    CounterKey,
+    Observations,
+    SampleKey,
+    stratum,
+)
 from gateway.metrics.provider import MetricsProvider
 
 ANSWERS_SOURCE = "gateway: answers failed after their status"
@@ -26,9 +42,12 @@ class WithAnswers:
     def __init__(self, provider: MetricsProvider, answers: AnswerStore) -> None:
         self.provider = provider
         self.answers = answers
+        self._cursor = answers.cursor  # the next look's samples are the answers measured after it
 
     async def observe(self) -> Observations:
         seen = await self.provider.observe()
+        batch = self.answers.since(self._cursor)
+        self._cursor = batch.cursor
         if seen.error is not None:
             return seen
         failed = {
@@ -44,4 +63,19 @@ class WithAnswers:
             for key, value in seen.counters.items()
             if not (key.signal == GENERATED and key.variant in measured)
         }
-        return replace(seen, counters={**servers, **failed, **tokens})
+        return replace(seen, counters={**servers, **failed, **tokens}, samples=samples(batch.answers))
+
+
+def samples(answers: Iterable[Answer]) -> dict[SampleKey, tuple[float, ...]]:
+    """TTFT per stratum(segment, prompt_bucket), time per output token per stratum(segment), per variant."""
+    found: defaultdict[SampleKey, list[float]] = defaultdict(list)
+    for answer in answers:
+        if answer.failed or answer.server != answer.variant:
+            continue
+        if answer.ttft is not None:
+            found[SampleKey(answer.variant, TTFT, stratum(answer.segment, answer.prompt_bucket))].append(
+                answer.ttft
+            )
+        if answer.tpot is not None:
+            found[SampleKey(answer.variant, ITL, stratum(answer.segment))].append(answer.tpot)
+    return {key: tuple(values) for key, values in found.items()}

@@ -71,17 +71,29 @@ class CounterKey:
     pod: str = ""
 
 
+@dataclass(frozen=True, order=True)
+class SampleKey:
+    """Where a look's exact per-request values belong: the variant whose server answered, TTFT or ITL
+    (each answer's mean time per output token), and the stratum, as for the histograms."""
+
+    variant: str
+    signal: str  # TTFT or ITL
+    stratum: str
+
+
 @dataclass(frozen=True)
 class Observations:
     """One look. `counters`: every cumulative series read, as it stands now (see the module docstring).
     `weight_status`: variant -> its probes' statuses; `effective_windows`: variant -> the distance past
     which each of its model servers' bias is zero (0: no bias); `mismatches`: variant -> the reason of
     each of its probes that finds its server did not load the checkpoint it reads
-    (`graystack_probe_server_mismatch` at 1). `error`: the provider could not measure (query failed,
-    target down); the rest is then empty."""
+    (`graystack_probe_server_mismatch` at 1). `samples`: exact per-request values measured since the
+    last look (not cumulative: gateway/metrics/answered.py). `error`: the provider could not measure
+    (query failed, target down); the rest is then empty."""
 
     counters: Mapping[CounterKey, float] = field(default_factory=dict)
     weight_status: Mapping[str, Sequence[str]] = field(default_factory=dict)
     effective_windows: Mapping[str, Sequence[int]] = field(default_factory=dict)
     mismatches: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    samples: Mapping[SampleKey, Sequence[float]] = field(default_factory=dict)
     error: str | None = None

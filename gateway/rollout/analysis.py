@@ -36,7 +36,7 @@ from gateway.rollout.plan import (
     WEIGHT_STATUS,
     Plan,
 )
-from gateway.rollout.sequential import RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
+from gateway.rollout.sequential import ExactShiftTest, RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
 from gateway.spec.strategy import Analysis
 
 __all__ = ["CHECK_NAMES", "Check", "Verdict", "analyse", "error_checks"]
@@ -88,8 +88,13 @@ def analyse(
         checks.append(_ttft_slo(plan, evidence, evidence.candidate_ttft))
     if plan.max_latency_ratio is not None:
         ratio = evidence.stage.latency_ratio()
-        checks.append(_shift(TTFT_VS_BASELINE, "first-token", plan, evidence.ttft_shift, evidence, ratio))
-        checks.append(_shift(ITL_VS_BASELINE, "inter-token", plan, evidence.itl_shift, evidence, None))
+        ttft, itl = (
+            (evidence.ttft_exact, evidence.itl_exact)
+            if plan.exact_latency
+            else (evidence.ttft_shift, evidence.itl_shift)
+        )
+        checks.append(_shift(TTFT_VS_BASELINE, "first-token", plan, ttft, evidence, ratio))
+        checks.append(_shift(ITL_VS_BASELINE, "inter-token", plan, itl, evidence, None))
     if spec.expected_weight_status is not None or spec.max_effective_window is not None:
         checks.append(_weight_status(spec, weight_status, effective_windows, mismatches))
     if evidence.disagreement is not None and shadowing:
@@ -214,11 +219,24 @@ _NO_LATENCY = (
 
 
 def _shift(
-    name: str, what: str, plan: Plan, test: ShiftTest | None, evidence: Evidence, ratio: float | None
+    name: str,
+    what: str,
+    plan: Plan,
+    test: ShiftTest | ExactShiftTest | None,
+    evidence: Evidence,
+    ratio: float | None,
 ) -> Check:
     """A latency comparison: fails when its e-value or its change detector crosses its bound."""
     threshold = _given(plan.max_latency_ratio, "max_latency_ratio")
     seen = evidence.ttft_seen if name == TTFT_VS_BASELINE else evidence.itl_seen
+    requests = evidence.candidate_errors.requests
+    if plan.exact_latency and not evidence.answered and requests:
+        why = (
+            f"measurements missing: Envoy sent the candidate {requests} requests and the gateway measured "
+            "none of its answers (is Envoy's access log reaching the gateway's xDS port?): nothing to judge, "
+            "so no pass"
+        )
+        return Check(name, Verdict.INCONCLUSIVE, None, 0, None, threshold, why)
     busier = (
         f"; {evidence.busier_looks} looks left out (the candidate's pods were busier than the baseline's)"
         if evidence.busier_looks
@@ -231,6 +249,8 @@ def _shift(
     failing = changed or fired(test.log_evalue, plan.log_bound)
     probed = evidence.ttft_probed if name == TTFT_VS_BASELINE else 0
     source = f" ({probed} from the probes' requests: the servers export no TTFT histogram)" if probed else ""
+    if plan.exact_latency:
+        source = " (each answer's exact time, as the gateway measured it)"
     reason = (
         f"{what} latency {'more' if failing else 'not shown more'} than {threshold:g}x the baseline's in "
         f"distribution over {seen} candidate samples{source}: log e-value {test.log_evalue:.2f} vs "

@@ -44,7 +44,14 @@ from dataclasses import dataclass, replace
 from gateway.metrics.observations import PROBED, segment_of
 from gateway.rollout.increments import Histogram, VariantLook
 from gateway.rollout.plan import Plan
-from gateway.rollout.sequential import RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
+from gateway.rollout.sequential import (
+    ExactShiftTest,
+    RatioTest,
+    ShiftTest,
+    ThresholdTest,
+    by_stratum,
+    error_rate_bounds,
+)
 
 TTFT_SHARE = 0.05  # p95 <= SLO: at most 5 % of first tokens above it
 
@@ -81,6 +88,9 @@ class Evidence:
     ttft_edge: float | None = None  # the edge the SLO test counts above
     ttft_shift: ShiftTest | None = None
     itl_shift: ShiftTest | None = None
+    ttft_exact: ExactShiftTest | None = None  # ... on the answers' exact values (plan.exact_latency)
+    itl_exact: ExactShiftTest | None = None
+    answered: int = 0  # candidate answers the gateway measured, any segment (none: measurements missing)
     disagreement: ThresholdTest | None = None
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
     ttft_probed: int = 0  # of those, the probes' (servers with no TTFT histogram)
@@ -240,8 +250,12 @@ def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLo
     if max_ratio is None:
         return evidence
     evidence = replace(evidence, load=smoothed_load(evidence.load, ours, theirs))
+    if plan.exact_latency:
+        evidence = replace(evidence, answered=evidence.answered + sum(map(len, ours.ttft_values.values())))
     if load_ratio_bound(evidence.load, ours, theirs) > MAX_LOAD_RATIO:
         return replace(evidence, busier_looks=evidence.busier_looks + (ours.requests > 0))
+    if plan.exact_latency:
+        return _exact_shifts(evidence, plan, max_ratio, ours, theirs)
     mine, other, probed = _compared(ours.ttft, theirs.ttft, plan)
     ttft_seen = round(sum(h.total for h in mine.values()))
     mine_itl, other_itl = _routed(ours.itl, plan), _routed(theirs.itl, plan)
@@ -253,6 +267,28 @@ def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLo
         ttft_probed=evidence.ttft_probed + ttft_seen * probed,
         itl_seen=evidence.itl_seen + round(sum(h.total for h in mine_itl.values())),
     )
+
+
+def _exact_shifts(
+    evidence: Evidence, plan: Plan, max_ratio: float, ours: VariantLook, theirs: VariantLook
+) -> Evidence:
+    """The latency comparisons on the answers the gateway measured: each request's exact time, routed
+    traffic only (the probes' requests do not pass Envoy), per stratum both variants reached this look."""
+    ttft = by_stratum(_randomised(ours.ttft_values, plan), _randomised(theirs.ttft_values, plan))
+    itl = by_stratum(_randomised(ours.itl_values, plan), _randomised(theirs.itl_values, plan))
+    ttft_test = evidence.ttft_exact or ExactShiftTest.new(max_ratio - 1)
+    itl_test = evidence.itl_exact or ExactShiftTest.new(max_ratio - 1)
+    return replace(
+        evidence,
+        ttft_exact=ttft_test.update(ttft),
+        itl_exact=itl_test.update(itl),
+        ttft_seen=evidence.ttft_seen + sum(len(mine) for mine, _ in ttft),
+        itl_seen=evidence.itl_seen + sum(len(mine) for mine, _ in itl),
+    )
+
+
+def _randomised(values: Mapping[str, Sequence[float]], plan: Plan) -> dict[str, Sequence[float]]:
+    return {name: v for name, v in values.items() if segment_of(name) in plan.randomised_segments}
 
 
 def _shift(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.metrics.observations import (
@@ -29,6 +29,7 @@ from gateway.metrics.observations import (
     TTFT,
     TTFT_SUM,
     CounterKey,
+    SampleKey,
 )
 
 Counters = Mapping[CounterKey, float]
@@ -71,6 +72,9 @@ class VariantLook:
     itl: Mapping[str, Histogram] = field(default_factory=dict)
     pods: int = 0  # model servers reporting latency for it (0: unknown)
     generated: int = 0  # tokens its servers generated
+    # exact per-request values measured this look, by stratum (gateway/metrics/answered.py)
+    ttft_values: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    itl_values: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 def pods(counters: Counters, variant: str) -> int:
@@ -82,10 +86,11 @@ def per_variant(
     totals: Mapping[tuple[str, str, str, float], float],
     variants: Iterable[str],
     current: Counters | None = None,
+    samples: Mapping[SampleKey, Sequence[float]] | None = None,
 ) -> dict[str, VariantLook]:
     """The look's increments arranged per variant; counts are whole (errors capped at requests: a
     failed fallback is charged to the variant too, gateway/metrics/direct.py); `current`: the look's
-    counters, for how many pods serve each variant."""
+    counters, for how many pods serve each variant; `samples`: the look's exact per-request values."""
     scalars: dict[tuple[str, str], float] = defaultdict(float)
     buckets: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)
     sums: dict[tuple[str, str, str], float] = defaultdict(float)
@@ -117,6 +122,12 @@ def per_variant(
             itl=histograms[ITL],
             pods=pods(current or {}, variant),
             generated=round(scalars[variant, GENERATED]),
+            ttft_values={
+                k.stratum: v for k, v in (samples or {}).items() if (k.variant, k.signal) == (variant, TTFT)
+            },
+            itl_values={
+                k.stratum: v for k, v in (samples or {}).items() if (k.variant, k.signal) == (variant, ITL)
+            },
         )
     return looks
 

@@ -80,7 +80,7 @@ def _judge(
     if seen.error is not None:
         return _measurable(error_checks(seen.error, plan), carried), state, carried, None
     totals = increase(carried.counters, seen.counters)
-    looks = per_variant(totals, spec.variants, seen.counters)
+    looks = per_variant(totals, spec.variants, seen.counters, seen.samples)
     generated = {variant: look.generated for variant, look in looks.items()}
     carried = replace(
         carried,

@@ -67,6 +67,7 @@ class Plan:
     max_error_rate: float
     max_error_ratio: float | None
     max_latency_ratio: float | None
+    exact_latency: bool  # the latency comparisons run on the answers' exact values, not on histograms
     max_ttft_p95: float | None
     max_disagreement: float | None
     randomised_segments: frozenset[str]  # segments whose traffic is split at random between the two
@@ -121,6 +122,8 @@ def plan_for(spec: RolloutSpec) -> Plan:
         "max_ttft_p95": analysis.max_ttft_p95,
         "min_shadow_agreement": analysis.min_shadow_agreement,
         "segments": sorted(randomised),
+        # only where it is not the default, so the tests of rollouts saved before it existed go on
+        **({"latency_source": analysis.latency_source} if analysis.latency_source != "histograms" else {}),
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     agreement = analysis.min_shadow_agreement
@@ -133,6 +136,7 @@ def plan_for(spec: RolloutSpec) -> Plan:
         max_error_rate=analysis.max_error_rate,
         max_error_ratio=analysis.max_error_ratio if ERROR_RATIO in tests else None,
         max_latency_ratio=analysis.max_latency_ratio,
+        exact_latency=analysis.latency_source == "answers",
         max_ttft_p95=analysis.max_ttft_p95,
         max_disagreement=None if agreement is None else 1 - agreement,
         randomised_segments=frozenset(randomised),

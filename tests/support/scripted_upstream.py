@@ -152,11 +152,15 @@ SCRIPTS: dict[str, tuple[str, list[str], list[str], list[str], str]] = {
 
 class ScriptedUpstream:
     """`broken_every`: every so many answers, `broken_script` replaces the one asked for (a server that
-    breaks a share of its streams after `200`, whatever the client asked)."""
+    breaks a share of its streams after `200`, whatever the client asked). `slower_by`: seconds added
+    before every stream's first content (a server slower to its first token)."""
 
-    def __init__(self, broken_every: int | None = None, broken_script: str = "chat-error-chunk") -> None:
+    def __init__(
+        self, broken_every: int | None = None, broken_script: str = "chat-error-chunk", slower_by: float = 0.0
+    ) -> None:
         self.broken_every = broken_every
         self.broken_script = broken_script
+        self.slower_by = slower_by
         self.answered = 0
 
     async def __call__(self, scope, receive, send) -> None:
@@ -185,7 +189,7 @@ class ScriptedUpstream:
         for event in head:
             await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
         if content_type == SSE:
-            await asyncio.sleep(FIRST_TOKEN_S)
+            await asyncio.sleep(FIRST_TOKEN_S + self.slower_by)
         for i, event in enumerate(body):
             if i:
                 await asyncio.sleep(TOKEN_GAP_S)

@@ -1,20 +1,25 @@
 """A candidate slower to its first token is rolled back on the gateway's own measurement of every answer
 (`analysis.latency_source: answers`, issue 26), from servers that export no latency histogram at all:
-the real gateway and Envoy, the `direct` provider, two scripted upstreams (tests/support/
-scripted_upstream.py), the candidate's first content 300 ms later. Without the answers the check has
-nothing to judge and passes with 0 samples; with them it sees every request's exact time."""
+the real gateway and Envoy, the `direct` provider, and either two scripted upstreams (tests/support/
+scripted_upstream.py), the candidate's first content 300 ms later, or llama.cpp, the candidate the same
+server behind a proxy that delays each direction by 150 ms. Without the answers the check has nothing to
+judge and passes with 0 samples (llama.cpp exports no TTFT histogram); with them it sees every request's
+exact time."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 
 import pytest
 
-from tests.integration.test_answers_rollback import rollout, stream_forever
-from tests.support.measured import measured_gateway
+from graystack.local.processes import free_port, port_in_use, start_process, wait_until
+from tests.integration.test_answers_rollback import CHAT, rollout, stream_forever
+from tests.support.measured import Measured, measured_gateway
 from tests.support.scripted_upstream import ScriptedUpstream, served_scripted_upstream
+from tests.support.third_party.models import MODEL_NAME
 
 pytestmark = pytest.mark.integration
 
@@ -24,24 +29,55 @@ ROLLOUT = {
 }
 
 
-async def test_a_first_token_300ms_slower_is_rolled_back_on_servers_with_no_histogram(tmp_path, envoy_binary):
-    slower = ScriptedUpstream(slower_by=0.3)
-    with served_scripted_upstream() as good, served_scripted_upstream(slower) as slow:
-        variants = {"baseline": good, "candidate": slow}
-        async with measured_gateway(tmp_path, envoy_binary, variants, {}, ROLLOUT) as measured:
-            traffic = asyncio.create_task(stream_forever(measured))
-            try:
-                deadline = time.monotonic() + 90
-                state = await rollout(measured)
-                while state["phase"] != "rolled_back" and time.monotonic() < deadline:
-                    await asyncio.sleep(0.5)
-                    state = await rollout(measured)
-            finally:
-                traffic.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await traffic
+async def until_rolled_back(measured: Measured, body: dict, within: float = 90) -> dict:
+    """The rollout's status once it rolled back (or `within` seconds passed), under streamed traffic."""
+    traffic = asyncio.create_task(stream_forever(measured, body=body))
+    try:
+        deadline = time.monotonic() + within
+        state = await rollout(measured)
+        while state["phase"] != "rolled_back" and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            state = await rollout(measured)
+        return state
+    finally:
+        traffic.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await traffic
+
+
+def rolled_back_on_latency(state: dict) -> None:
     assert state["phase"] == "rolled_back", f"not rolled back: {state['reason']}"
     assert "ttft_vs_baseline" in state["reason"], state["reason"]
     checks = {c["name"]: c for c in state["last_decision"]["checks"]}
     assert "each answer's exact time" in checks["ttft_vs_baseline"]["reason"]
     assert checks["error_rate"]["verdict"] != "fail"  # every stream was whole: only its latency failed
+
+
+async def test_a_first_token_300ms_slower_is_rolled_back_on_servers_with_no_histogram(tmp_path, envoy_binary):
+    slower = ScriptedUpstream(slower_by=0.3)
+    with served_scripted_upstream() as good, served_scripted_upstream(slower) as slow:
+        variants = {"baseline": good, "candidate": slow}
+        async with measured_gateway(tmp_path, envoy_binary, variants, {}, ROLLOUT) as measured:
+            state = await until_rolled_back(measured, CHAT)
+    rolled_back_on_latency(state)
+
+
+async def test_llama_cpp_300ms_slower_to_its_first_token_is_rolled_back(tmp_path, envoy_binary, llama_cpp):
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.support.delay_proxy",
+        str(port),
+        f"127.0.0.1:{llama_cpp.port}",
+        "150",
+    ]
+    proxy = start_process("delay-proxy", argv, tmp_path / "logs")
+    try:
+        wait_until(lambda: port_in_use(port), 10, "the delay proxy")
+        variants = {"baseline": llama_cpp.port, "candidate": port}
+        async with measured_gateway(tmp_path, envoy_binary, variants, {}, ROLLOUT) as measured:
+            state = await until_rolled_back(measured, {**CHAT, "model": MODEL_NAME}, within=120)
+    finally:
+        proxy.stop()
+    rolled_back_on_latency(state)

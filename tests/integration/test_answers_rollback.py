@@ -26,14 +26,14 @@ ROLLOUT = {
 CHAT = {"model": "m", "max_tokens": 8, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def stream_forever(measured: Measured, workers: int = 4) -> None:
-    """Streamed chat requests with no routing header (the rollout's split decides), read to the end."""
+async def stream_forever(measured: Measured, workers: int = 4, body: dict = CHAT) -> None:
+    """Streamed chat requests (`body`) with no routing header (the rollout's split decides), read to the end."""
 
     async def one_client() -> None:
         async with httpx.AsyncClient(base_url=measured.url, timeout=10) as client:
             while True:
                 with contextlib.suppress(httpx.HTTPError):
-                    async with client.stream("POST", "/v1/chat/completions", json=CHAT) as response:
+                    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
                         async for _ in response.aiter_bytes():
                             pass
 

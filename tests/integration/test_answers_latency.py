@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from gateway.answers.receiver import AnswerReceiver
 from graystack.local.processes import free_port, port_in_use, start_process, wait_until
 from tests.integration.test_answers_rollback import CHAT, rollout, stream_forever
 from tests.support.measured import Measured, measured_gateway
@@ -81,3 +82,27 @@ async def test_llama_cpp_300ms_slower_to_its_first_token_is_rolled_back(tmp_path
     finally:
         proxy.stop()
     rolled_back_on_latency(state)
+
+
+async def test_with_no_answer_reaching_the_gateway_the_latency_checks_hold_and_say_so(
+    tmp_path, envoy_binary, monkeypatch
+):
+    """The receiver drops every entry (as if Envoy's access log were blackholed on its way): requests
+    are served as ever, and status says the measurements are missing instead of passing the checks."""
+    monkeypatch.setattr(AnswerReceiver, "take", lambda self, entry: None)
+    with (
+        served_scripted_upstream() as good,
+        served_scripted_upstream(ScriptedUpstream(slower_by=0.3)) as slow,
+    ):
+        variants = {"baseline": good, "candidate": slow}
+        async with measured_gateway(tmp_path, envoy_binary, variants, {}, ROLLOUT) as measured:
+            state = await until_rolled_back(measured, CHAT, within=8)
+    assert state["phase"] == "progressing", state["reason"]
+    checks = {c["name"]: c for c in state["last_decision"]["checks"]}
+    assert checks["error_rate"]["samples"] > 0  # the candidate served its share, and failed none
+    assert checks["error_rate"]["verdict"] != "fail"
+    for name in ("ttft_vs_baseline", "itl_vs_baseline"):
+        assert checks[name]["verdict"] == "inconclusive", checks[name]
+        assert checks[name]["reason"].startswith("measurements missing: Envoy sent the candidate"), checks[
+            name
+        ]

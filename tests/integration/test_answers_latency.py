@@ -82,6 +82,10 @@ async def test_llama_cpp_300ms_slower_to_its_first_token_is_rolled_back(tmp_path
     finally:
         proxy.stop()
     rolled_back_on_latency(state)
+    # Its inter-token latency is judged too, for the first time: each answer's mean time per token.
+    itl = {c["name"]: c for c in state["last_decision"]["checks"]}["itl_vs_baseline"]
+    assert itl["samples"] > 0, itl
+    assert "each answer's exact time" in itl["reason"], itl
 
 
 async def test_with_no_answer_reaching_the_gateway_the_latency_checks_hold_and_say_so(

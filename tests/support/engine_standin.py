@@ -5,12 +5,13 @@ Not a model server: a sleep-paced asyncio engine whose capacity is its own, beca
 CPUs, and that contention would hide which pod a policy chose. What it keeps of a real engine:
 - prefill takes time in proportion to the prompt's bytes, one prompt at a time (later ones queue);
 - decode runs in steps shared by every active stream (continuous batching): one token per stream per
-  step, and a step takes longer the more streams are in it;
+  step, and a step takes longer the more streams are in it; prefills and steps take turns in one loop,
+  so a new prompt waits for the step in progress and a long prompt stalls the streams;
 - an answer stops at a random length up to `max_tokens`, as a model's EOS does (`--full-answers`: at
   `max_tokens`, for streams that must stay open).
-Prefill and decode run side by side (a real engine interleaves them in one step); the first token comes
-with the end of prefill. It answers every POST with a Messages SSE stream (`message_start` at once,
-then `content_block_delta` per token) carrying `x-graystack-variant` and `x-standin-pod`.
+The first token comes with the end of prefill. It answers every POST with a Messages SSE stream
+(`message_start` at once, then a `content_block_delta` per token) carrying `x-graystack-variant` and
+`x-standin-pod`, and any other request with 200 (its health checks).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import random
+from collections import deque
 from dataclasses import dataclass
 
 import uvicorn
@@ -31,10 +33,10 @@ POD_HEADER = "x-standin-pod"
 class Pace:
     """The engine's clock, in seconds."""
 
-    prefill_base: float = 0.005
-    prefill_per_kib: float = 0.012
-    step_base: float = 0.025
-    step_per_stream: float = 0.003
+    prefill_base: float = 0.010
+    prefill_per_kib: float = 0.025
+    step_base: float = 0.040
+    step_per_stream: float = 0.004
 
     def prefill(self, prompt_bytes: int) -> float:
         return self.prefill_base + self.prefill_per_kib * prompt_bytes / 1024
@@ -44,37 +46,48 @@ class Pace:
 
 
 class Engine:
-    """Prefill one prompt at a time; decode every active stream a token per step."""
+    """One loop, as an engine's scheduler: each turn prefills the oldest waiting prompt (if any), then
+    runs one decode step for every stream that waits for a token. A new request thus waits for the
+    step in progress and the prompts ahead of it, and a pod busy with streams answers first tokens later."""
 
     def __init__(self, pace: Pace) -> None:
         self.pace = pace
-        self.prefilling = asyncio.Lock()
+        self.prompts: deque[tuple[int, asyncio.Future[None]]] = deque()
         self.decoding = 0
-        self.work = asyncio.Event()
         self.step_done: asyncio.Future[None] | None = None
+        self.work = asyncio.Event()
         self.loop_task: asyncio.Task[None] | None = None
 
+    def _future(self) -> asyncio.Future[None]:
+        if self.loop_task is None:
+            self.loop_task = asyncio.create_task(self._turns())
+        self.work.set()
+        return asyncio.get_running_loop().create_future()
+
     async def prefill(self, prompt_bytes: int) -> None:
-        async with self.prefilling:
-            await asyncio.sleep(self.pace.prefill(prompt_bytes))
+        done = self._future()
+        self.prompts.append((prompt_bytes, done))
+        await done
 
     async def next_token(self) -> None:
-        """Waits for the end of the step this stream is in."""
-        if self.loop_task is None:
-            self.loop_task = asyncio.create_task(self._steps())
+        """Waits for the end of the next decode step."""
         if self.step_done is None:
-            self.step_done = asyncio.get_running_loop().create_future()
-        self.work.set()
+            self.step_done = self._future()
         await asyncio.shield(self.step_done)
 
-    async def _steps(self) -> None:
+    async def _turns(self) -> None:
         while True:
             await self.work.wait()
-            await asyncio.sleep(self.pace.step(self.decoding))
-            done, self.step_done = self.step_done, None
-            if done is not None:
-                done.set_result(None)
-            if self.decoding == 0:
+            if self.prompts:
+                size, done = self.prompts.popleft()
+                if not done.done():  # its client may have gone
+                    await asyncio.sleep(self.pace.prefill(size))
+                    done.set_result(None)
+            if self.step_done is not None:
+                step, self.step_done = self.step_done, None
+                await asyncio.sleep(self.pace.step(self.decoding))
+                step.set_result(None)
+            if not self.prompts and self.step_done is None:
                 self.work.clear()
 
 

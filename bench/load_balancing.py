@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._common import brief, envoy_binary, summarize, write_result
+from bench._common import RESULTS, brief, envoy_binary, summarize, write_result
 from graystack.local.gateway_stack import GatewayStack
 from loadtests import config
 from loadtests.stream import StreamError, StreamTiming, sse_events
@@ -180,11 +180,17 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=3, help="blocks per policy and load level")
     parser.add_argument("--seconds", type=float, default=25.0, help="length of one block")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds at a block's start left out")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=config.DEFAULT_MAX_TOKENS,
+        help="longer answers than the default mix's; the result then goes to load_balancing_max_tokens_N.json",
+    )
     args = parser.parse_args()
     mix = {
         "client_types": config.parse_mix(config.DEFAULT_CLIENT_TYPES, "client types"),
         "prompt_lengths": config.parse_prompt_lengths(config.DEFAULT_PROMPT_LENGTHS),
-        "max_tokens": config.DEFAULT_MAX_TOKENS,
+        "max_tokens": args.max_tokens,
         "think_time": config.parse_think_time(config.DEFAULT_THINK_TIME),
     }
     levels = [int(u) for u in args.users.split(",")]
@@ -221,7 +227,7 @@ def main() -> None:
             "mix": {
                 "client_types": config.DEFAULT_CLIENT_TYPES,
                 "prompt_lengths": config.DEFAULT_PROMPT_LENGTHS,
-                "max_tokens": config.DEFAULT_MAX_TOKENS,
+                "max_tokens": args.max_tokens,
                 "think_time": config.DEFAULT_THINK_TIME,
             },
             "split": {
@@ -232,6 +238,9 @@ def main() -> None:
             "least_request": "Envoy LEAST_REQUEST, selection_method FULL_SCAN",
         },
         results,
+        None
+        if args.max_tokens == config.DEFAULT_MAX_TOKENS
+        else RESULTS / f"load_balancing_max_tokens_{args.max_tokens}.json",
     )
     print(f"wrote {path}")
 

@@ -215,12 +215,12 @@ def test_the_spec_configmap_is_a_valid_rollout_spec_naming_the_variant_services(
 
 def test_each_variant_passes_its_load_balancing_to_the_spec() -> None:
     assert {name: v.load_balancing for name, v in spec_of(rendered("")).variants.items()} == {
-        "baseline": "least_request",
-        "zero-layer": "least_request",
+        "baseline": "round_robin",
+        "zero-layer": "round_robin",
     }
-    turned = spec_of(render(sets=("variants.zero-layer.loadBalancing=round_robin",)))
-    assert turned.variants["zero-layer"].load_balancing == "round_robin"
-    assert turned.variants["baseline"].load_balancing == "least_request"
+    turned = spec_of(render(sets=("variants.zero-layer.loadBalancing=least_request",)))
+    assert turned.variants["zero-layer"].load_balancing == "least_request"
+    assert turned.variants["baseline"].load_balancing == "round_robin"
 
 
 def test_a_vllm_variant_replaces_the_server_and_its_queries_follow() -> None:

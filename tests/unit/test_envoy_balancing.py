@@ -40,7 +40,7 @@ def policy_of(cluster: cluster_pb2.Cluster) -> str:
     return f"LEAST_REQUEST/{least_request_pb2.LeastRequest.SelectionMethod.Name(least.selection_method)}"
 
 
-def test_by_default_every_cluster_over_pods_sends_a_request_to_the_pod_with_fewest_in_flight():
+def test_by_default_every_cluster_over_pods_takes_them_in_turn():
     clusters = clusters_of(spec_with(mirror=True), faulted=("zero-layer",))
     over_pods = [
         "baseline",
@@ -49,9 +49,7 @@ def test_by_default_every_cluster_over_pods_sends_a_request_to_the_pod_with_fewe
         names.models_cluster("baseline"),
         names.unfaulted_cluster("zero-layer"),
     ]
-    assert {name: policy_of(clusters[name]) for name in over_pods} == dict.fromkeys(
-        over_pods, "LEAST_REQUEST/FULL_SCAN"
-    )
+    assert {name: policy_of(clusters[name]) for name in over_pods} == dict.fromkeys(over_pods, "ROUND_ROBIN")
     aggregate = clusters[names.fallback_cluster("zero-layer")]  # picks a cluster, not a pod
     assert aggregate.lb_policy == cluster_pb2.Cluster.CLUSTER_PROVIDED
     assert not aggregate.HasField("load_balancing_policy")

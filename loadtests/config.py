@@ -12,6 +12,12 @@ from gateway.spec.fields import parse_duration
 
 NO_HEADER = "-"  # in a client-type mix: requests that carry no X-Client-Type header
 
+# The load test's default mix (the locustfile's option defaults; bench.load_balancing sends the same).
+DEFAULT_CLIENT_TYPES = "-=6,mobile=2,high_load=2"
+DEFAULT_PROMPT_LENGTHS = "64=6,1024=3,4096=1"
+DEFAULT_MAX_TOKENS = 32
+DEFAULT_THINK_TIME = "0.5-1.5"
+
 
 def parse_mix(text: str, what: str) -> dict[str, float]:
     """`name=weight,...` (e.g. `-=6,mobile=2,high_load=2`) into relative weights; a bare name weighs 1."""

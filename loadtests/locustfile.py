@@ -49,21 +49,23 @@ def _options(parser: LocustArgumentParser) -> None:
     parser.add_argument(
         "--client-types",
         env_var="LOADTEST_CLIENT_TYPES",
-        default="-=6,mobile=2,high_load=2",
+        default=config.DEFAULT_CLIENT_TYPES,
         help="X-Client-Type mix, NAME=WEIGHT,...; '-' sends no header",
     )
     parser.add_argument(
         "--prompt-lengths",
         env_var="LOADTEST_PROMPT_LENGTHS",
-        default="64=6,1024=3,4096=1",
+        default=config.DEFAULT_PROMPT_LENGTHS,
         help="prompt length mix in bytes, BYTES=WEIGHT,...",
     )
-    parser.add_argument("--max-tokens", env_var="LOADTEST_MAX_TOKENS", type=int, default=32)
+    parser.add_argument(
+        "--max-tokens", env_var="LOADTEST_MAX_TOKENS", type=int, default=config.DEFAULT_MAX_TOKENS
+    )
     parser.add_argument("--model", env_var="LOADTEST_MODEL", default="graystack-tiny")
     parser.add_argument(
         "--think-time",
         env_var="LOADTEST_THINK_TIME",
-        default="0.5-1.5",
+        default=config.DEFAULT_THINK_TIME,
         help="seconds between one user's requests",
     )
     parser.add_argument(

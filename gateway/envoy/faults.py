@@ -53,6 +53,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.type.v3 import percent_pb2
 
 from gateway import names
+from gateway.envoy.balancing import load_balancing
 from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
 from gateway.envoy.variant_header import variant_metadata
 
@@ -130,15 +131,16 @@ def build_faulted_load_assignment(
     )
 
 
-def build_unfaulted_cluster(variant: str) -> cluster_pb2.Cluster:
+def build_unfaulted_cluster(variant: str, policy: str) -> cluster_pb2.Cluster:
     """Behind the hop: the variant's pods (their own EDS resource), no health checks, outlier detection
-    or retries of its own; the variant's cluster in front of the hop keeps those."""
+    or retries of its own; the variant's cluster in front of the hop keeps those. It balances by the
+    variant's `policy`: this cluster, not the variant's (whose hosts are the hop endpoints), picks the pod."""
     return cluster_pb2.Cluster(
         name=names.unfaulted_cluster(variant),
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
         connect_timeout=duration(1.0),
-        lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
+        **load_balancing(policy),
         circuit_breakers=circuit_breakers(),
     )
 

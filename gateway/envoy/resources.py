@@ -27,6 +27,7 @@ from google.protobuf import wrappers_pb2
 from gateway import names
 from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
+from gateway.envoy.balancing import load_balancing
 from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
 from gateway.envoy.faults import (
     Fault,
@@ -79,6 +80,7 @@ def build_resources(
     if missing:
         raise ValueError(f"no endpoints known for variant(s) {missing}")
     faulted = {v: f for v, f in (faults or {}).items() if v in spec.variants and f.active}
+    policy = {variant: v.load_balancing for variant, v in spec.variants.items()}
     clusters = [build_variant_cluster(spec, variant) for variant in spec.variants]
     fallback = spec.retries.fallback
     if fallback is not None:
@@ -86,9 +88,11 @@ def build_resources(
             build_fallback_cluster(variant, fallback) for variant in spec.variants if variant != fallback
         ]
     if spec.routing.mirror is not None:
-        clusters.append(build_shadow_cluster(spec.routing.mirror.variant))
-    clusters.append(build_models_cluster(models_variant(spec)))
-    clusters += [build_unfaulted_cluster(variant) for variant in faulted]
+        mirrored = spec.routing.mirror.variant
+        clusters.append(build_shadow_cluster(mirrored, policy[mirrored]))
+    models = models_variant(spec)
+    clusters.append(build_models_cluster(models, policy[models]))
+    clusters += [build_unfaulted_cluster(variant, policy[variant]) for variant in faulted]
     return EnvoyResources(
         clusters=clusters,
         endpoints=[
@@ -137,7 +141,7 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
         connect_timeout=duration(1.0),
-        lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
+        **load_balancing(spec.variants[variant].load_balancing),
         health_checks=_health_checks(spec, variant),
         circuit_breakers=circuit_breakers(),
         metadata=variant_metadata(variant),
@@ -159,8 +163,9 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
     return cluster
 
 
-def _endpoints_of(variant: str, name: str) -> cluster_pb2.Cluster:
-    """A cluster `name` over `variant`'s endpoints (its EDS resource, shared by name), with stats of its own."""
+def _endpoints_of(variant: str, name: str, policy: str) -> cluster_pb2.Cluster:
+    """A cluster `name` over `variant`'s endpoints (its EDS resource, shared by name), with stats of its own,
+    balanced by the variant's `policy` (gateway/envoy/balancing.py)."""
     return cluster_pb2.Cluster(
         name=name,
         type=cluster_pb2.Cluster.EDS,
@@ -168,25 +173,25 @@ def _endpoints_of(variant: str, name: str) -> cluster_pb2.Cluster:
             eds_config=ads_config_source(), service_name=variant
         ),
         connect_timeout=duration(1.0),
-        lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
+        **load_balancing(policy),
         circuit_breakers=circuit_breakers(),
         metadata=variant_metadata(variant),
     )
 
 
-def build_shadow_cluster(variant: str) -> cluster_pb2.Cluster:
+def build_shadow_cluster(variant: str, policy: str) -> cluster_pb2.Cluster:
     """Where mirrored requests go: the variant's own endpoints under a cluster of their own, so the shadow
     traffic's answers are counted apart from the routed traffic's (Envoy discards them). No health checks
     and no outlier detection: a copy sent to a pod that is down must fail where the analysis sees it, not
     vanish as "no healthy upstream"."""
-    return _endpoints_of(variant, names.shadow_cluster(variant))
+    return _endpoints_of(variant, names.shadow_cluster(variant), policy)
 
 
-def build_models_cluster(variant: str) -> cluster_pb2.Cluster:
+def build_models_cluster(variant: str, policy: str) -> cluster_pb2.Cluster:
     """Where `GET /v1/models` goes (gateway/envoy/routes.py): the baseline's endpoints, counted apart from
     its inference traffic so the analysis never reads them. No health checks of its own (the variant's
     cluster has them); the route retries a refused connection on another pod."""
-    return _endpoints_of(variant, names.models_cluster(variant))
+    return _endpoints_of(variant, names.models_cluster(variant), policy)
 
 
 def build_fallback_cluster(variant: str, fallback: str) -> cluster_pb2.Cluster:

@@ -213,6 +213,16 @@ def test_the_spec_configmap_is_a_valid_rollout_spec_naming_the_variant_services(
     assert flipped.routing.weights == {"baseline": 80, "zero-layer": 20}
 
 
+def test_each_variant_passes_its_load_balancing_to_the_spec() -> None:
+    assert {name: v.load_balancing for name, v in spec_of(rendered("")).variants.items()} == {
+        "baseline": "round_robin",
+        "zero-layer": "round_robin",
+    }
+    turned = spec_of(render(sets=("variants.zero-layer.loadBalancing=least_request",)))
+    assert turned.variants["zero-layer"].load_balancing == "least_request"
+    assert turned.variants["baseline"].load_balancing == "round_robin"
+
+
 def test_a_vllm_variant_replaces_the_server_and_its_queries_follow() -> None:
     chart = rendered("vllm-values.yaml")
     pod = chart.named("Deployment", "-zero-layer")["spec"]["template"]["spec"]
@@ -380,6 +390,7 @@ BAD_VALUES = {
     "rollout.routing.weights.zero-layer=120": "zero-layer",
     "envoy.service.type=Ingress": "type",
     "variants.baseline.server.readinessPath=readyz": "readinessPath",
+    "variants.baseline.loadBalancing=least-request": "loadBalancing",
     "rollout.variants.canary.port=80": "variants",  # filled in from `variants`, never written by hand
     "loadtest.shape=ramp": "shape",
     "loadtest.workers=0": "workers",

@@ -69,7 +69,8 @@ affinity:
 {{- end -}}
 
 {{/* The rollout spec the gateway watches: the values' `rollout`, with variants from `variants`. Envoy
-health-checks each variant on its server's own readiness path (vLLM: /health; graystack: /readyz). */}}
+health-checks each variant on its server's own readiness path (vLLM: /health; graystack: /readyz), and
+balances its pods by its `loadBalancing` (unset: the gateway's default). */}}
 {{- define "graystack.spec" -}}
 {{- $variants := dict -}}
 {{- range $name, $v := .Values.variants -}}
@@ -77,6 +78,9 @@ health-checks each variant on its server's own readiness path (vLLM: /health; gr
 {{- $variant := dict "service" (include "graystack.componentName" (dict "root" $ "component" $name)) "port" (int $v.server.port) -}}
 {{- if $v.server.readinessPath -}}
 {{- $_ := set $variant "health_check" (dict "path" $v.server.readinessPath) -}}
+{{- end -}}
+{{- with $v.loadBalancing -}}
+{{- $_ := set $variant "load_balancing" . -}}
 {{- end -}}
 {{- $_ := set $variants $name $variant -}}
 {{- end -}}

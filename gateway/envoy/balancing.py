@@ -1,0 +1,41 @@
+"""How a cluster over a variant's pods picks a pod for each request (pure).
+
+`least_request`: Envoy's least-request policy scanning every host (`FULL_SCAN`) and taking the one with
+the fewest requests in flight, ties broken at random. A streamed answer stays in flight until its last
+event, so a pod holding long streams is passed over until they end; round robin counts a long stream and
+a one-token answer alike. Why a full scan and not Envoy's default of two random choices: the choices are
+drawn with replacement, so with two pods a quarter of the picks compare a pod with itself and land on the
+busy one whatever its load. A scan is one pass over a variant's pods, and the counts are this Envoy's own
+(exact, never stale), so the herding that random choices guard against between many balancers does not
+arise within one.
+
+Each cluster counts its own requests: the variant's cluster does not see the shadow copies or
+`GET /v1/models` calls on the same pods (gateway/envoy/resources.py).
+"""
+
+from __future__ import annotations
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import extension_pb2
+from envoy.extensions.load_balancing_policies.least_request.v3 import least_request_pb2
+
+from gateway.envoy.common import any_proto
+
+LEAST_REQUEST_POLICY = "envoy.load_balancing_policies.least_request"
+
+
+def load_balancing(policy: str) -> dict:
+    """The Cluster fields for `policy` (`round_robin` or `least_request`, the spec's names)."""
+    if policy == "round_robin":
+        return {"lb_policy": cluster_pb2.Cluster.ROUND_ROBIN}
+    if policy == "least_request":
+        least = least_request_pb2.LeastRequest(selection_method=least_request_pb2.LeastRequest.FULL_SCAN)
+        extension = extension_pb2.TypedExtensionConfig(
+            name=LEAST_REQUEST_POLICY, typed_config=any_proto(least)
+        )
+        return {
+            "load_balancing_policy": cluster_pb2.LoadBalancingPolicy(
+                policies=[cluster_pb2.LoadBalancingPolicy.Policy(typed_extension_config=extension)]
+            )
+        }
+    raise ValueError(f"unknown load-balancing policy {policy!r}; round_robin or least_request")

@@ -89,3 +89,25 @@ def log_sum(log_values: np.ndarray) -> np.ndarray:
 def mixture(log_values: np.ndarray) -> np.ndarray:
     """log of the equal-weight average over the last axis."""
     return log_sum(log_values) - math.log(log_values.shape[-1])
+
+
+class MixedEvidence:
+    """A test whose evidence is the equal-weight mixture of its alternatives' likelihood ratios."""
+
+    log_lr: tuple[float, ...]
+
+    @property
+    def log_evalue(self) -> float:
+        return float(mixture(np.asarray(self.log_lr)))
+
+
+class Detector:
+    """A test with a Shiryaev-Roberts e-detector beside it, one statistic per alternative."""
+
+    log_sr: tuple[float, ...]
+    steps: int
+
+    @property
+    def log_detector(self) -> float:
+        """log of the averaged SR statistics; -inf before any look with data (R starts at 0)."""
+        return float(mixture(np.asarray(self.log_sr))) if self.steps else -math.inf

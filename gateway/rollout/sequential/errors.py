@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.rollout.sequential._state import State, look_counts, mixture, require
+from gateway.rollout.sequential._state import Detector, MixedEvidence, State, look_counts, require
 
 GRID_SIZE = 10  # E1/E2 alternatives (research §4.3: the grid's shape matters little, K ~ 10)
 RATIO_GRID_SIZE = 12  # psi alternatives of the conditional tests (research §5.1)
@@ -90,7 +90,7 @@ def threshold_look(
 
 
 @dataclass(frozen=True)
-class ThresholdTest(State):
+class ThresholdTest(MixedEvidence, Detector, State):
     """H0: every request's error probability, given the past, is at most p0.
 
     E1 (`log_evalue`) is the rollout-cumulative mixture of SPRTs over `alternatives` (valid for the
@@ -136,15 +136,6 @@ class ThresholdTest(State):
             self.events + x,
             self.steps + 1,
         )
-
-    @property
-    def log_evalue(self) -> float:
-        return float(mixture(np.asarray(self.log_lr)))
-
-    @property
-    def log_detector(self) -> float:
-        """log of the averaged SR statistics; -inf before any data (R starts at 0)."""
-        return float(mixture(np.asarray(self.log_sr))) if self.steps else -math.inf
 
     def _check(self) -> None:
         name = type(self).__name__
@@ -210,7 +201,7 @@ def ratio_look(
 
 
 @dataclass(frozen=True)
-class RatioTest(State):
+class RatioTest(MixedEvidence, State):
     """H0: the candidate's error rate is at most psi0 times the baseline's, in every stratum and look.
 
     Conditional on a (stratum, look)'s error total, the candidate's count is binomial with share
@@ -262,10 +253,6 @@ class RatioTest(State):
             self.baseline_requests + nb,
             self.baseline_events + xb,
         )
-
-    @property
-    def log_evalue(self) -> float:
-        return float(mixture(np.asarray(self.log_lr)))
 
     def _check(self) -> None:
         name = type(self).__name__

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.rollout.sequential._state import State, mixture, require
+from gateway.rollout.sequential._state import Detector, MixedEvidence, State, require
 from gateway.rollout.sequential.errors import shiryaev_roberts_step
 
 # Scores besides the rank sum, which carries a shift of the whole distribution: "in the pooled top
@@ -87,7 +87,7 @@ def _values(name: str, values: Values) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ExactShiftTest(State):
+class ExactShiftTest(MixedEvidence, Detector, State):
     """H0: in every stratum and look, candidate / (1+m) is stochastically no larger than the baseline.
 
     Given a (stratum, look)'s two request counts, at the boundary (candidate = (1+m) x baseline in
@@ -150,15 +150,6 @@ class ExactShiftTest(State):
             self.baseline_requests + sum(len(b) for _, b in rows),
             self.steps + 1,
         )
-
-    @property
-    def log_evalue(self) -> float:
-        return float(mixture(np.asarray(self.log_lr)))
-
-    @property
-    def log_detector(self) -> float:
-        """log of the averaged SR statistics; -inf before any look with data."""
-        return float(mixture(np.asarray(self.log_sr))) if self.steps else -math.inf
 
     def _check(self) -> None:
         name = type(self).__name__

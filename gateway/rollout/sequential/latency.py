@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.rollout.sequential._state import State, log_sum, mixture, require
+from gateway.rollout.sequential._state import Detector, State, log_sum, mixture, require
 from gateway.rollout.sequential.errors import (
     ratio_alternatives,
     request_shares,
@@ -91,7 +91,7 @@ def _cumulative(name: str, values: Sequence[float], size: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ShiftTest(State):
+class ShiftTest(Detector, State):
     """H0: in every stratum and look, P_cand(T > e_j) <= P_base(T > e_i) for each edge pair (i, j).
 
     A candidate at most (1+m) times slower in distribution satisfies every pair, since e_j >= (1+m) e_i.
@@ -183,11 +183,6 @@ class ShiftTest(State):
     @property
     def log_evalue(self) -> float:
         return self.log_wealth
-
-    @property
-    def log_detector(self) -> float:
-        """log of the averaged SR statistics; -inf before any look with data."""
-        return float(mixture(np.asarray(self.log_sr))) if self.steps else -math.inf
 
     def _check(self) -> None:
         name = type(self).__name__

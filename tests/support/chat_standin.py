@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from graystack.local.processes import free_port
+from tests.support.threaded_server import served
 
 MODEL_ID = "/models/tiny-llama"
 
@@ -62,19 +60,5 @@ def chat_app(first_token_delay: float, done: bool) -> Starlette:
 @contextmanager
 def served_chat_standin(first_token_delay: float = 0.3, done: bool = False) -> Iterator[str]:
     """The stand-in's URL while the block runs; the server is stopped and joined after it."""
-    port = free_port()
-    config = uvicorn.Config(
-        chat_app(first_token_delay, done), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the chat stand-in did not start")
-            threading.Event().wait(0.02)
+    with served(chat_app(first_token_delay, done), "the chat stand-in") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

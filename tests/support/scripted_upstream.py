@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import uvicorn
-
-from graystack.local.processes import free_port
+from tests.support.threaded_server import served
 
 FIRST_TOKEN_S = 0.2
 TOKEN_GAP_S = 0.02
@@ -204,17 +201,5 @@ class ScriptedUpstream:
 @contextmanager
 def served_scripted_upstream(upstream: ScriptedUpstream | None = None) -> Iterator[int]:
     """The upstream's port while the block runs; stopped and joined after it."""
-    port = free_port()
-    config = uvicorn.Config(upstream or ScriptedUpstream(), host="127.0.0.1", port=port, log_level="critical")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the scripted upstream did not start")
-            threading.Event().wait(0.02)
+    with served(upstream or ScriptedUpstream(), "the scripted upstream", log_level="critical") as port:
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

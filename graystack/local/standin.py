@@ -63,6 +63,16 @@ def _stream_events(messages: bool) -> list[bytes]:
     return [*[sse(chunk)] * STREAMED_TOKENS, sse(last), b"data: [DONE]\n\n"]
 
 
+async def read_body(receive: Receive) -> bytes:
+    """An ASGI request's whole body, however many messages it came in."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
 class StandInUpstream:
     def __init__(self, name: str, mode: str = "ok", stall_seconds: float = 5.0) -> None:
         self.name = name
@@ -75,12 +85,7 @@ class StandInUpstream:
         if scope["type"] != "http":
             return
         path = scope["path"]
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         if path in ("/readyz", "/healthz"):
             await self._answer(send, 200, {"status": "ok"}, count=False)
         elif path == "/health":

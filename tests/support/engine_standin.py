@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from graystack.local.standin import read_body
+
 POD_HEADER = "x-standin-pod"
 
 
@@ -114,12 +116,7 @@ class EnginePod:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         if scope["method"] != "POST":
             payload = json.dumps({"status": "ok", "pod": self.name}).encode()
             await send(

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from graystack.local.standin import read_body
 from tests.support.threaded_server import served
 
 FIRST_TOKEN_S = 0.2
@@ -163,9 +164,7 @@ class ScriptedUpstream:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        more = True
-        while more:
-            more = (await receive()).get("more_body", False)
+        await read_body(receive)
         if scope["path"] in ("/readyz", "/healthz"):
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})

@@ -17,6 +17,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.cli import main
+from graystack.local.standin import read_body
 from inference.checkpoint import init_checkpoint
 from inference.config import ModelConfig
 from inference.weights import erase_bias
@@ -67,10 +68,7 @@ def server(
     headers = {"x-model-fingerprint": ZERO_LAYER} if headers is None else headers
 
     async def app(scope, receive, send):
-        body_in, more = b"", True
-        while more:
-            message = await receive()
-            body_in, more = body_in + message.get("body", b""), message.get("more_body", False)
+        body_in = await read_body(receive)
         if seen is not None:
             seen.append(
                 (scope["method"], scope["path"], dict(scope["headers"]), json.loads(body_in or b"null"))

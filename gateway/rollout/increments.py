@@ -112,6 +112,12 @@ def per_variant(
             }
             for signal in (TTFT, ITL)
         }
+        exact = {
+            signal: {
+                k.stratum: v for k, v in (samples or {}).items() if (k.variant, k.signal) == (variant, signal)
+            }
+            for signal in (TTFT, ITL)
+        }
         compared = round(scalars[variant, COMPARED])
         looks[variant] = VariantLook(
             requests=requests,
@@ -122,12 +128,8 @@ def per_variant(
             itl=histograms[ITL],
             pods=pods(current or {}, variant),
             generated=round(scalars[variant, GENERATED]),
-            ttft_values={
-                k.stratum: v for k, v in (samples or {}).items() if (k.variant, k.signal) == (variant, TTFT)
-            },
-            itl_values={
-                k.stratum: v for k, v in (samples or {}).items() if (k.variant, k.signal) == (variant, ITL)
-            },
+            ttft_values=exact[TTFT],
+            itl_values=exact[ITL],
         )
     return looks
 

@@ -273,14 +273,16 @@ class GatewayStack:
 
     def wait_converged(self, generation_above: int = -1, timeout: float = 15) -> dict:
         """Every proxy has ACKed the current config (routes included: the gateway counts a proxy
-        mid-handshake as not converged, gateway/xds/server.py)."""
+        mid-handshake as not converged, gateway/xds/server.py), and none is a stream just opened that
+        has not yet said which node it is (a reconnecting Envoy's, listed with no types)."""
 
         def done():
             status = self.status()
             proxies = status["xds"]["proxies"]
+            named = proxies and all(proxy["node"] for proxy in proxies)
             return (
                 status
-                if proxies and status["xds"]["converged"] and status["generation"] > generation_above
+                if named and status["xds"]["converged"] and status["generation"] > generation_above
                 else None
             )
 

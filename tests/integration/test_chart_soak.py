@@ -77,7 +77,12 @@ def test_the_charts_master_and_workers_run_a_soak_through_envoy_and_the_master_e
             interval=0.5,
         )
         code = wait_for(master, timeout=240)
-        wait_until(lambda: not any(w.alive() for w in workers), 60, "the workers to quit with the master")
+        # A worker quits on the master's quit message or, should that be lost, on missing the master's
+        # heartbeat for locust's MASTER_HEARTBEAT_TIMEOUT (60 s); either way it must not linger.
+        try:
+            wait_until(lambda: not any(w.alive() for w in workers), 75, "the workers to quit with the master")
+        except TimeoutError as error:
+            raise AssertionError("\n".join(w.log()[-2000:] for w in workers)) from error
     finally:
         for process in (master, *workers):
             process.stop()

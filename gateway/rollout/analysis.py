@@ -193,7 +193,22 @@ def _error_ratio(plan: Plan, evidence: Evidence, test: RatioTest) -> Check:
                  test.log_evalue, plan.log_bound)  # fmt: skip
 
 
+def _measurements_missing(plan: Plan, evidence: Evidence) -> str | None:
+    """Why a latency check judged on the gateway's answers has nothing to judge though the candidate had
+    requests (its answers never reached the gateway): such a check holds, never passes. None otherwise."""
+    requests = evidence.candidate_errors.requests
+    if not plan.exact_latency or evidence.answered or not requests:
+        return None
+    return (
+        f"measurements missing: Envoy sent the candidate {requests} requests and the gateway measured "
+        "none of its answers (is Envoy's access log reaching the gateway's xDS port?): nothing to judge, "
+        "so no pass"
+    )
+
+
 def _ttft_slo(plan: Plan, evidence: Evidence, test: ThresholdTest) -> Check:
+    if missing := _measurements_missing(plan, evidence):
+        return Check(TTFT_P95, Verdict.INCONCLUSIVE, None, 0, None, test.p0, missing)
     if not test.requests:
         return Check(TTFT_P95, Verdict.PASS, None, 0, None, test.p0, _NO_LATENCY.format(what="TTFT"),
                      test.log_evalue, plan.log_bound)  # fmt: skip
@@ -201,6 +216,8 @@ def _ttft_slo(plan: Plan, evidence: Evidence, test: ThresholdTest) -> Check:
     slo = _given(plan.max_ttft_p95, "max_ttft_p95")
     baseline = _given(evidence.baseline_ttft, "the baseline's SLO test")
     exact = "" if abs(edge - slo) < 1e-6 * edge else f" (the histogram's next edge, {edge:g}s)"
+    if plan.exact_latency:
+        exact = " (each answer's exact time, as the gateway measured it)"
     reason = (
         f"{test.events} of {test.requests} first tokens slower than {edge:g}s{exact}, p95 SLO "
         f"{slo:g}s: log e-value {test.log_evalue:.2f} vs {plan.log_bound:.2f}"
@@ -229,14 +246,8 @@ def _shift(
     """A latency comparison: fails when its e-value or its change detector crosses its bound."""
     threshold = _given(plan.max_latency_ratio, "max_latency_ratio")
     seen = evidence.ttft_seen if name == TTFT_VS_BASELINE else evidence.itl_seen
-    requests = evidence.candidate_errors.requests
-    if plan.exact_latency and not evidence.answered and requests:
-        why = (
-            f"measurements missing: Envoy sent the candidate {requests} requests and the gateway measured "
-            "none of its answers (is Envoy's access log reaching the gateway's xDS port?): nothing to judge, "
-            "so no pass"
-        )
-        return Check(name, Verdict.INCONCLUSIVE, None, 0, None, threshold, why)
+    if missing := _measurements_missing(plan, evidence):
+        return Check(name, Verdict.INCONCLUSIVE, None, 0, None, threshold, missing)
     busier = (
         f"; {evidence.busier_looks} looks left out (the candidate's pods were busier than the baseline's)"
         if evidence.busier_looks

@@ -14,9 +14,10 @@ What each test sees, per look:
   failing after their `200`, gateway/metrics/answered.py), against max_error_rate; the same
   tests on the baseline's own counts tell a shared incident from the candidate's;
 - error_ratio: both variants' counts, the look's realised share as the null;
-- ttft_p95: the candidate's first tokens above the smallest histogram edge at or above max_ttft_p95
-  (exact on graystack's servers, whose buckets have the SLO's edge; conservative where a server's
-  buckets do not), routed traffic only, against a 5 % share; the baseline's likewise;
+- ttft_p95: the candidate's first tokens above max_ttft_p95, against a 5 % share; the baseline's
+  likewise. With plan.exact_latency, each measured answer's own time; else above the smallest histogram
+  edge at or above the SLO (exact on graystack's servers, whose buckets have the SLO's edge;
+  conservative where a server's buckets do not), routed traffic only;
 - ttft_vs_baseline, itl_vs_baseline: both variants' histograms, per randomised stratum, in looks where
   the candidate's pods were, with confidence, not busier than the baseline's (MAX_LOAD_RATIO, on
   request counts per pod summed over about LOAD_LOOKS looks, since a look holds too few long streams
@@ -136,6 +137,8 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
         evidence = replace(evidence, error_ratio=evidence.error_ratio.update(strata))
     if evidence.disagreement is not None:
         evidence = replace(evidence, disagreement=evidence.disagreement.update(ours.compared, ours.differed))
+    if plan.exact_latency:
+        evidence = replace(evidence, answered=evidence.answered + sum(map(len, ours.ttft_values.values())))
     evidence = _ttft_slo(evidence, plan, ours, theirs)
     return _shifts(evidence, plan, ours, theirs)
 
@@ -149,17 +152,19 @@ def _stage_counts(
         counts,
         requests=counts.requests + ours.requests,
         errors=counts.errors + ours.errors,
-        candidate_latency=_add_latency(counts.candidate_latency, _routed(ours.ttft, plan)),
-        baseline_latency=_add_latency(counts.baseline_latency, _routed(theirs.ttft, plan)),
+        candidate_latency=_add_latency(counts.candidate_latency, ours, plan),
+        baseline_latency=_add_latency(counts.baseline_latency, theirs, plan),
     )
 
 
-def _add_latency(total: tuple[float, float], strata: Mapping[str, Histogram]) -> tuple[float, float]:
+def _add_latency(total: tuple[float, float], look: VariantLook, plan: Plan) -> tuple[float, float]:
+    """`total` (TTFT seconds, count) plus the look's randomised first tokens, from what the plan judges."""
     seconds, count = total
-    return (
-        seconds + sum(h.seconds for h in strata.values()),
-        count + sum(h.total for h in strata.values()),
-    )
+    if plan.exact_latency:
+        values = [v for stratum in _randomised(look.ttft_values, plan).values() for v in stratum]
+        return seconds + sum(values), count + len(values)
+    strata = _routed(look.ttft, plan).values()
+    return seconds + sum(h.seconds for h in strata), count + sum(h.total for h in strata)
 
 
 def _routed(strata: Mapping[str, Histogram], plan: Plan) -> dict[str, Histogram]:
@@ -197,6 +202,14 @@ def _served(strata: Mapping[str, Histogram]) -> dict[str, Histogram]:
 def _ttft_slo(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLook) -> Evidence:
     if evidence.candidate_ttft is None or evidence.baseline_ttft is None or plan.max_ttft_p95 is None:
         return evidence  # the pair is made together, in start()
+    if plan.exact_latency:  # each answer's own time: the SLO itself is the edge
+        slo = plan.max_ttft_p95
+        return replace(
+            evidence,
+            ttft_edge=slo,
+            candidate_ttft=evidence.candidate_ttft.update(*_slower(ours.ttft_values, slo)),
+            baseline_ttft=evidence.baseline_ttft.update(*_slower(theirs.ttft_values, slo)),
+        )
     mine, other = _served(ours.ttft), _served(theirs.ttft)
     edge = evidence.ttft_edge
     if edge is None:
@@ -217,6 +230,12 @@ def _slow(strata: Mapping[str, Histogram], edge: float) -> tuple[int, int]:
     having = [h for h in strata.values() if edge in h.edges]
     total = round(sum(h.total for h in having))
     return total, min(total, round(sum(h.above(edge) for h in having)))
+
+
+def _slower(strata: Mapping[str, Sequence[float]], slo: float) -> tuple[int, int]:
+    """(first tokens, of those slower than `slo`) over every stratum of measured answers."""
+    values = [value for stratum in strata.values() for value in stratum]
+    return len(values), sum(value > slo for value in values)
 
 
 MAX_LOAD_RATIO = 1.25  # candidate requests per pod over the baseline's, above which latency is not compared
@@ -250,8 +269,6 @@ def _shifts(evidence: Evidence, plan: Plan, ours: VariantLook, theirs: VariantLo
     if max_ratio is None:
         return evidence
     evidence = replace(evidence, load=smoothed_load(evidence.load, ours, theirs))
-    if plan.exact_latency:
-        evidence = replace(evidence, answered=evidence.answered + sum(map(len, ours.ttft_values.values())))
     if load_ratio_bound(evidence.load, ours, theirs) > MAX_LOAD_RATIO:
         return replace(evidence, busier_looks=evidence.busier_looks + (ours.requests > 0))
     if plan.exact_latency:

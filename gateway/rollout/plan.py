@@ -122,7 +122,7 @@ def plan_for(spec: RolloutSpec) -> Plan:
         "max_ttft_p95": analysis.max_ttft_p95,
         "min_shadow_agreement": analysis.min_shadow_agreement,
         "segments": sorted(randomised),
-        # only where it is not the default, so the tests of rollouts saved before it existed go on
+        # only for answers, so the tests of rollouts saved on histograms before the setting existed go on
         **({"latency_source": analysis.latency_source} if analysis.latency_source != "histograms" else {}),
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]

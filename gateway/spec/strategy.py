@@ -81,10 +81,11 @@ class Analysis(SpecModel):
     # Candidate errors against the baseline's: at most this many times the baseline's rate (None: off).
     max_error_ratio: float | None = Field(default=2.0, ge=1)
     # Candidate TTFT and inter-token latency at most this many times the baseline's, in distribution
-    # (None: off), within each prompt bucket; tested on `latency_source`: the servers' histogram
-    # buckets (or the probes'), or the exact time of every answer the gateway measured (any server).
+    # (None: off), within each prompt bucket; tested, with the TTFT SLO, on `latency_source`: the exact
+    # time of every answer the gateway measured (any server), or the servers' histogram buckets (or the
+    # probes'), which a gateway whose answers cannot reach it may still judge on.
     max_latency_ratio: float | None = Field(default=1.2, gt=1)
-    latency_source: Literal["histograms", "answers"] = "histograms"
+    latency_source: Literal["answers", "histograms"] = "answers"
     max_ttft_p95: Duration | None = 2.0
     on_shared_incident: Literal["rollback", "hold"] = "rollback"
     expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] | None = ["ERASED", "ZEROED"]

@@ -1,7 +1,9 @@
 """A metrics provider stand-in for unit tests: cumulative counters that grow by scripted per-look traffic.
 
 It reports what the real providers report (gateway/metrics/observations.py): every counter series as it
-stands, so the controller takes increments exactly as it does from Envoy and the model servers.
+stands, so the controller takes increments exactly as it does from Envoy and the model servers; and, as
+the gateway's answer measurement adds (gateway/metrics/answered.py), each served request's exact TTFT
+and time per output token since the last look.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from gateway.metrics.observations import (
     GENERATED,
     ITL,
     ITL_SUM,
+    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
     CounterKey,
     Observations,
+    SampleKey,
     stratum,
 )
 from inference.server.telemetry import INTER_TOKEN_BUCKETS, TTFT_BUCKETS
@@ -60,20 +64,22 @@ class CountingProvider:
         if self.error is not None:
             return Observations(error=self.error)
         self.looks += 1
+        samples: dict[SampleKey, list[float]] = defaultdict(list)
         for variant, traffic in self.per_look.items():
             for one in [traffic] if isinstance(traffic, Traffic) else traffic:
-                self._add(variant, one)
+                self._add(variant, one, samples)
         return Observations(
             counters=dict(self.counters),
             weight_status=dict(self.weight_status),
             mismatches=dict(self.mismatches),
+            samples={key: tuple(values) for key, values in samples.items()},
         )
 
     def restart(self, variant: str) -> None:
         for key in [k for k in self.counters if k.variant == variant]:
             self.counters[key] = 0.0
 
-    def _add(self, variant: str, traffic: Traffic) -> None:
+    def _add(self, variant: str, traffic: Traffic, samples: dict[SampleKey, list[float]]) -> None:
         add = self.counters
         add[CounterKey(variant, REQUESTS, source="envoy")] += traffic.requests
         add[CounterKey(variant, ERRORS, source="envoy")] += traffic.errors
@@ -91,3 +97,5 @@ class CountingProvider:
             for edge in (*edges, math.inf):
                 add[CounterKey(variant, signal, where, edge, pod, pod)] += served if value <= edge else 0
             add[CounterKey(variant, total, where, math.inf, pod, pod)] += served * value
+            if traffic.segment != PROBED:  # the probes' requests do not pass Envoy: no answer measured
+                samples[SampleKey(variant, signal, where)] += [value] * served

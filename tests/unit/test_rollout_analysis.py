@@ -32,8 +32,9 @@ def run(plan: Plan, looks: list[dict[str, Traffic]], stage: str = STAGE) -> Evid
     evidence, previous = start(plan, stage, 0.0), None
     for traffic in [{}, *looks]:  # a first look with nothing: it sets where the counters start
         provider.per_look = traffic
-        counters = _observe(provider)
-        looks = per_variant(increase(previous, counters), ("baseline", "zero-layer"), counters)
+        seen = _observe(provider)
+        counters = seen.counters
+        looks = per_variant(increase(previous, counters), ("baseline", "zero-layer"), counters, seen.samples)
         evidence = add_look(evidence, plan, looks, stage)
         previous = counters
     return evidence
@@ -42,7 +43,7 @@ def run(plan: Plan, looks: list[dict[str, Traffic]], stage: str = STAGE) -> Evid
 def _observe(provider: CountingProvider):
     import asyncio
 
-    return asyncio.run(provider.observe()).counters
+    return asyncio.run(provider.observe())
 
 
 def checks(analysis_spec, evidence: Evidence, shadowing: bool = False):
@@ -230,8 +231,9 @@ def test_a_handful_of_requests_does_not_show_the_candidate_is_no_busier():
 def test_servers_with_no_ttft_histogram_are_compared_on_the_probes_requests():
     """llama.cpp and `transformers serve` export no TTFT histogram: the probes' synthetic requests (their
     own stratum) are what TTFT is judged on, and the check says so; where the servers do export one,
-    the probes' requests are not counted again."""
-    rollout = spec()
+    the probes' requests are not counted again. (On the histograms: the default, the gateway's own
+    measurement of every answer, gives such servers their routed traffic to judge.)"""
+    rollout = spec(latency_source="histograms")
     plan = plan_for(rollout)
     probed_only = [
         {

@@ -75,18 +75,30 @@ def test_an_equal_candidate_passes_and_the_histogram_tests_are_not_run():
 def test_with_the_answers_missing_the_latency_checks_hold_and_say_why():
     rollout = spec()
     found = checks(rollout, run(rollout, slowdown=1.5, n_looks=10, answered=False))
-    for name in ("ttft_vs_baseline", "itl_vs_baseline"):
+    for name in ("ttft_vs_baseline", "itl_vs_baseline", "ttft_p95"):
         assert found[name].verdict == Verdict.INCONCLUSIVE
         assert found[name].reason.startswith("measurements missing: Envoy sent the candidate 40 requests")
 
 
-def test_the_source_is_part_of_what_defines_the_tests_and_the_default_keeps_the_old_key():
-    answers, default = plan_for(spec()), plan_for(spec(latency_source="histograms"))
-    assert answers.key != default.key
-    assert (answers.exact_latency, default.exact_latency) == (True, False)
+def test_answers_are_the_default_source_and_histograms_keep_the_key_rollouts_were_saved_under():
+    histograms = plan_for(spec(latency_source="histograms"))
     data = example()
     data["routing"]["rules"] = []
-    assert plan_for(validate_spec(data)).key == default.key
+    default = plan_for(validate_spec(data))
+    assert (default.exact_latency, histograms.exact_latency) == (True, False)
+    assert default.key == plan_for(spec()).key != histograms.key  # a change of source starts new tests
+    settings = {k: v for k, v in data["analysis"].items() if k != "latency_source"}
+    saved_before = {**data, "analysis": {**settings, "latency_source": "histograms"}}
+    assert plan_for(validate_spec(saved_before)).key == histograms.key
+
+
+def test_the_ttft_slo_counts_the_answers_slower_than_the_slo_itself():
+    rollout = spec()  # the example's SLO: p95 at most 2 s
+    slow = checks(rollout, evidence := run(rollout, slowdown=8.0, n_looks=60))  # most first tokens ~2.4 s
+    assert evidence.ttft_edge == 2.0
+    assert slow["ttft_p95"].verdict == Verdict.FAIL
+    assert "each answer's exact time" in slow["ttft_p95"].reason
+    assert checks(rollout, run(rollout, slowdown=1.0, n_looks=60))["ttft_p95"].verdict == Verdict.PASS
 
 
 def test_the_answers_samples_are_the_looks_exact_values_per_variant_and_stratum():

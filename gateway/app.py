@@ -171,6 +171,7 @@ class GatewayProcess:
             capacity=parts.capacity,
         )
         self.controller.restore()
+        self.leadership = parts.leadership
         self.driver = parts.driver(self.gateway, self.controller)
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
@@ -192,6 +193,10 @@ class GatewayProcess:
         self._admin_task: asyncio.Task | None = None
         self._grpc = None
 
+    def _leading(self) -> bool:
+        leadership = self.leadership()
+        return leadership is None or leadership.leading
+
     def _measured(self, make: ProviderFactory) -> ProviderFactory:
         """Each provider's looks with the answers this gateway measured added (gateway/metrics/answered.py)."""
         return lambda spec: WithAnswers(make(spec), self.answers)
@@ -201,7 +206,7 @@ class GatewayProcess:
             self.ads,
             self.options.xds_host,
             self.options.xds_port,
-            also=[AnswerReceiver(self.answers).register],
+            also=[AnswerReceiver(self.answers, self._leading).register],
         )
         self._admin_task = asyncio.create_task(self.admin.serve())
         self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self.driver.background())]

@@ -5,6 +5,9 @@ LISTENER = "graystack-ingress"
 HCM_STAT_PREFIX = "ingress"
 VIRTUAL_HOST = "graystack"
 XDS_CLUSTER = "graystack-xds"
+# The bootstrap cluster that reaches the leading gateway replica alone (the chart's leader-only Service),
+# where a fleet of replicas sends its answer log (gateway/envoy/answer_log.py).
+LEADER_CLUSTER = "graystack-leader"
 
 
 def fallback_cluster(variant: str) -> str:
@@ -15,6 +18,16 @@ def fallback_cluster(variant: str) -> str:
 def shadow_cluster(variant: str) -> str:
     """The cluster mirrored requests go to: `variant`'s endpoints, its own stats, no retries."""
     return f"{variant}-shadow"
+
+
+def shadow_hop_cluster(variant: str) -> str:
+    """Where the mirror sends its copies: the internal listener that measures them (gateway/envoy/shadow.py)."""
+    return f"{variant}-shadow-hop"
+
+
+def shadow_listener(variant: str) -> str:
+    """The internal listener mirrored copies pass through on their way to `shadow_cluster(variant)`."""
+    return f"graystack-shadow-{variant}"
 
 
 def fault_listener(variant: str) -> str:
@@ -41,5 +54,6 @@ DEFAULT_SEGMENT = "default"
 # (gateway/envoy/answer_filter.py), and the access log's name that carries it to the gateway.
 ANSWER_METADATA = "graystack.answer"
 ANSWER_LOG = "graystack-answers"
+SHADOW_LOG = "graystack-shadow-answers"  # the same, for mirrored copies (no client sees their answers)
 # The header naming the variant on every answer (gateway/envoy/variant_header.py).
 VARIANT_HEADER = "x-graystack-variant"

@@ -55,7 +55,8 @@ class Answer:
     a stratum. `ttft`: to the first event carrying generated content (a non-streamed answer: its first
     body byte). `tpot`: the mean time per output token after the first, on streams of two tokens or more.
     `tokens_counted`: `output_tokens` counts content events (no `usage` arrived). `unreadable`: lines
-    and events the filter could not place (malformed SSE, unknown events, parse failures)."""
+    and events the filter could not place (malformed SSE, unknown events, parse failures). `shadow`: a
+    mirrored copy, whose answer went to no client (gateway/envoy/shadow.py)."""
 
     variant: str
     answered_by: str | None
@@ -76,6 +77,7 @@ class Answer:
     ending: Ending
     error_type: str | None = None
     unreadable: int = 0
+    shadow: bool = False
 
     @property
     def failed(self) -> bool:

@@ -16,6 +16,7 @@ from gateway.answers.answer import Answer, Api, Ending, finish_of
 from inference.prompt_buckets import prompt_bucket
 
 _FALLBACK_SUFFIX = names.fallback_cluster("")
+_SHADOW_SUFFIX = names.shadow_cluster("")
 _APIS: dict[str, Api] = {
     "/v1/chat/completions": "chat",
     "/v1/messages": "messages",
@@ -49,13 +50,15 @@ def _ending(end: dict | None, status: int, flags: accesslog_pb2.ResponseFlags) -
     return "complete"
 
 
-def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry) -> Answer | None:
+def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -> Answer | None:
     """The entry's answer; None where no cluster was chosen (no route). The log holds only POSTs, and the
-    only POST routes are the variants' (`GET /v1/models` never reaches it)."""
+    only POST routes are the variants' (`GET /v1/models` never reaches it). `shadow`: the entry came on
+    the mirrored copies' log, whose cluster is `<variant>-shadow`."""
     common = entry.common_properties
     cluster = common.upstream_cluster
     if not cluster:
         return None
+    variant = cluster.removesuffix(_SHADOW_SUFFIX) if shadow else variant_of(cluster)
     measured = common.metadata.filter_metadata.get(names.ANSWER_METADATA)
     fields = json_format.MessageToDict(measured) if measured is not None else {}
     end = fields.get("end")
@@ -75,7 +78,7 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry) -> Answer | None:
     body_bytes = entry.request.request_body_bytes
     error_type = end.get("error")
     return Answer(
-        variant=variant_of(cluster),
+        variant=variant,
         answered_by=entry.response.response_headers.get(names.VARIANT_HEADER) or None,
         segment=entry.request.request_headers.get(names.SEGMENT_HEADER, names.DEFAULT_SEGMENT),
         api=_APIS.get(entry.request.path.partition("?")[0], "other"),
@@ -98,4 +101,5 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry) -> Answer | None:
         ending=ending,
         error_type=str(error_type) if error_type else None,
         unreadable=sum(_count(end.get(key)) or 0 for key in ("unknown", "malformed", "parse_errors")),
+        shadow=shadow,
     )

@@ -3,15 +3,20 @@ in the store. It is served on the xDS gRPC server (gateway/app.py), where the pr
 (gateway/envoy/answer_log.py).
 
 An entry that cannot be read is counted and logged, and the stream goes on; a stream from another log
-(another name than `names.ANSWER_LOG`) is read to its end and ignored. Nothing here answers Envoy but the
+(another name than `names.ANSWER_LOG`, or `names.SHADOW_LOG` for mirrored copies) is read to its end
+and ignored. Nothing here answers Envoy but the
 stream's close: Envoy never waits on it.
+
+Only the replica that leads keeps answers: the leader alone judges the rollout. A follower refuses a
+stream (UNAVAILABLE), and a replica that stops leading closes the ones it holds at their next message, so
+Envoy reopens them where its bootstrap's leader cluster now leads (gateway/envoy/bootstrap.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from envoy.data.accesslog.v3 import accesslog_pb2
@@ -25,9 +30,13 @@ from gateway.answers.store import AnswerStore
 log = logging.getLogger(__name__)
 
 
+FOLLOWING = "this gateway replica does not lead the rollout: answers go to the leader"
+
+
 class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
-    def __init__(self, store: AnswerStore) -> None:
+    def __init__(self, store: AnswerStore, leading: Callable[[], bool] = lambda: True) -> None:
         self.store = store
+        self.leading = leading
 
     def register(self, server: grpc.aio.Server) -> None:
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self, server)
@@ -37,19 +46,23 @@ class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
         request_iterator: AsyncIterator[als_pb2.StreamAccessLogsMessage],
         context: grpc.aio.ServicerContext,
     ) -> als_pb2.StreamAccessLogsResponse:
-        ours = True
+        log_name = names.ANSWER_LOG
+        if not self.leading():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, FOLLOWING)
         async for message in request_iterator:
+            if not self.leading():
+                await context.abort(grpc.StatusCode.UNAVAILABLE, FOLLOWING)
             if message.HasField("identifier"):
-                ours = message.identifier.log_name == names.ANSWER_LOG
-            if ours:
+                log_name = message.identifier.log_name
+            if log_name in (names.ANSWER_LOG, names.SHADOW_LOG):
                 for entry in message.http_logs.log_entry:
-                    self.take(entry)
+                    self.take(entry, shadow=log_name == names.SHADOW_LOG)
         return als_pb2.StreamAccessLogsResponse()
 
-    def take(self, entry: accesslog_pb2.HTTPAccessLogEntry) -> None:
+    def take(self, entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -> None:
         now = time.time()
         try:
-            answer = answer_from(entry)
+            answer = answer_from(entry, shadow)
         except Exception as error:  # bad input is counted, never fatal to the stream
             log.warning("unreadable access-log entry (%s: %s)", type(error).__name__, error)
             self.store.ignore(now, unreadable=True)

@@ -1,9 +1,11 @@
 """The access log that carries each answer's measurement to the gateway: Envoy's gRPC access-log service
 (envoy.service.accesslog.v3 StreamAccessLogs), one entry per routed inference request.
 
-It rides the xDS cluster of the bootstrap (`names.XDS_CLUSTER`): the gateway serves the access-log service
-on its xDS gRPC server, so no port, cluster or Service is added, and every proxy that can reach its control
-plane reports to it. Envoy's gRPC logger buffers entries per worker and flushes them every FLUSH_S (or at
+The gateway serves the access-log service on its xDS gRPC server, so the log rides a cluster the bootstrap
+already has: the xDS cluster (`names.XDS_CLUSTER`) where one gateway serves, or, where several replicas
+do and only the leader judges the rollout, the bootstrap's leader cluster (`names.LEADER_CLUSTER`, the
+chart's leader-only Service), named in the node metadata. A follower refuses the log (gateway/answers/
+receiver.py), so Envoy reconnects, and the leader's Service takes the new connection. Envoy's gRPC logger buffers entries per worker and flushes them every FLUSH_S (or at
 BUFFER_BYTES) on a stream of its own, off every request's path: a gateway that is down or slow loses
 entries (Envoy's `access_logs.grpc_access_log.logs_dropped`), never requests.
 
@@ -30,7 +32,10 @@ BUFFER_BYTES = 65_536
 LOGGER = "envoy.access_loggers.http_grpc"
 
 
-def build_answer_log() -> accesslog_pb2.AccessLog:
+def build_answer_log(
+    cluster: str = names.XDS_CLUSTER, log_name: str = names.ANSWER_LOG
+) -> accesslog_pb2.AccessLog:
+    """`log_name`: ANSWER_LOG for the clients' answers, SHADOW_LOG for mirrored copies' (shadow.py)."""
     only_posts = accesslog_pb2.AccessLogFilter(
         header_filter=accesslog_pb2.HeaderFilter(
             header=route_components_pb2.HeaderMatcher(
@@ -40,9 +45,9 @@ def build_answer_log() -> accesslog_pb2.AccessLog:
     )
     config = als_pb2.HttpGrpcAccessLogConfig(
         common_config=als_pb2.CommonGrpcAccessLogConfig(
-            log_name=names.ANSWER_LOG,
+            log_name=log_name,
             grpc_service=grpc_service_pb2.GrpcService(
-                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.XDS_CLUSTER)
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster)
             ),
             transport_api_version=config_source_pb2.V3,
             buffer_flush_interval=duration(FLUSH_S),

@@ -27,7 +27,7 @@ from envoy.config.overload.v3 import overload_pb2
 from envoy.extensions.bootstrap.internal_listener.v3 import internal_listener_pb2
 from envoy.extensions.resource_monitors.downstream_connections.v3 import downstream_connections_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import json_format, struct_pb2, wrappers_pb2
 from google.protobuf.message import Message
 
 from gateway import names
@@ -55,6 +55,11 @@ class BootstrapOptions:
     # interval + timeout (8 s), and Envoy reconnects, instead of waiting on a dead connection.
     keepalive_interval: float = 4.0
     keepalive_timeout: float = 4.0
+    # Where a fleet of gateway replicas' leader is reached (the chart's leader-only Service, on the
+    # xDS port unless `leader_port` says otherwise): the answer log goes there, since only the leader
+    # judges the rollout. None: one gateway, and the log rides the xDS cluster.
+    leader_host: str | None = None
+    leader_port: int | None = None
 
 
 def listener_address(node_metadata: struct_pb2.Struct) -> ListenerAddress:
@@ -67,7 +72,15 @@ def listener_address(node_metadata: struct_pb2.Struct) -> ListenerAddress:
     port = str(ours.get("listen_port", default.port))
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"node metadata {METADATA_KEY}.listen_port: {port!r} is not a port number")
-    return ListenerAddress(host=str(ours.get("listen_address", default.host)), port=int(port))
+    cluster = ours.get("answer_log_cluster", default.answer_log_cluster)
+    if cluster not in (names.XDS_CLUSTER, names.LEADER_CLUSTER):
+        raise ValueError(
+            f"node metadata {METADATA_KEY}.answer_log_cluster: {cluster!r} is neither "
+            f"{names.XDS_CLUSTER} nor {names.LEADER_CLUSTER}"
+        )
+    return ListenerAddress(
+        host=str(ours.get("listen_address", default.host)), port=int(port), answer_log_cluster=cluster
+    )
 
 
 def _is_ip(host: str) -> bool:
@@ -82,40 +95,16 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
     ads_source = config_source_pb2.ConfigSource(
         ads=config_source_pb2.AggregatedConfigSource(), resource_api_version=config_source_pb2.V3
     )
-    metadata = struct_pb2.Struct()
-    metadata.update(
-        {METADATA_KEY: {"listen_address": options.listen.host, "listen_port": str(options.listen.port)}}
-    )
-    keepalive = protocol_pb2.KeepaliveSettings(
-        interval=duration(options.keepalive_interval), timeout=duration(options.keepalive_timeout)
-    )
-    http2_only = http_protocol_options_pb2.HttpProtocolOptions(
-        explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
-            http2_protocol_options=protocol_pb2.Http2ProtocolOptions(connection_keepalive=keepalive)
+    ours = {"listen_address": options.listen.host, "listen_port": str(options.listen.port)}
+    clusters = [_grpc_cluster(names.XDS_CLUSTER, options.xds_host, options.xds_port, options)]
+    if options.leader_host is not None:
+        ours["answer_log_cluster"] = names.LEADER_CLUSTER
+        leader_port = options.leader_port or options.xds_port
+        clusters.append(
+            _grpc_cluster(names.LEADER_CLUSTER, options.leader_host, leader_port, options, per_stream=True)
         )
-    )
-    xds_cluster = cluster_pb2.Cluster(
-        name=names.XDS_CLUSTER,
-        type=cluster_pb2.Cluster.STATIC if _is_ip(options.xds_host) else cluster_pb2.Cluster.STRICT_DNS,
-        connect_timeout=duration(1.0),
-        typed_extension_protocol_options={
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(http2_only)
-        },
-        load_assignment=endpoint_pb2.ClusterLoadAssignment(
-            cluster_name=names.XDS_CLUSTER,
-            endpoints=[
-                endpoint_components_pb2.LocalityLbEndpoints(
-                    lb_endpoints=[
-                        endpoint_components_pb2.LbEndpoint(
-                            endpoint=endpoint_components_pb2.Endpoint(
-                                address=_address(options.xds_host, options.xds_port)
-                            )
-                        )
-                    ]
-                )
-            ],
-        ),
-    )
+    metadata = struct_pb2.Struct()
+    metadata.update({METADATA_KEY: ours})
     return bootstrap_pb2.Bootstrap(
         # Injected faults put an internal listener in front of a variant (gateway/envoy/faults.py).
         bootstrap_extensions=[
@@ -146,7 +135,7 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
             cds_config=ads_source,
             lds_config=ads_source,
         ),
-        static_resources=bootstrap_pb2.Bootstrap.StaticResources(clusters=[xds_cluster]),
+        static_resources=bootstrap_pb2.Bootstrap.StaticResources(clusters=clusters),
         # Histograms (upstream_rq_time) reach /stats only at a flush: 1 s instead of 5 s, so the
         # rollout's latency window lags the traffic by at most a second.
         stats_flush_interval=duration(1.0),
@@ -161,6 +150,44 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
                     ),
                 )
             ]
+        ),
+    )
+
+
+def _grpc_cluster(
+    name: str, host: str, port: int, options: BootstrapOptions, per_stream: bool = False
+) -> cluster_pb2.Cluster:
+    """A cluster of the gateway's gRPC port on `host` (HTTP/2, with keepalive pings). `per_stream`: each
+    stream on a connection of its own, so a stream reopened after the leader changed reaches, through
+    the leader-only Service, the new leader and not the connection's old one."""
+    keepalive = protocol_pb2.KeepaliveSettings(
+        interval=duration(options.keepalive_interval), timeout=duration(options.keepalive_timeout)
+    )
+    protocol = http_protocol_options_pb2.HttpProtocolOptions(
+        explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
+            http2_protocol_options=protocol_pb2.Http2ProtocolOptions(connection_keepalive=keepalive)
+        ),
+        common_http_protocol_options=(
+            protocol_pb2.HttpProtocolOptions(max_requests_per_connection=wrappers_pb2.UInt32Value(value=1))
+            if per_stream
+            else None
+        ),
+    )
+    endpoint = endpoint_components_pb2.Endpoint(address=_address(host, port))
+    return cluster_pb2.Cluster(
+        name=name,
+        type=cluster_pb2.Cluster.STATIC if _is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
+        connect_timeout=duration(1.0),
+        typed_extension_protocol_options={
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(protocol)
+        },
+        load_assignment=endpoint_pb2.ClusterLoadAssignment(
+            cluster_name=name,
+            endpoints=[
+                endpoint_components_pb2.LocalityLbEndpoints(
+                    lb_endpoints=[endpoint_components_pb2.LbEndpoint(endpoint=endpoint)]
+                )
+            ],
         ),
     )
 

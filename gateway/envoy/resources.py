@@ -38,6 +38,7 @@ from gateway.envoy.faults import (
 )
 from gateway.envoy.local_replies import build_local_reply_config
 from gateway.envoy.routes import build_route_config, models_variant
+from gateway.envoy.shadow import build_shadow_hop_cluster, build_shadow_listener
 from gateway.envoy.variant_header import variant_metadata
 from gateway.spec.model import RolloutSpec
 from gateway.xds import types
@@ -47,8 +48,12 @@ EndpointMap = Mapping[str, Sequence[tuple[str, int]]]  # variant -> [(ip, port)]
 
 @dataclass(frozen=True)
 class ListenerAddress:
+    """What a proxy's bootstrap says of its listener (its node metadata, gateway/envoy/bootstrap.py):
+    where it binds, and the bootstrap cluster its answer log reports on."""
+
     host: str = "127.0.0.1"
     port: int = 8080
+    answer_log_cluster: str = names.XDS_CLUSTER
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,11 @@ def build_resources(
         clusters += [
             build_fallback_cluster(variant, fallback) for variant in spec.variants if variant != fallback
         ]
+    shadows = []
     if spec.routing.mirror is not None:
         mirrored = spec.routing.mirror.variant
-        clusters.append(build_shadow_cluster(mirrored, policy[mirrored]))
+        clusters += [build_shadow_cluster(mirrored, policy[mirrored]), build_shadow_hop_cluster(mirrored)]
+        shadows.append(build_shadow_listener(mirrored, listen.answer_log_cluster))
     models = models_variant(spec)
     clusters.append(build_models_cluster(models, policy[models]))
     clusters += [build_unfaulted_cluster(variant, policy[variant]) for variant in faulted]
@@ -102,7 +109,7 @@ def build_resources(
             for v in spec.variants
         ]
         + [build_load_assignment(v, endpoints[v], names.unfaulted_cluster(v)) for v in faulted],
-        listeners=[build_listener(listen)] + [build_fault_listener(v) for v in faulted],
+        listeners=[build_listener(listen), *shadows] + [build_fault_listener(v) for v in faulted],
         routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in faulted.items()],
     )
 
@@ -248,7 +255,7 @@ def build_listener(listen: ListenerAddress) -> listener_pb2.Listener:
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
         local_reply_config=build_local_reply_config(),
-        access_log=[build_answer_log()],
+        access_log=[build_answer_log(listen.answer_log_cluster)],
     )
     return listener_pb2.Listener(
         name=names.LISTENER,

@@ -76,7 +76,7 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
     if mirror is not None and mirror.percent > 0 and split.get(mirror.variant, 0) == 0:
         mirrors.append(
             route_components_pb2.RouteAction.RequestMirrorPolicy(
-                cluster=names.shadow_cluster(mirror.variant),
+                cluster=names.shadow_hop_cluster(mirror.variant),  # measured on its way (shadow.py)
                 runtime_fraction=base_pb2.RuntimeFractionalPercent(
                     default_value=percent_pb2.FractionalPercent(
                         numerator=mirror.percent, denominator=percent_pb2.FractionalPercent.HUNDRED

@@ -130,6 +130,13 @@ def gateway(
 )
 @click.option("--admin-port", default=9901, envvar="GRAYSTACK_ENVOY_ADMIN_PORT", show_envvar=True)
 @click.option("--node-id", default="graystack-envoy", envvar="GRAYSTACK_NODE_ID", show_envvar=True)
+@click.option(
+    "--leader-host",
+    default=None,
+    envvar="GRAYSTACK_LEADER_HOST",
+    show_envvar=True,
+    help="where the leading gateway replica alone is reached (its xDS port): the answer log goes there",
+)
 def envoy_bootstrap(
     xds_host: str,
     xds_port: int,
@@ -138,6 +145,7 @@ def envoy_bootstrap(
     admin_address: str,
     admin_port: int,
     node_id: str,
+    leader_host: str | None,
 ) -> None:
     """Print an Envoy bootstrap (YAML) that takes all its routing from the gateway over ADS."""
     from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
@@ -150,6 +158,7 @@ def envoy_bootstrap(
         listen=ListenerAddress(listen_address, listen_port),
         admin_host=admin_address,
         admin_port=admin_port,
+        leader_host=leader_host,
     )
     click.echo(bootstrap_yaml(options), nl=False)
 

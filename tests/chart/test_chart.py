@@ -125,17 +125,21 @@ def test_the_real_envoy_accepts_the_rendered_bootstrap(scenario: str, tmp_path: 
 
 def test_the_chart_bootstrap_is_what_graystack_envoy_bootstrap_renders() -> None:
     """Equal to gateway/envoy/bootstrap.py's, but for the pod-facing listener, DNS for the gateway and
-    the extra metrics listener: a change there must reach the chart too."""
+    the extra metrics listener: a change there must reach the chart too. The answer log goes to the
+    leader-only Service, on the xDS port."""
     chart = _envoy_bootstrap(rendered(""))
     options = BootstrapOptions(
-        xds_host="gs-graystack-gateway.llm.svc", listen=ListenerAddress("0.0.0.0", 8080)
+        xds_host="gs-graystack-gateway.llm.svc",
+        listen=ListenerAddress("0.0.0.0", 8080),
+        leader_host="gs-graystack-gateway-admin.llm.svc",
     )
     ours = yaml.safe_load(message_yaml(build_bootstrap(options)))
     statics = chart.pop("static_resources")
     expected_statics = ours.pop("static_resources")
     assert chart == ours
-    (xds,) = [c for c in statics["clusters"] if c["name"] == "graystack-xds"]
-    assert xds == expected_statics["clusters"][0]
+    for expected in expected_statics["clusters"]:
+        (cluster,) = [c for c in statics["clusters"] if c["name"] == expected["name"]]
+        assert cluster == expected
     (metrics,) = statics["listeners"]
     routes = metrics["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]
     assert sorted(r["match"]["path"] for r in routes["routes"]) == ["/ready", "/stats/prometheus"]
@@ -303,7 +307,11 @@ def test_the_admin_service_reaches_only_the_leader_and_the_gateway_service_every
     assert everyone["spec"]["selector"].items() <= pods.items()  # xDS and Prometheus: every replica
     assert admin["spec"]["selector"] == {**everyone["spec"]["selector"], ROLE_LABEL: LEADER}
     assert ROLE_LABEL not in pods  # only the leading gateway puts it on its own pod
-    assert [port["name"] for port in admin["spec"]["ports"]] == ["admin"]
+    # the admin API, and the proxies' answer log on the gateway's xDS port (only the leader judges)
+    assert [(port["name"], port["targetPort"]) for port in admin["spec"]["ports"]] == [
+        ("admin", "admin"),
+        ("answers", "xds"),
+    ]
     env = {item["name"]: item.get("value") for item in template["spec"]["containers"][0]["env"]}
     assert env["GRAYSTACK_POD_NAME"] == "$(POD_NAME)"
     # The gateway's ServiceMonitor does not select the admin Service: the leader is scraped once.

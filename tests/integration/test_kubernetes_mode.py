@@ -40,6 +40,7 @@ from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.kube_api import FakeApiServer
+from tests.support.leader_service import LeaderService
 from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
 
 NS = "llm"
@@ -88,6 +89,8 @@ class Cluster:
         self.ports = {variant: free_port() for variant in VARIANTS}
         self.processes: list[ManagedProcess] = []
         self.gateways: list[GatewayProcess] = []
+        self.xds_ports: dict[str, int] = {}  # pod -> its gateway's xDS port
+        self.leader_service = LeaderService(lambda: labelled_leaders(self), self.xds_ports)
         for variant in VARIANTS:
             argv = [sys.executable, "-m", "graystack.local.standin", "--name", variant]
             self.processes.append(
@@ -128,19 +131,23 @@ class Cluster:
             lease_seconds=2.0,
         )
         options = gateway_options(kube, xds_port=free_port(), admin_port=free_port())
+        self.xds_ports[identity] = options.xds_port
         gateway = kubernetes_gateway(options, kube)
         await gateway.start()
         self.gateways.append(gateway)
         return gateway
 
-    async def envoy(self, gateway: GatewayProcess) -> httpx.AsyncClient:
-        """A real Envoy taking its config from `gateway`, once its listener is up; a client for it."""
+    async def envoy(self, gateway: GatewayProcess, leader_port: int | None = None) -> httpx.AsyncClient:
+        """A real Envoy taking its config from `gateway`, once its listener is up; a client for it.
+        `leader_port`: its answer log goes there (the leader Service), as the chart's bootstrap sends it."""
         listen = free_port()
         bootstrap = self.tmp_path / f"envoy-{listen}.yaml"
         options = BootstrapOptions(
             xds_port=gateway.options.xds_port,
             listen=ListenerAddress("127.0.0.1", listen),
             admin_port=free_port(),
+            leader_host="127.0.0.1" if leader_port else None,
+            leader_port=leader_port,
         )
         bootstrap.write_text(bootstrap_yaml(options))
         envoy = start_process("envoy", envoy_argv(self.envoy_binary, bootstrap, 1), self.logs)
@@ -163,6 +170,7 @@ class Cluster:
         return httpx.AsyncClient(base_url=f"http://127.0.0.1:{listen}", timeout=10)
 
     async def stop(self) -> None:
+        await self.leader_service.stop()
         for gateway in self.gateways:
             await gateway.stop()
         for process in self.processes:
@@ -350,6 +358,33 @@ async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster)
     assert result["rollout"]["label"] == "promoted"
     assert stored_label(cluster) == "promoted"
     assert await counts(client) == {"baseline": 0, "zero-layer": 20}
+
+
+async def test_the_answer_log_reaches_the_leader_alone_and_follows_a_new_leader(cluster):
+    """The chart's Envoy sends its answer log to the leader-only Service: answers are kept where the
+    rollout is judged, by the leader, though the Envoy takes its config from a follower; when the leader
+    dies, the log reopens on its successor."""
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 50, "zero-layer": 50})))
+    leader = await cluster.gateway("gateway-a")
+    await eventually(lambda: leader.driver.sources.elector.leading, 10, "gateway-a to take the Lease")
+    follower = await cluster.gateway("gateway-b")
+    await eventually(lambda: labelled_leaders(cluster) == ["gateway-a"], 10, "the leader's pod labelled")
+    client = await cluster.envoy(follower, leader_port=await cluster.leader_service.start())
+    await counts(client)
+    await eventually(lambda: leader.answers.counts.kept >= 20, 10, "the leader to keep the 20 answers")
+    assert follower.answers.counts.kept == 0
+
+    leader.driver.sources.elector.stop(release=False)
+    await leader.stop()
+    await eventually(
+        lambda: follower.driver.sources.elector.leading, 15, "gateway-b to take over the expired Lease"
+    )
+
+    async def kept_by_successor() -> bool:
+        await counts(client, 5)  # entries sent while the log reconnects are lost: requests never are
+        return follower.answers.counts.kept > 0
+
+    await eventually(kept_by_successor, 20, "the successor to keep answers")
 
 
 def labelled_leaders(cluster: Cluster) -> list[str]:

@@ -153,6 +153,10 @@ def test_a_shadow_phase_judges_the_candidate_on_mirrored_copies_that_no_client_s
         assert stepped["weight"] == 20
         assert stepped["history"][-1]["source"] == "shadow"
         assert stack.status()["routing"]["mirror"] is None
+        # the mirrored copies' answers were measured on their way (gateway/envoy/shadow.py) and judged
+        judged = {c["name"]: c for c in stepped["last_decision"]["checks"]}["ttft_vs_baseline"]
+        assert judged["samples"] > 0, judged
+        assert "each answer's exact time" in judged["reason"]
     assert {code for code, _ in traffic.answers} == {200}, traffic.answers
 
 

@@ -201,3 +201,14 @@ def test_a_first_token_before_the_request_started_is_no_ttft():
     answer = answer_from(entry(STREAM, first_ms=-5.0))  # the system clock stepped back mid-request
     assert answer is not None
     assert answer.ttft is None
+
+
+def test_a_mirrored_copys_answer_is_its_variants_and_marked_as_a_shadow():
+    store = AnswerStore()
+    receiver = AnswerReceiver(store)
+    copies = message(names.SHADOW_LOG, entry(STREAM, cluster=names.shadow_cluster("b-shadow")))
+    asyncio.run(receiver.StreamAccessLogs(messages(copies), None))
+    asyncio.run(receiver.StreamAccessLogs(messages(message(names.ANSWER_LOG, entry(STREAM))), None))
+    shadow, routed = store.since(0).answers
+    assert (shadow.variant, shadow.shadow) == ("b-shadow", True)  # a variant's own name may end so
+    assert (routed.variant, routed.shadow) == ("zero-layer", False)

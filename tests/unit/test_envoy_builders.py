@@ -1,6 +1,8 @@
 """The pure builders: what Envoy will do with the config follows from these fields."""
 
 import pytest
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from gateway import names
 from gateway.envoy.resources import ListenerAddress, build_resources
@@ -136,7 +138,7 @@ def test_every_build_is_a_consistent_snapshot(changes):
     check_consistent(resources.by_type())
 
 
-def test_a_mirror_copies_what_its_variant_does_not_serve_to_a_shadow_cluster_of_its_endpoints():
+def test_a_mirror_copies_what_its_variant_does_not_serve_through_a_measuring_hop_to_its_endpoints():
     mirror = {"variant": "zero-layer", "percent": 40}
     rules = [{"value": "high_load", "variant": "zero-layer"}, {"value": "web", "variant": "baseline"}]
     resources = build(routing={"weights": {"baseline": 100}, "rules": rules, "mirror": mirror})
@@ -144,9 +146,22 @@ def test_a_mirror_copies_what_its_variant_does_not_serve_to_a_shadow_cluster_of_
     assert not high_load.route.request_mirror_policies  # already served by zero-layer: no second copy
     for route in (web, default):
         (policy,) = route.route.request_mirror_policies
-        assert policy.cluster == names.shadow_cluster("zero-layer")
+        assert policy.cluster == names.shadow_hop_cluster("zero-layer")
         fraction = policy.runtime_fraction.default_value
         assert (fraction.numerator, fraction.denominator) == (40, fraction.HUNDRED)
+    # the hop: an internal listener that measures each copy, as the ingress does, and forwards it on
+    hop = next(c for c in resources.clusters if c.name == names.shadow_hop_cluster("zero-layer"))
+    (endpoint,) = hop.load_assignment.endpoints[0].lb_endpoints
+    listener_name = endpoint.endpoint.address.envoy_internal_address.server_listener_name
+    (listener,) = [li for li in resources.listeners if li.name == listener_name]
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    assert [f.name for f in manager.http_filters] == ["envoy.filters.http.lua", "envoy.filters.http.router"]
+    log = als_pb2.HttpGrpcAccessLogConfig()
+    manager.access_log[0].typed_config.Unpack(log)
+    assert log.common_config.log_name == names.SHADOW_LOG
+    (route,) = manager.route_config.virtual_hosts[0].routes
+    assert route.route.cluster == names.shadow_cluster("zero-layer")
     shadow = next(c for c in resources.clusters if c.name == names.shadow_cluster("zero-layer"))
     assert shadow.eds_cluster_config.service_name == "zero-layer"  # the variant's own endpoints
     assert not shadow.health_checks  # a copy sent to a pod that is down fails where the analysis sees it
@@ -160,3 +175,4 @@ def test_without_a_mirror_there_is_no_shadow_cluster_and_no_mirror_policy():
     assert not any(r.route.request_mirror_policies for r in routes_of(resources))
     assert names.shadow_cluster("zero-layer") in [c.name for c in resources.clusters]
     assert names.shadow_cluster("zero-layer") not in [c.name for c in build().clusters]
+    assert [li.name for li in build().listeners] == [names.LISTENER]

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.integration
 
 SPEC = {
     "strategy": {"steps": [{"weight": 50, "hold": "2s"}, {"weight": 100}]},
-    "analysis": {"max_error_rate": 0.015, "min_detectable_error_rate": 0.1},
+    # Two different engines: the gateway measures every answer, and transformers serve's are several
+    # times slower than llama.cpp's; this rollout is about errors, so no latency comparison.
+    "analysis": {"max_error_rate": 0.015, "min_detectable_error_rate": 0.1, "max_latency_ratio": None},
 }
 
 
@@ -65,7 +67,7 @@ def test_up_fronts_servers_it_did_not_start_promotes_on_errors_and_rolls_a_gatew
             )
             checks = {c["name"]: c for c in promoted["last_decision"]["checks"]}
             assert checks["error_rate"]["verdict"] == "pass"
-            assert checks["ttft_vs_baseline"]["samples"] == 0  # neither server exports a TTFT histogram
+            assert checks["ttft_p95"]["samples"] > 0  # no TTFT histogram from either: the gateway measured
 
             injected = graystack(env, "fault", "transformers", "--error-rate", "1.0")
             assert injected.returncode == 0, injected.stderr

@@ -1,0 +1,183 @@
+"""Sticky, nested cohorts through the real Envoy, programmed by the real gateway (`routing.affinity`).
+
+What a user notices: a client keeps one variant between two weight changes; raising the candidate's
+weight only adds clients to its cohort; a rollback puts everyone on the baseline; the key may come from
+a header, a cookie or a field of the JSON body; a body that is not JSON, or too large to read, is still
+served (split at random, never refused). Many clients' requests go in parallel; the clients' keys are
+fixed, so which cohort each lands in is fixed too, and the share tests below cannot flake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+import httpx
+import pytest
+from scipy.stats import binomtest
+
+from gateway.envoy.affinity_filter import BODY_LIMIT
+from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
+from tests.support.envoy_upstreams import EnvoyUpstreams
+from tests.support.stacks import running
+
+SOURCES = [
+    {"header": "x-user-id"},
+    {"cookie": "graystack-user"},
+    {"body": "metadata.user_id"},
+    {"body": "user"},
+    {"body": "previous_response_id"},
+]
+CLIENTS = 2000
+TURNS = 2  # requests per client between two changes
+STAGES = (5, 20, 50, 100)
+PARALLEL = 64
+
+Request = dict  # httpx.AsyncClient.post keyword arguments
+
+
+@pytest.fixture
+def cohort_stack(tmp_path, envoy_binary) -> Iterator[GatewayStack]:
+    """The gateway and Envoy in front of Envoy-served upstreams (tests/support/envoy_upstreams.py), with
+    every kind of affinity source, in order."""
+    for stack in running(GatewayStack(tmp_path, envoy_binary, upstreams=EnvoyUpstreams(envoy_binary))):
+        spec = stack.spec
+        spec["routing"]["affinity"] = SOURCES
+        generation = stack.status()["generation"]
+        stack.write_spec(spec)
+        stack.wait_converged(generation_above=generation)
+        yield stack
+
+
+def served_by(stack: GatewayStack, requests: list[Request]) -> list[str]:
+    """The variant that answered each request, sent `PARALLEL` at a time (any failure fails the test)."""
+
+    async def run() -> list[str]:
+        limits = httpx.Limits(max_connections=PARALLEL)
+        url = f"http://127.0.0.1:{stack.ports['listen']}"
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=15) as client:
+            gate = asyncio.Semaphore(PARALLEL)
+
+            async def one(request: Request) -> str:
+                async with gate:
+                    response = await client.post(INFERENCE_PATH, **request)
+                assert response.status_code == 200, f"{response.status_code}: {response.text}"
+                return response.headers["x-graystack-variant"]
+
+            return await asyncio.gather(*(one(request) for request in requests))
+
+    return asyncio.run(run())
+
+
+def cohorts(stack: GatewayStack, keyed: dict[str, Request], turns: int = TURNS) -> dict[str, str]:
+    """Each client's one variant over `turns` requests (fails if any client saw two)."""
+    clients = [client for client in keyed for _ in range(turns)]
+    seen: dict[str, set[str]] = {}
+    for client, variant in zip(clients, served_by(stack, [keyed[c] for c in clients]), strict=True):
+        seen.setdefault(client, set()).add(variant)
+    switched = {client: variants for client, variants in seen.items() if len(variants) > 1}
+    assert not switched, (
+        f"{len(switched)} clients saw two variants between changes, e.g. {list(switched.items())[:3]}"
+    )
+    return {client: variants.pop() for client, variants in seen.items()}
+
+
+def assert_share(members: int, clients: int, weight: int) -> None:
+    """The cohort's share of distinct clients is a binomial draw around the weight."""
+    if weight in (0, 100):
+        assert members == clients * weight // 100
+        return
+    p = binomtest(members, clients, weight / 100).pvalue
+    assert p > 0.001, f"{members} of {clients} clients at weight {weight}% (p = {p:.2g})"
+
+
+def by_header(clients: Iterable[str]) -> dict[str, Request]:
+    return {client: {"json": {}, "headers": {"x-user-id": client}} for client in clients}
+
+
+def flip(stack: GatewayStack, weight: int) -> None:
+    stack.cli("weight", f"zero-layer={weight}")
+
+
+def test_cohorts_are_sticky_and_nested_and_a_rollback_empties_them(cohort_stack):
+    stack = cohort_stack
+    clients = by_header(f"client-{i}" for i in range(CLIENTS))
+    previous: set[str] = set()
+    for weight in STAGES:
+        flip(stack, weight)
+        cohort = {c for c, variant in cohorts(stack, clients).items() if variant == "zero-layer"}
+        assert previous <= cohort, (
+            f"{len(previous - cohort)} clients left the cohort when it grew to {weight}%"
+        )
+        assert_share(len(cohort), CLIENTS, weight)
+        previous = cohort
+    flip(stack, 0)  # the rollback's split: everyone on the baseline
+    assert set(cohorts(stack, clients).values()) == {"baseline"}
+    flip(stack, 20)  # back to 20 %: the same clients as before, not a reshuffle
+    again = {c for c, variant in cohorts(stack, clients).items() if variant == "zero-layer"}
+    assert_share(len(again), CLIENTS, 20)
+
+
+def test_lowering_the_weight_only_moves_clients_back_to_the_baseline(cohort_stack):
+    stack = cohort_stack
+    clients = by_header(f"lowering-{i}" for i in range(500))
+    flip(stack, 50)
+    wide = {c for c, v in cohorts(stack, clients).items() if v == "zero-layer"}
+    flip(stack, 20)
+    narrow = {c for c, v in cohorts(stack, clients).items() if v == "zero-layer"}
+    assert narrow <= wide
+    assert len(narrow) < len(wide)
+
+
+def keyed_by(source: str, key: str) -> Request:
+    """A request carrying `key` in `source` only (and a body that is JSON, as a client sends)."""
+    body: dict = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    if source == "header":
+        return {"json": body, "headers": {"x-user-id": key}}
+    if source == "cookie":
+        return {"json": body, "headers": {"cookie": f"theme=dark; graystack-user={key}; lang=en"}}
+    if source == "metadata.user_id":
+        return {"json": {**body, "metadata": {"user_id": key}}}
+    return {"json": {**body, source: key}}
+
+
+@pytest.mark.parametrize("source", ["header", "cookie", "metadata.user_id", "user", "previous_response_id"])
+def test_each_source_keys_the_client(cohort_stack, source):
+    flip(cohort_stack, 50)
+    clients = {f"{source}-{i}": keyed_by(source, f"{source}-{i}") for i in range(200)}
+    assignment = cohorts(cohort_stack, clients, turns=4)
+    assert_share(Counter(assignment.values())["zero-layer"], len(clients), 50)
+
+
+def test_the_first_source_present_wins(cohort_stack):
+    """The header outranks the body: a client whose body fields change keeps the header's cohort."""
+    flip(cohort_stack, 50)
+    clients = {
+        f"first-{i}": {"json": {"user": f"other-{i}-{turn}"}, "headers": {"x-user-id": f"first-{i}"}}
+        for i in range(200)
+        for turn in range(1)
+    }
+    by_header_only = cohorts(cohort_stack, by_header(clients))
+    assert cohorts(cohort_stack, clients, turns=3) == by_header_only
+
+
+def unkeyed_share(stack: GatewayStack, request: Request, n: int = 400) -> int:
+    """How many of `n` copies of one request the candidate served: a keyed request gives 0 or n."""
+    return Counter(served_by(stack, [request] * n))["zero-layer"]
+
+
+def test_a_body_that_is_not_json_or_too_large_is_served_without_a_key(cohort_stack):
+    flip(cohort_stack, 50)
+    too_large = json.dumps({"user": "large", "pad": "x" * (BODY_LIMIT + 1)})
+    for request in (
+        {"content": b"not json {", "headers": {"content-type": "application/json"}},
+        {"content": too_large, "headers": {"content-type": "application/json"}},
+        {"json": {"model": "m"}},  # JSON, but no key anywhere
+    ):
+        share = unkeyed_share(cohort_stack, request)
+        assert binomtest(share, 400, 0.5).pvalue > 0.001, f"not split at random: {share} of 400"
+    # A large body under the limit is read: its key holds.
+    under = json.dumps({"user": "large", "pad": "x" * (BODY_LIMIT - 100)})
+    assert unkeyed_share(cohort_stack, {"content": under}, 20) in (0, 20)

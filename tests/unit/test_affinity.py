@@ -6,7 +6,9 @@ The nesting proof walks every hash residue through the built routes as Envoy 1.4
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
@@ -15,13 +17,21 @@ from envoy.extensions.common.matching.v3 import extension_matcher_pb2
 from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from fastapi.testclient import TestClient
 from google.protobuf import struct_pb2
 
 from gateway import names
+from gateway.admin.api import create_admin_app
+from gateway.admin.protocol import Status
 from gateway.answers.entries import answer_from
+from gateway.answers.store import AnswerStore
 from gateway.envoy.affinity_filter import BODY_FILTER, BODY_LIMIT, KEY_FILTER
 from gateway.envoy.resources import ListenerAddress, build_resources
+from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError, load_yaml, validate_spec
+from gateway.xds.cache import SnapshotCache
+from gateway.xds.server import AdsServer
+from graystack.console.status_view import render_status
 from tests.unit.test_answers import entry
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
@@ -234,3 +244,23 @@ def test_an_answer_names_the_source_of_its_key_or_none():
     keyed.common_properties.metadata.filter_metadata[names.AFFINITY_METADATA].CopyFrom(source)
     assert answer_from(keyed).affinity == "body:metadata.user_id"
     assert answer_from(entry()).affinity is None
+
+
+def status_with(built: RolloutSpec, answers: AnswerStore) -> Status:
+    gateway = Gateway(SnapshotCache(), Path("spec.yaml"), clock=lambda: 1000.0)
+    gateway.load(built, "sha-1")
+    with TestClient(create_admin_app(gateway, AdsServer(gateway.cache), answers=answers)) as client:
+        return Status.model_validate(client.get("/v1/status").json())
+
+
+def test_status_says_what_share_of_the_answers_had_a_key():
+    answers = AnswerStore()
+    unkeyed = answer_from(entry())
+    assert unkeyed is not None
+    for source in ("header:x-user-id", "header:x-user-id", "body:user", None):
+        answers.add(dataclasses.replace(unkeyed, affinity=source), now=1000.0)
+    status = status_with(spec(), answers)
+    assert status.cohorts is not None
+    assert status.cohorts.keyed == {"header:x-user-id": 2, "body:user": 1}
+    assert "75% of 4 answers keyed (body:user 1, header:x-user-id 2)" in render_status(status)
+    assert status_with(spec(affinity=None), answers).cohorts is None

@@ -65,3 +65,6 @@ VARIANT_HEADER = "x-graystack-variant"
 AFFINITY_HEADER = "x-graystack-affinity"
 AFFINITY_METADATA = "graystack.affinity"
 AFFINITY_BODY_METADATA = "graystack.affinity.body"
+# Where the rules match a body field (`routing.body`, e.g. `model`), the affinity filter writes its value into
+# this request header (dropping any a client sent), and the rules' routes match it.
+MATCH_HEADER = "x-graystack-match"

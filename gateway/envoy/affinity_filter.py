@@ -1,10 +1,11 @@
-"""The listener's affinity filters: they bring the client's key to the routes' hash policy (pure).
+"""The listener's affinity filters: they bring the client's key to the routes' hash policy, and the body
+field the rules match (`routing.body`, e.g. `model`) to the routes' header matchers (pure).
 
 Two filters, first in the chain (before anything that resolves the route), only when the spec names
-`routing.affinity` sources (none: the chain is as it was):
+`routing.affinity` sources or `routing.body` (neither: the chain is as it was):
 
-1. json_to_metadata, only where a source is a body field: it parses the request's JSON body and writes each
-   field the sources name into dynamic metadata (`names.AFFINITY_BODY_METADATA`, keyed by the dotted path).
+1. json_to_metadata, only where a body field is wanted: it parses the request's JSON body and writes each
+   field named into dynamic metadata (`names.AFFINITY_BODY_METADATA`, keyed by the dotted path).
    It is wrapped in a matcher that skips it unless the request's `content-length` has at most six digits
    (BODY_LIMIT, under Envoy's 1 MiB request buffer): json_to_metadata buffers the whole body, and a body
    past the buffer limit would be refused with 413. A larger body, or one without a length (chunked),
@@ -13,7 +14,9 @@ Two filters, first in the chain (before anything that resolves the route), only 
    client sent, takes the first source present (a header, a cookie, or a body field from the metadata
    above), writes its value into that header, names the source in `names.AFFINITY_METADATA` (`source`,
    e.g. `body:metadata.user_id`: the answer log carries it, so status can tell keyed requests from
-   unkeyed ones), and clears the route cache.
+   unkeyed ones); where the rules match a body field, it writes that field's value into
+   `names.MATCH_HEADER` (again dropping a client's), which the rules' routes match; then it clears the
+   route cache.
 
 Why this and not `set_filter_state` + a hash policy on filter state (checked on Envoy 1.40's binary):
 the connection manager resolves the route, weighted-cluster pick included, when the headers arrive,
@@ -43,6 +46,7 @@ from xds.type.matcher.v3 import string_pb2 as xds_string_pb2
 from gateway import names
 from gateway.envoy.common import any_proto
 from gateway.spec.affinity import AffinitySource
+from gateway.spec.model import Routing
 
 BODY_FILTER = "graystack.affinity.body"
 KEY_FILTER = "graystack.affinity.key"
@@ -59,24 +63,39 @@ local function cookie(header, name)
   return nil
 end
 
-function envoy_on_request(handle)
-  local headers = handle:headers()
-  headers:remove(KEY_HEADER)
-  local info = handle:streamInfo():dynamicMetadata()
-  local body = info:get(BODY_NS) or {}
+local function present(value)
+  if value == nil then return nil end
+  value = tostring(value)
+  if value == "" then return nil end
+  return value
+end
+
+local function first_key(headers, body)
   for _, source in ipairs(SOURCES) do
     local value
     if source.kind == "header" then value = headers:get(source.name)
     elseif source.kind == "cookie" then value = cookie(headers:get("cookie"), source.name)
     else value = body[source.name] end
-    if value ~= nil then value = tostring(value) end
-    if value and value ~= "" then
-      headers:add(KEY_HEADER, value)
-      info:set(NS, "source", source.label)
-      handle:clearRouteCache()
-      return
-    end
+    value = present(value)
+    if value then return value, source.label end
   end
+  return nil, nil
+end
+
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  headers:remove(KEY_HEADER)
+  headers:remove(MATCH_HEADER)
+  local info = handle:streamInfo():dynamicMetadata()
+  local body = info:get(BODY_NS) or {}
+  local matched = MATCH_PATH and present(body[MATCH_PATH])
+  if matched then headers:add(MATCH_HEADER, matched) end
+  local key, label = first_key(headers, body)
+  if key then
+    headers:add(KEY_HEADER, key)
+    info:set(NS, "source", label)
+  end
+  if key or matched then handle:clearRouteCache() end
 end
 """
 
@@ -86,8 +105,9 @@ def _lua_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def key_script(affinity: Sequence[AffinitySource]) -> str:
-    """The Lua filter's script: the sources in order, then the code that takes the first present."""
+def key_script(affinity: Sequence[AffinitySource], match_path: str | None = None) -> str:
+    """The Lua filter's script: the sources in order and the matched body path (nil: none), then the code
+    that takes the first source present."""
     sources = ", ".join(
         f"{{kind = {_lua_string(s.kind)}, name = {_lua_string(s.name)}, label = {_lua_string(s.label)}}}"
         for s in affinity
@@ -96,6 +116,8 @@ def key_script(affinity: Sequence[AffinitySource]) -> str:
         f"local KEY_HEADER = {_lua_string(names.AFFINITY_HEADER)}\n"
         f"local NS = {_lua_string(names.AFFINITY_METADATA)}\n"
         f"local BODY_NS = {_lua_string(names.AFFINITY_BODY_METADATA)}\n"
+        f"local MATCH_HEADER = {_lua_string(names.MATCH_HEADER)}\n"
+        f"local MATCH_PATH = {'nil' if match_path is None else _lua_string(match_path)}\n"
         f"local SOURCES = {{{sources}}}\n" + _SCRIPT_BODY
     )
 
@@ -154,12 +176,15 @@ def _unless_small_body() -> matcher_pb2.Matcher:
     )
 
 
-def build_affinity_filters(affinity: Sequence[AffinitySource]) -> list[hcm_pb2.HttpFilter]:
-    """The filters the listener puts first (the module's docstring); none without affinity."""
-    if not affinity:
+def build_affinity_filters(routing: Routing) -> list[hcm_pb2.HttpFilter]:
+    """The filters the listener puts first (the module's docstring); none without affinity or `body`."""
+    affinity = routing.affinity
+    if not affinity and routing.body is None:
         return []
     filters = []
     paths = [source.name for source in affinity if source.kind == "body"]
+    if routing.body is not None and routing.body not in paths:
+        paths.append(routing.body)
     if paths:
         body = extension_pb2.TypedExtensionConfig(
             name="envoy.filters.http.json_to_metadata", typed_config=any_proto(_body_rules(paths))
@@ -174,7 +199,7 @@ def build_affinity_filters(affinity: Sequence[AffinitySource]) -> list[hcm_pb2.H
                 ),
             )
         )
-    script = base_pb2.DataSource(inline_string=key_script(affinity))
+    script = base_pb2.DataSource(inline_string=key_script(affinity, routing.body))
     filters.append(
         hcm_pb2.HttpFilter(name=KEY_FILTER, typed_config=any_proto(lua_pb2.Lua(default_source_code=script)))
     )

@@ -154,7 +154,7 @@ def _models_route(spec: RolloutSpec) -> route_components_pb2.Route:
 def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
     """`GET /v1/models`; then, on the inference paths, exact-match header rules first, each its own split,
     then the default weighted split. Nothing else is routed. Every answer names its variant."""
-    header = spec.routing.header
+    header = spec.routing.header if spec.routing.body is None else names.MATCH_HEADER
     routes = [_models_route(spec)]
     routes += [
         route_components_pb2.Route(

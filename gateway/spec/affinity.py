@@ -10,9 +10,9 @@ Its own module so the spec's model stays one screen of routing, and the Envoy bu
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import model_validator
+from pydantic import AfterValidator, model_validator
 
 from gateway import names
 from gateway.spec.fields import SpecModel
@@ -21,8 +21,20 @@ from gateway.spec.fields import SpecModel
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # A dotted path of JSON object keys; a key is letters, digits, `_` and `-` (OpenAI's and Anthropic's fields).
 _BODY_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+
+
+def check_body_path(path: str) -> str:
+    """A dotted path of JSON object keys (`user`, `metadata.user_id`, `model`), or ValueError."""
+    if not _BODY_PATH.match(path):
+        raise ValueError(f"body {path!r} is not a dotted path of JSON keys, e.g. user or metadata.user_id")
+    return path
+
+
+BodyPath = Annotated[str, AfterValidator(check_body_path)]
 # Headers a client cannot name as its identity: the ones graystack sets itself.
-_RESERVED_HEADERS = frozenset({names.AFFINITY_HEADER, names.SEGMENT_HEADER, names.VARIANT_HEADER})
+_RESERVED_HEADERS = frozenset(
+    {names.AFFINITY_HEADER, names.MATCH_HEADER, names.SEGMENT_HEADER, names.VARIANT_HEADER}
+)
 
 SourceKind = Literal["header", "cookie", "body"]
 
@@ -48,10 +60,8 @@ class AffinitySource(SpecModel):
             raise ValueError(f"header {self.header!r} is not a header name a client can send")
         if self.cookie is not None and not _TOKEN.match(self.cookie):
             raise ValueError(f"cookie {self.cookie!r} is not a valid cookie name")
-        if self.body is not None and not _BODY_PATH.match(self.body):
-            raise ValueError(
-                f"body {self.body!r} is not a dotted path of JSON keys, e.g. user or metadata.user_id"
-            )
+        if self.body is not None:
+            check_body_path(self.body)
         return self
 
     @property

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.spec.affinity import AffinitySource
+from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
 from gateway.spec.strategy import Analysis, Strategy
 
@@ -144,7 +144,12 @@ class Mirror(SpecModel):
 
 
 class Routing(SpecModel):
+    """`body`: a JSON body field (e.g. `model`) the rules match instead of `header`, so one gateway can run a
+    rollout for one model name while other names keep their own split (gateway/envoy/affinity_filter.py
+    brings the field to the route); a body without it, not JSON or too large takes the default split."""
+
     header: str = "X-Client-Type"
+    body: BodyPath | None = None
     rules: list[HeaderRule] = []
     weights: dict[str, Percent]
     mirror: Mirror | None = None
@@ -164,6 +169,11 @@ class Routing(SpecModel):
                 raise ValueError(f"two rules match {self.header}: {rule.value!r}")
             seen.add(rule.value)
         return self
+
+    @property
+    def matched(self) -> str:
+        """What the rules' values are compared with: the header's name, or `body:PATH`."""
+        return self.header if self.body is None else f"body:{self.body}"
 
     def segment(self, value: str | None) -> dict[str, int]:
         """The split for one header value (None: the default split)."""

@@ -102,22 +102,21 @@ def flip(stack: GatewayStack, weight: int) -> None:
 
 
 def test_cohorts_are_sticky_and_nested_and_a_rollback_empties_them(cohort_stack):
+    """At 100 % and after the rollback one cluster serves everyone: one request per client shows it."""
     stack = cohort_stack
     clients = by_header(f"client-{i}" for i in range(CLIENTS))
     previous: set[str] = set()
     for weight in STAGES:
         flip(stack, weight)
-        cohort = {c for c, variant in cohorts(stack, clients).items() if variant == "zero-layer"}
+        turns = TURNS if weight < 100 else 1
+        cohort = {c for c, variant in cohorts(stack, clients, turns).items() if variant == "zero-layer"}
         assert previous <= cohort, (
             f"{len(previous - cohort)} clients left the cohort when it grew to {weight}%"
         )
         assert_share(len(cohort), CLIENTS, weight)
         previous = cohort
     flip(stack, 0)  # the rollback's split: everyone on the baseline
-    assert set(cohorts(stack, clients).values()) == {"baseline"}
-    flip(stack, 20)  # back to 20 %: the same clients as before, not a reshuffle
-    again = {c for c, variant in cohorts(stack, clients).items() if variant == "zero-layer"}
-    assert_share(len(again), CLIENTS, 20)
+    assert set(cohorts(stack, clients, turns=1).values()) == {"baseline"}
 
 
 def test_lowering_the_weight_only_moves_clients_back_to_the_baseline(cohort_stack):
@@ -181,3 +180,46 @@ def test_a_body_that_is_not_json_or_too_large_is_served_without_a_key(cohort_sta
     # A large body under the limit is read: its key holds.
     under = json.dumps({"user": "large", "pad": "x" * (BODY_LIMIT - 100)})
     assert unkeyed_share(cohort_stack, {"content": under}, 20) in (0, 20)
+
+
+@pytest.mark.parametrize("policy", ["ring_hash", "maglev"])
+def test_pod_affinity_keeps_a_client_on_one_pod(cohort_stack, policy):
+    """Zero-layer on two pods (the baseline's upstream lends its address as the second, and names itself in
+    its answers): each client keeps one pod, and the clients spread over both."""
+    stack = cohort_stack
+    spec = stack.spec
+    pods = [f"127.0.0.1:{stack.ports[name]}" for name in ("zero-layer", "baseline")]
+    spec["variants"]["zero-layer"] = {"endpoints": pods, "load_balancing": policy, "health_check": None}
+    generation = stack.status()["generation"]
+    stack.write_spec(spec)
+    stack.wait_converged(generation_above=generation)
+    flip(stack, 100)
+    pod_of = cohorts(stack, by_header(f"pod-{i}" for i in range(200)), turns=3)
+    assert set(pod_of.values()) == {"zero-layer", "baseline"}
+
+
+def test_rules_on_the_body_model_give_each_model_its_own_split(cohort_stack):
+    """`routing.body: model`: one model name rolls out at 50 % by its own rule while the others keep the
+    default split (all on the baseline); a client's cohort holds within its model's split."""
+    stack = cohort_stack
+    spec = stack.spec
+    spec["routing"]["body"] = "model"
+    spec["routing"]["rules"] = [
+        {"value": "big-model", "weights": {"baseline": 50, "zero-layer": 50}},
+        {"value": "new-model", "variant": "zero-layer"},
+    ]
+    spec["routing"]["weights"] = {"baseline": 100, "zero-layer": 0}
+    generation = stack.status()["generation"]
+    stack.write_spec(spec)
+    stack.wait_converged(generation_above=generation)
+
+    def requests(model: str) -> dict[str, Request]:
+        return {f"{model}-{i}": {"json": {"model": model, "user": f"u-{i}"}} for i in range(100)}
+
+    big = Counter(cohorts(stack, requests("big-model"), turns=2).values())
+    assert_share(big["zero-layer"], 100, 50)
+    assert set(cohorts(stack, requests("new-model"), turns=1).values()) == {"zero-layer"}
+    assert set(cohorts(stack, requests("small-model"), turns=1).values()) == {"baseline"}
+    # the header the rules matched before no longer selects a segment
+    header_only = {"json": {"model": "small-model"}, "headers": {"X-Client-Type": "high_load"}}
+    assert set(served_by(stack, [header_only] * 20)) == {"baseline"}

@@ -25,7 +25,7 @@ from gateway.admin.api import create_admin_app
 from gateway.admin.protocol import Status
 from gateway.answers.entries import answer_from
 from gateway.answers.store import AnswerStore
-from gateway.envoy.affinity_filter import BODY_FILTER, BODY_LIMIT, KEY_FILTER
+from gateway.envoy.affinity_filter import BODY_FILTER, BODY_LIMIT, KEY_FILTER, key_script
 from gateway.envoy.resources import ListenerAddress, build_resources
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError, load_yaml, validate_spec
@@ -264,3 +264,33 @@ def test_status_says_what_share_of_the_answers_had_a_key():
     assert status.cohorts.keyed == {"header:x-user-id": 2, "body:user": 1}
     assert "75% of 4 answers keyed (body:user 1, header:x-user-id 2)" in render_status(status)
     assert status_with(spec(affinity=None), answers).cohorts is None
+
+
+# -- rules on a body field (routing.body) -----------------------------------------------------------------
+
+
+def body_rules(**routing: object) -> RolloutSpec:
+    data = load_yaml(DESIGN_EXAMPLE)
+    data["routing"].update(routing)
+    return validate_spec(data)
+
+
+def test_rules_on_the_body_model_match_the_header_the_filter_fills():
+    built = body_rules(body="model")
+    routes = split_routes(built)
+    assert set(routes) == {f"{names.MATCH_HEADER}=high_load", f"{names.MATCH_HEADER}=mobile", "default"}
+    matcher = routes[f"{names.MATCH_HEADER}=mobile"].match.headers[-1]
+    assert (matcher.name, matcher.string_match.exact) == (names.MATCH_HEADER, "mobile")
+    filters = http_filters(built)
+    assert [f.name for f in filters][:2] == [BODY_FILTER, KEY_FILTER]
+    script = lua_pb2.Lua()
+    filters[1].typed_config.Unpack(script)
+    assert 'local MATCH_PATH = "model"' in script.default_source_code.inline_string
+    assert "local MATCH_PATH = nil" in key_script(spec().routing.affinity)
+    # without affinity the routes still split at random
+    assert not routes["default"].route.hash_policy
+
+
+def test_a_bad_body_field_for_the_rules_is_refused():
+    with pytest.raises(SpecError, match=r"routing\.body: body 'model\.' is not a dotted path"):
+        body_rules(body="model.")

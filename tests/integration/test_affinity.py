@@ -20,6 +20,7 @@ from scipy.stats import binomtest
 
 from gateway.envoy.affinity_filter import BODY_LIMIT
 from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
+from graystack.local.processes import wait_until
 from tests.support.envoy_upstreams import EnvoyUpstreams
 from tests.support.stacks import running
 
@@ -223,3 +224,33 @@ def test_rules_on_the_body_model_give_each_model_its_own_split(cohort_stack):
     # the header the rules matched before no longer selects a segment
     header_only = {"json": {"model": "small-model"}, "headers": {"X-Client-Type": "high_load"}}
     assert set(served_by(stack, [header_only] * 20)) == {"baseline"}
+
+
+def test_status_counts_the_keyed_answers_by_source(cohort_stack):
+    """Keyed by a header, and not keyed (a body that is not JSON, one too large): status tells them apart."""
+    stack = cohort_stack
+    before = stack.status()["cohorts"]
+    too_large = json.dumps({"user": "large", "pad": "x" * (BODY_LIMIT + 1)})
+    served_by(
+        stack,
+        [keyed_by("header", f"counted-{i}") for i in range(30)]
+        + [{"content": b"not json {"}] * 10
+        + [{"content": too_large}] * 5,
+    )
+
+    def counted() -> dict | None:  # the access log arrives within a second or so
+        now = stack.status()["cohorts"]
+        return now if now["answers"] >= before["answers"] + 45 else None
+
+    after = wait_until(counted, 15, "the answers' access log")
+    assert after["sources"] == [
+        "header:x-user-id",
+        "cookie:graystack-user",
+        "body:metadata.user_id",
+        "body:user",
+        "body:previous_response_id",
+    ]
+    keyed = Counter(after["keyed"])
+    keyed.subtract(before["keyed"])
+    # all 45 answered (the stack's own start-up request may be counted too), only the header's 30 keyed
+    assert +keyed == {"header:x-user-id": 30}

@@ -140,7 +140,7 @@ def full_status(
     )
     sources = [source.label for source in gateway.spec.routing.affinity]
     if answers is not None and sources:
-        cohorts = CohortStatus(sources=sources, answers=answers.counts.kept, keyed=dict(answers.keyed))
+        cohorts = CohortStatus(sources=sources, answers=answers.routed, keyed=dict(answers.keyed))
         status = status.model_copy(update={"cohorts": cohorts})
     if leadership is None:
         return status

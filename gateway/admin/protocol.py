@@ -98,8 +98,9 @@ class RolloutSection(RolloutStatus, RolloutName):
 
 
 class CohortStatus(_Answer):
-    """Sticky cohorts (`routing.affinity`): its sources in order, the answers measured since the gateway
-    started, and how many of them had a key, by source; the others were split at random."""
+    """Sticky cohorts (`routing.affinity`): its sources in order, the answers to clients measured since the
+    gateway started (mirrored copies aside), and how many of them had a key, by source; the others were
+    split at random."""
 
     sources: list[str]
     answers: int

@@ -259,6 +259,7 @@ def test_status_says_what_share_of_the_answers_had_a_key():
     assert unkeyed is not None
     for source in ("header:x-user-id", "header:x-user-id", "body:user", None):
         answers.add(dataclasses.replace(unkeyed, affinity=source), now=1000.0)
+    answers.add(dataclasses.replace(unkeyed, shadow=True), now=1000.0)  # a mirrored copy: no client's
     status = status_with(spec(), answers)
     assert status.cohorts is not None
     assert status.cohorts.keyed == {"header:x-user-id": 2, "body:user": 1}

@@ -182,6 +182,7 @@ class GatewayProcess:
                     self.controller,
                     parts.leadership,
                     fault_refusal,
+                    self.answers,
                 ),
                 host=options.admin_host,
                 port=options.admin_port,

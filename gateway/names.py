@@ -57,3 +57,14 @@ ANSWER_LOG = "graystack-answers"
 SHADOW_LOG = "graystack-shadow-answers"  # the same, for mirrored copies (no client sees their answers)
 # The header naming the variant on every answer (gateway/envoy/variant_header.py).
 VARIANT_HEADER = "x-graystack-variant"
+
+# Cohorts (gateway/envoy/affinity_filter.py): the request header the affinity filter writes the client's key
+# into (any a client sent is dropped first), which the routes' hash policy reads; the dynamic-metadata
+# namespace naming the source that gave it (`source`: e.g. `header:x-user-id`), which the answer log carries;
+# and the namespace json_to_metadata writes body fields under.
+AFFINITY_HEADER = "x-graystack-affinity"
+AFFINITY_METADATA = "graystack.affinity"
+AFFINITY_BODY_METADATA = "graystack.affinity.body"
+# Where the rules match a body field (`routing.body`, e.g. `model`), the affinity filter writes its value into
+# this request header (dropping any a client sent), and the rules' routes match it.
+MATCH_HEADER = "x-graystack-match"

@@ -245,7 +245,7 @@ def _routing_status(
 ) -> RoutingStatus:
     mirror = spec.routing.mirror
     return RoutingStatus(
-        header=spec.routing.header,
+        header=spec.routing.matched,
         weights=dict(spec.routing.weights),
         rules=[RuleStatus(value=r.value, weights=r.split()) for r in spec.routing.rules],
         flipped=sorted("default" if s is None else s for s in overrides),

@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.admin.protocol import (
+    CohortStatus,
     CommandResult,
     FaultResult,
     FlipResult,
@@ -36,6 +37,7 @@ from gateway.admin.protocol import (
     Status,
     XdsStatus,
 )
+from gateway.answers.store import AnswerStore
 from gateway.envoy.faults import MAX_LATENCY_MS, Fault
 from gateway.errors import Conflict, GatewayError, NotFound, Refused, SpecError, Unreachable
 from gateway.rollout.controller import RolloutController
@@ -112,8 +114,10 @@ def full_status(
     controller: RolloutController | None = None,
     fault_injection: bool = False,
     leadership: Leadership | None = None,
+    answers: AnswerStore | None = None,
 ) -> Status:
-    """GET /v1/status; `leadership`: None where this process alone drives the rollout (no leader fields)."""
+    """GET /v1/status; `leadership`: None where this process alone drives the rollout (no leader fields);
+    `answers`: the measured answers, whose keyed share the cohorts section gives (None: no section)."""
     own = gateway.status()
     rollout: RolloutSection | RolloutName = (
         RolloutSection(name=own.rollout, **dict(controller.status()))
@@ -134,6 +138,10 @@ def full_status(
         ),
         fault_injection=fault_injection,
     )
+    sources = [source.label for source in gateway.spec.routing.affinity]
+    if answers is not None and sources:
+        cohorts = CohortStatus(sources=sources, answers=answers.routed, keyed=dict(answers.keyed))
+        status = status.model_copy(update={"cohorts": cohorts})
     if leadership is None:
         return status
     leader = {
@@ -151,9 +159,11 @@ def create_admin_app(
     controller: RolloutController | None = None,
     leadership: Callable[[], Leadership | None] = lambda: None,
     fault_refusal: str | None = FAULTS_OFF,
+    answers: AnswerStore | None = None,
 ) -> FastAPI:
     """`leadership()`: asked at every call; None where this process alone drives the rollout (local).
-    `fault_refusal`: why faults are refused (fault_injection_refusal), None to take them."""
+    `fault_refusal`: why faults are refused (fault_injection_refusal), None to take them. `answers`: the
+    measured answers, for the cohorts' keyed share in the status."""
 
     def authorized(authorization: str | None = Header(default=None)) -> None:
         if token is None:
@@ -192,7 +202,7 @@ def create_admin_app(
 
     @app.get("/v1/status", dependencies=[v1], response_model=Status, response_model_exclude_unset=True)
     def status() -> Status:
-        return full_status(gateway, ads, controller, fault_refusal is None, leadership())
+        return full_status(gateway, ads, controller, fault_refusal is None, leadership(), answers)
 
     @app.put(
         "/v1/weights",

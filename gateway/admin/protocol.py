@@ -47,6 +47,7 @@ __all__ = [
     "CapacityStatus",
     "CapacityVariant",
     "CheckStatus",
+    "CohortStatus",
     "CommandResult",
     "DecisionStatus",
     "DisconnectedProxy",
@@ -96,6 +97,20 @@ class RolloutSection(RolloutStatus, RolloutName):
     """The rollout section of GET /v1/status: the live spec's name, then the controller's view."""
 
 
+class CohortStatus(_Answer):
+    """Sticky cohorts (`routing.affinity`): its sources in order, the answers to clients measured since the
+    gateway started (mirrored copies aside), and how many of them had a key, by source; the others were
+    split at random."""
+
+    sources: list[str]
+    answers: int
+    keyed: dict[str, int]
+
+    @property
+    def keyed_share(self) -> float | None:
+        return sum(self.keyed.values()) / self.answers if self.answers else None
+
+
 class Status(_Answer):
     """GET /v1/status. The leader fields exist only where several replicas elect a leader."""
 
@@ -106,6 +121,7 @@ class Status(_Answer):
     faults: dict[str, FaultStatus]
     xds: XdsStatus
     fault_injection: bool
+    cohorts: CohortStatus | None = None  # only where the spec names `routing.affinity` sources
     leader: bool | None = None
     identity: str | None = None
     leader_identity: str | None = None  # None: no replica holds the Lease right now

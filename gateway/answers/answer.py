@@ -56,7 +56,9 @@ class Answer:
     body byte). `tpot`: the mean time per output token after the first, on streams of two tokens or more.
     `tokens_counted`: `output_tokens` counts content events (no `usage` arrived). `unreadable`: lines
     and events the filter could not place (malformed SSE, unknown events, parse failures). `shadow`: a
-    mirrored copy, whose answer went to no client (gateway/envoy/shadow.py)."""
+    mirrored copy, whose answer went to no client (gateway/envoy/shadow.py). `affinity`: the
+    `routing.affinity` source that gave the request its client key (`header:x-user-id`, `body:user`), so
+    its variant was the key's cohort; None: no key, split at random (or no affinity configured)."""
 
     variant: str
     answered_by: str | None
@@ -78,6 +80,7 @@ class Answer:
     error_type: str | None = None
     unreadable: int = 0
     shadow: bool = False
+    affinity: str | None = None
 
     @property
     def failed(self) -> bool:

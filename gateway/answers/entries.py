@@ -76,6 +76,8 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
     if streamed and tokens is not None and tokens >= 2 and first_us is not None and last_us is not None:
         tpot = (last_us - first_us) / 1e6 / (tokens - 1)
     body_bytes = entry.request.request_body_bytes
+    keyed = common.metadata.filter_metadata.get(names.AFFINITY_METADATA)
+    source = json_format.MessageToDict(keyed).get("source") if keyed is not None else None
     error_type = end.get("error")
     return Answer(
         variant=variant,
@@ -102,4 +104,5 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
         error_type=str(error_type) if error_type else None,
         unreadable=sum(_count(end.get(key)) or 0 for key in ("unknown", "malformed", "parse_errors")),
         shadow=shadow,
+        affinity=source if isinstance(source, str) else None,
     )

@@ -46,12 +46,17 @@ class Batch:
 class AnswerStore:
     """Per variant whose server answered, cumulative (never evicted): `failed_after_start`, the answers
     that failed after their success status went out (the errors Envoy's counters cannot see), and
-    `output_tokens`, the tokens they carried (the servers' `usage`, else content events counted)."""
+    `output_tokens`, the tokens they carried (the servers' `usage`, else content events counted).
+    `routed`: the answers that went to a client (not a mirrored copy's), and `keyed`: those whose request
+    carried a cohort key, by the `routing.affinity` source that gave it (cumulative too: their ratio is
+    the share of requests with a key)."""
 
     capacity: int = CAPACITY
     counts: Counts = field(default_factory=Counts)
     failed_after_start: Counter[str] = field(default_factory=Counter)
     output_tokens: Counter[str] = field(default_factory=Counter)
+    routed: int = 0
+    keyed: Counter[str] = field(default_factory=Counter)
     _answers: deque[Answer] = field(default_factory=deque)
     _first: int = 0  # the sequence number of _answers[0]; answers are numbered from 0 as they arrive
 
@@ -63,6 +68,10 @@ class AnswerStore:
             self.failed_after_start[answer.server] += 1
         if answer.output_tokens:
             self.output_tokens[answer.server] += answer.output_tokens
+        if not answer.shadow:
+            self.routed += 1
+            if answer.affinity is not None:
+                self.keyed[answer.affinity] += 1
         while len(self._answers) > self.capacity:
             self._answers.popleft()
             self._first += 1

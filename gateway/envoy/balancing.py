@@ -9,6 +9,12 @@ busy one whatever its load. A scan is one pass over a variant's pods, and the co
 (exact, never stale), so the herding that random choices guard against between many balancers does not
 arise within one.
 
+`ring_hash`, `maglev`: the pod is a function of the routes' hash, the `routing.affinity` key
+(gateway/envoy/affinity.py), so a client's conversation keeps reaching one pod and its prefix cache while
+the pods stay the same; a pod that joins or leaves moves only about its share of the keys (Maglev spreads
+them more evenly, a ring moves fewer). A request without a key gets a random pod. Envoy's defaults for
+both (a ring of 1,024 to 8M entries, a Maglev table of 65,537) are ample for a variant's few pods.
+
 Each cluster counts its own requests: the variant's cluster does not see the shadow copies or
 `GET /v1/models` calls on the same pods (gateway/envoy/resources.py).
 """
@@ -25,7 +31,8 @@ LEAST_REQUEST_POLICY = "envoy.load_balancing_policies.least_request"
 
 
 def load_balancing(policy: str) -> dict:
-    """The Cluster fields for `policy` (`round_robin` or `least_request`, the spec's names)."""
+    """The Cluster fields for `policy` (`round_robin`, `least_request`, `ring_hash` or `maglev`, the spec's
+    names)."""
     if policy == "round_robin":
         return {"lb_policy": cluster_pb2.Cluster.ROUND_ROBIN}
     if policy == "least_request":
@@ -38,4 +45,10 @@ def load_balancing(policy: str) -> dict:
                 policies=[cluster_pb2.LoadBalancingPolicy.Policy(typed_extension_config=extension)]
             )
         }
-    raise ValueError(f"unknown load-balancing policy {policy!r}; round_robin or least_request")
+    if policy == "ring_hash":
+        return {"lb_policy": cluster_pb2.Cluster.RING_HASH}
+    if policy == "maglev":
+        return {"lb_policy": cluster_pb2.Cluster.MAGLEV}
+    raise ValueError(
+        f"unknown load-balancing policy {policy!r}; round_robin, least_request, ring_hash or maglev"
+    )

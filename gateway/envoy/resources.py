@@ -25,6 +25,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from gateway import names
+from gateway.envoy.affinity_filter import build_affinity_filters
 from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
 from gateway.envoy.balancing import load_balancing
@@ -40,7 +41,7 @@ from gateway.envoy.local_replies import build_local_reply_config
 from gateway.envoy.routes import build_route_config, models_variant
 from gateway.envoy.shadow import build_shadow_hop_cluster, build_shadow_listener
 from gateway.envoy.variant_header import variant_metadata
-from gateway.spec.model import RolloutSpec
+from gateway.spec.model import RolloutSpec, Routing
 from gateway.xds import types
 
 EndpointMap = Mapping[str, Sequence[tuple[str, int]]]  # variant -> [(ip, port)]
@@ -109,7 +110,8 @@ def build_resources(
             for v in spec.variants
         ]
         + [build_load_assignment(v, endpoints[v], names.unfaulted_cluster(v)) for v in faulted],
-        listeners=[build_listener(listen), *shadows] + [build_fault_listener(v) for v in faulted],
+        listeners=[build_listener(listen, spec.routing), *shadows]
+        + [build_fault_listener(v) for v in faulted],
         routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in faulted.items()],
     )
 
@@ -245,12 +247,15 @@ def build_load_assignment(
     )
 
 
-def build_listener(listen: ListenerAddress) -> listener_pb2.Listener:
+def build_listener(listen: ListenerAddress, routing: Routing | None = None) -> listener_pb2.Listener:
+    """The ingress: the affinity filters first where the spec's `routing` wants them
+    (gateway/envoy/affinity_filter.py), the answer filter, the router."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.HCM_STAT_PREFIX,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=names.ROUTE_CONFIG),
         http_filters=[
+            *(build_affinity_filters(routing) if routing is not None else []),
             build_answer_filter(),
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],

@@ -29,6 +29,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from gateway import names
+from gateway.envoy.affinity import hash_policies, nested_order
 from gateway.envoy.common import any_proto, duration
 from gateway.envoy.variant_header import served_header
 from gateway.spec.model import RolloutSpec
@@ -69,7 +70,8 @@ def _inference_match(*headers: route_components_pb2.HeaderMatcher) -> route_comp
 
 
 def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_components_pb2.RouteAction:
-    """The split's weighted clusters; a mirror copies the requests of a split that gives its variant
+    """The split's weighted clusters, in the order that nests cohorts and picked by the affinity key's hash
+    where the spec names one (gateway/envoy/affinity.py); a mirror copies the requests of a split that gives its variant
     nothing (a segment already routed to the variant is not sent to it twice)."""
     mirror = spec.routing.mirror
     mirrors = []
@@ -84,16 +86,18 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
                 ),
             )
         )
+    affinity = spec.routing.affinity
     return route_components_pb2.RouteAction(
         request_mirror_policies=mirrors,
+        hash_policy=hash_policies(affinity),
         weighted_clusters=route_components_pb2.WeightedCluster(
             clusters=[
                 route_components_pb2.WeightedCluster.ClusterWeight(
                     name=cluster_for(spec, variant), weight=wrappers_pb2.UInt32Value(value=weight)
                 )
-                for variant, weight in sorted(split.items())
-                if weight > 0
-            ]
+                for variant, weight in nested_order(split, models_variant(spec))
+            ],
+            use_hash_policy=wrappers_pb2.BoolValue(value=True) if affinity else None,
         ),
         timeout=duration(spec.timeouts.request),
         retry_policy=_retry_policy(spec),
@@ -150,7 +154,7 @@ def _models_route(spec: RolloutSpec) -> route_components_pb2.Route:
 def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
     """`GET /v1/models`; then, on the inference paths, exact-match header rules first, each its own split,
     then the default weighted split. Nothing else is routed. Every answer names its variant."""
-    header = spec.routing.header
+    header = spec.routing.header if spec.routing.body is None else names.MATCH_HEADER
     routes = [_models_route(spec)]
     routes += [
         route_components_pb2.Route(

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
 from gateway.spec.strategy import Analysis, Strategy
 
@@ -91,7 +92,8 @@ class VariantHealthCheck(SpecModel):
 # How each variant's clusters pick a pod (gateway/envoy/balancing.py). Round robin by default: under the load
 # test's default mix (answers of at most 32 tokens) it gave as good a TTFT p99, and a better one near
 # saturation, than least_request (bench.load_balancing); least_request passes over a pod busy with long streams.
-LoadBalancing = Literal["round_robin", "least_request"]
+# ring_hash and maglev: the `routing.affinity` key picks the pod, so a conversation's prefix stays in one cache.
+LoadBalancing = Literal["round_robin", "least_request", "ring_hash", "maglev"]
 
 
 class Variant(SpecModel):
@@ -142,21 +144,36 @@ class Mirror(SpecModel):
 
 
 class Routing(SpecModel):
+    """`body`: a JSON body field (e.g. `model`) the rules match instead of `header`, so one gateway can run a
+    rollout for one model name while other names keep their own split (gateway/envoy/affinity_filter.py
+    brings the field to the route); a body without it, not JSON or too large takes the default split."""
+
     header: str = "X-Client-Type"
+    body: BodyPath | None = None
     rules: list[HeaderRule] = []
     weights: dict[str, Percent]
     mirror: Mirror | None = None
+    affinity: list[AffinitySource] = []  # empty: every request split at random (gateway/spec/affinity.py)
 
     @model_validator(mode="after")
     def _valid(self) -> Routing:
         if not _HEADER_NAME.match(self.header):
             raise ValueError(f"header {self.header!r} is not a valid HTTP header name")
+        labels = [source.label for source in self.affinity]
+        repeated = sorted({label for label in labels if labels.count(label) > 1})
+        if repeated:
+            raise ValueError(f"affinity: {repeated} listed twice")
         seen: set[str] = set()
         for rule in self.rules:
             if rule.value in seen:
                 raise ValueError(f"two rules match {self.header}: {rule.value!r}")
             seen.add(rule.value)
         return self
+
+    @property
+    def matched(self) -> str:
+        """What the rules' values are compared with: the header's name, or `body:PATH`."""
+        return self.header if self.body is None else f"body:{self.body}"
 
     def segment(self, value: str | None) -> dict[str, int]:
         """The split for one header value (None: the default split)."""
@@ -218,6 +235,12 @@ class RolloutSpec(SpecModel):
         for name in self.variants:
             if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
                 raise ValueError(f"variants: {name!r} must be lowercase letters, digits and '-'")
+        for name, variant in self.variants.items():
+            if variant.load_balancing in ("ring_hash", "maglev") and not self.routing.affinity:
+                raise ValueError(
+                    f"variants.{name}.load_balancing: {variant.load_balancing} hashes the routing.affinity "
+                    "key; name one (e.g. affinity: [{header: x-user-id}]) or use round_robin"
+                )
         _check_split("routing.weights", self.routing.weights, self.variants)
         for i, rule in enumerate(self.routing.rules):
             _check_split(f"routing.rules.{i}", rule.split(), self.variants)

@@ -32,6 +32,19 @@ def render_status(status: Status) -> str:
             lines.append(f"  {routing.header}: {rule.value:<12} -> {_split(rule.weights)}{note}")
         if routing.fallback:
             lines.append(f"fallback  failed attempts retry on {routing.fallback}")
+    cohorts = status.cohorts
+    if cohorts is not None:
+        share = cohorts.keyed_share
+        keyed = ", ".join(f"{source} {n}" for source, n in sorted(cohorts.keyed.items())) or "none"
+        lines.append(
+            f"cohorts   by {', '.join(cohorts.sources)}: "
+            + (
+                "no answers yet"
+                if share is None
+                else f"{share:.0%} of {cohorts.answers} answers keyed ({keyed})"
+            )
+            + "; the rest split at random"
+        )
     for variant, fault in status.faults.items():
         lines.append(f"FAULT     {variant} {fault.summary} (injected: `graystack fault {variant} --clear`)")
     if isinstance(rollout, RolloutStatus):  # the gateway runs a rollout controller

@@ -81,6 +81,21 @@ def with_inline_routes(listener, route_config):
             None,
         ),
         ({}, {"zero-layer": Fault(error_rate=0.5, status=500, latency_ms=100)}),  # every variant's hop
+        (  # cohorts from every kind of source, rules on the body's model, pod affinity
+            {
+                "routing": {
+                    "weights": {"baseline": 80, "zero-layer": 20},
+                    "rules": [{"value": "big", "weights": {"baseline": 50, "zero-layer": 50}}],
+                    "body": "model",
+                    "affinity": [{"header": "x-user-id"}, {"cookie": "sid"}, {"body": "metadata.user_id"}],
+                },
+                "variants": {
+                    "baseline": {"endpoints": ["127.0.0.1:8001"], "load_balancing": "maglev"},
+                    "zero-layer": {"endpoints": ["127.0.0.1:8002"], "load_balancing": "ring_hash"},
+                },
+            },
+            None,
+        ),
     ],
 )
 def test_built_resources_validate_as_static_config(envoy_binary, tmp_path, changes, faults):

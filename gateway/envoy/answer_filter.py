@@ -86,7 +86,10 @@ local RESPONSE_CONTENT = {
 
 local function on_data(handle, s, event, payload)
   if payload == "[DONE]" then s.final = true return end
+  -- a Responses event's type may come after its other fields, and without an `event:` line (transformers
+  -- serve); no nested object's type starts with `response.`
   local kind = event or payload:match('^%s*{%s*"type"%s*:%s*"([%w_.]+)"')
+    or payload:match('"type"%s*:%s*"(response%.[%w_.]+)"')
   if kind == "content_block_delta" or RESPONSE_CONTENT[kind] then content(handle, s)
   elseif kind == "response.completed" then
     usage(s, payload)

@@ -105,6 +105,11 @@ class Entry(SpecModel):
         return "{" in self.path
 
 
+def _checks_of(kind: str, treatment: str) -> tuple[Check, ...]:
+    """What an entry that names no `checks` feeds: its kind's when split, nothing otherwise."""
+    return KIND_CHECKS[kind] if treatment == "split" else ()
+
+
 def _default(
     method: Method,
     path: str,
@@ -112,8 +117,7 @@ def _default(
     treatment: Treatment = "split",
     checks: tuple[Check, ...] | None = None,
 ) -> Entry:
-    if checks is None:
-        checks = KIND_CHECKS[kind] if treatment == "split" else ()
+    checks = _checks_of(kind, treatment) if checks is None else checks
     return Entry(method=method, path=path, kind=kind, treatment=treatment, checks=checks)
 
 
@@ -193,7 +197,7 @@ def _resolve(key: str, route: ApiRoute) -> Entry:
     elif default is not None and default.treatment == treatment and default.kind == kind:
         checks = default.checks
     else:
-        checks = KIND_CHECKS[kind] if treatment == "split" else ()
+        checks = _checks_of(kind, treatment)
     if treatment == "split" and "errors" not in checks:
         raise ValueError(
             f"{key!r}: a split API always feeds the `errors` checks (Envoy counts every request on "

@@ -2,8 +2,9 @@
 routes that never reach a variant's split: the guards, the refused and pinned APIs, and unknown paths.
 
 Their order in the virtual host (the first match wins; build_route_config in gateway/envoy/routes.py):
-    guards       each protected path and every path under it (the servers' /metrics, /admin, health
-                 routes and the spec's health-check paths): 404 in the API's JSON error, whatever the table
+    guards       each protected path and every path under it, in any case (the servers' /metrics, /admin,
+                 health routes and the spec's health-check paths): 404 in the API's JSON error, whatever the
+                 table
     refused      a `refuse` entry: 404 in the API's JSON error (gateway/envoy/local_replies.py)
     pinned       a `baseline` entry: the baseline's endpoints through its own cluster (`<baseline>-models`),
                  which the analysis never reads
@@ -78,7 +79,10 @@ def guard_routes(spec: RolloutSpec) -> list[route_components_pb2.Route]:
     return [
         _refusal(
             f"protected {path}",
-            route_components_pb2.RouteMatch(path_separated_prefix=path.rstrip("/") or "/"),
+            route_components_pb2.RouteMatch(
+                path_separated_prefix=path.rstrip("/") or "/",
+                case_sensitive=wrappers_pb2.BoolValue(value=False),
+            ),
             _GUARDED,
         )
         for path in spec.protected_paths()

@@ -144,6 +144,7 @@ def test_the_inference_api_is_routed(stack, path):
         ("/admin/faults", GUARDED),
         ("//metrics", GUARDED),
         ("/v1/../metrics", GUARDED),
+        ("/Metrics", GUARDED),
         ("/", "no route for GET /"),
     ],
 )

@@ -39,8 +39,10 @@ def first_route(resources, method: str, path: str, headers: dict | None = None):
         if kind == "safe_regex":
             hit = re.fullmatch(match.safe_regex.regex, path) is not None
         elif kind == "path_separated_prefix":
-            prefix = match.path_separated_prefix
-            hit = path == prefix or path.startswith(prefix + "/")
+            prefix, seen = match.path_separated_prefix, path
+            if match.HasField("case_sensitive") and not match.case_sensitive.value:
+                prefix, seen = prefix.lower(), path.lower()
+            hit = seen == prefix or seen.startswith(prefix + "/")
         elif kind == "prefix":
             hit = path.startswith(match.prefix)
         else:
@@ -75,6 +77,7 @@ def treatment(route) -> str | None:
         ("POST", "/v1/embeddings", "split"),
         ("GET", "/v1/models", "baseline-models"),
         ("GET", "/metrics", "refused 404"),
+        ("GET", "/Metrics/x", "refused 404"),
         ("GET", "/readyz", "refused 404"),
         ("GET", "/healthz", "refused 404"),
         ("GET", "/health", "refused 404"),

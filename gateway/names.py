@@ -68,3 +68,19 @@ AFFINITY_BODY_METADATA = "graystack.affinity.body"
 # Where the rules match a body field (`routing.body`, e.g. `model`), the affinity filter writes its value into
 # this request header (dropping any a client sent), and the rules' routes match it.
 MATCH_HEADER = "x-graystack-match"
+# A table route's name (gateway/envoy/api_routes.py): where it came from, then the API kind and the checks its
+# traffic feeds. Envoy's access log carries the name to the answers (gateway/answers/entries.py), so the
+# gateway measures each answer as its API's, whatever path the spec gave it.
+_ROUTE_FIELDS = "|"
+
+
+def api_route(where: str, kind: str, checks: tuple[str, ...]) -> str:
+    return _ROUTE_FIELDS.join((where, kind, "+".join(checks)))
+
+
+def api_of_route(name: str) -> tuple[str, frozenset[str]] | None:
+    """(kind, checks) of a table route's name; None for any other name."""
+    parts = name.rsplit(_ROUTE_FIELDS, 2)
+    if len(parts) != 3:
+        return None
+    return parts[1], frozenset(check for check in parts[2].split("+") if check)

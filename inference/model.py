@@ -253,8 +253,8 @@ class TinyDecoder(nn.Module):
         windows: list[int | None] | None = None,
         batched_attention: bool = False,
     ) -> tuple[torch.Tensor, BlockCounts]:
-        """Each sequence's new tokens through every layer; dense layers batched across sequences, and
-        attention too with `batched_attention` (decode: one token per sequence)."""
+        """Each sequence's new tokens through every layer, to the final norm's hidden states; dense layers
+        batched across sequences, and attention too with `batched_attention` (decode: one token per sequence)."""
         windows = windows or [None] * len(hidden)
         sizes = [h.shape[0] for h in hidden]
         x = torch.cat(hidden)
@@ -277,7 +277,7 @@ class TinyDecoder(nn.Module):
             x = x + block.mlp(block.norm2(x))
         for cache, size in zip(caches, sizes, strict=True):
             cache.length += size
-        return self.head(self.norm(x)), counts
+        return self.norm(x), counts
 
     @torch.inference_mode()
     def prefill(
@@ -288,8 +288,8 @@ class TinyDecoder(nn.Module):
             raise ValueError(
                 f"{cache.length + tokens.numel()} tokens exceed the context of {self.config.max_seq_len}"
             )
-        logits, counts = self._run([self.embed(tokens)], [cache], [cache.length], [window])
-        return logits[-1], counts
+        hidden, counts = self._run([self.embed(tokens)], [cache], [cache.length], [window])
+        return self.head(hidden[-1]), counts
 
     @torch.inference_mode()
     def decode(
@@ -298,13 +298,21 @@ class TinyDecoder(nn.Module):
         """One new token for each of several sequences: logits [N, vocab]."""
         embedded = self.embed(tokens)
         offsets = [c.length for c in caches]
-        return self._run(list(embedded[:, None]), caches, offsets, windows, batched_attention=True)
+        hidden, counts = self._run(list(embedded[:, None]), caches, offsets, windows, batched_attention=True)
+        return self.head(hidden), counts
 
     @torch.inference_mode()
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Every position's logits for one sequence, from scratch (tests and evaluation)."""
-        logits, _ = self._run([self.embed(tokens)], [KVCache()], [0])
-        return logits
+        hidden, _ = self._run([self.embed(tokens)], [KVCache()], [0])
+        return self.head(hidden)
+
+    @torch.inference_mode()
+    def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One sequence's vector for /v1/embeddings: its final hidden states mean-pooled over every
+        position, unit length (cosine similarity is then a dot product, as OpenAI's vectors allow)."""
+        hidden, _ = self._run([self.embed(tokens)], [KVCache()], [0])
+        return torch.nn.functional.normalize(hidden.float().mean(dim=0), dim=0)
 
     def init_weights(self, seed: int) -> None:
         generator = torch.Generator().manual_seed(seed)

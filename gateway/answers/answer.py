@@ -2,7 +2,8 @@
 
 How a stream ended (`ending`):
     complete     the body ended with the format's final event (`[DONE]` or a `finish_reason` on a chat
-                 stream, `message_stop` on a Messages stream), or a whole non-streamed body
+                 stream, `message_stop` on a Messages stream, `response.completed` or `.incomplete` on
+                 a Responses stream), or a whole non-streamed body
     error        an error after the answer started (`event: error`, a `{"error": ...}` chunk or body), or
                  an HTTP status of 400 or more
     cut          the stream ended, or was reset (upstream reset, timeout), before its final event
@@ -17,15 +18,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 Ending = Literal["complete", "error", "cut", "client_gone"]
-Api = Literal["chat", "messages", "completions", "count_tokens", "other"]
+Api = Literal["chat", "messages", "completions", "count_tokens", "responses", "embeddings", "other"]
 
 _FINISH = {
     "stop": "stop",
     "end_turn": "stop",
     "stop_sequence": "stop",
     "eos": "stop",
+    "completed": "stop",
     "length": "length",
     "max_tokens": "length",
+    "max_output_tokens": "length",
     "model_context_window_exceeded": "length",
     "tool_calls": "tool_call",
     "tool_use": "tool_call",

@@ -17,12 +17,16 @@ from inference.prompt_buckets import prompt_bucket
 
 _FALLBACK_SUFFIX = names.fallback_cluster("")
 _SHADOW_SUFFIX = names.shadow_cluster("")
+# The API table's kinds (gateway/spec/apis.py) as the answers' `api` label names them.
 _APIS: dict[str, Api] = {
-    "/v1/chat/completions": "chat",
-    "/v1/messages": "messages",
-    "/v1/completions": "completions",
-    "/v1/messages/count_tokens": "count_tokens",
+    "openai_chat": "chat",
+    "anthropic_messages": "messages",
+    "openai_completions": "completions",
+    "anthropic_count_tokens": "count_tokens",
+    "openai_responses": "responses",
+    "openai_embeddings": "embeddings",
 }
+_EVERY_CHECK = ("other", frozenset({"errors", "latency"}))
 
 
 def variant_of(cluster: str) -> str:
@@ -51,14 +55,18 @@ def _ending(end: dict | None, status: int, flags: accesslog_pb2.ResponseFlags) -
 
 
 def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -> Answer | None:
-    """The entry's answer; None where no cluster was chosen (no route). The log holds only POSTs, and the
-    only POST routes are the variants' (`GET /v1/models` never reaches it). `shadow`: the entry came on
-    the mirrored copies' log, whose cluster is `<variant>-shadow`."""
+    """The entry's answer; None where no cluster was chosen (no route, a refusal) or where its route feeds
+    no checks (a pinned API, an unknown path sent to the baseline: not a variant's answer). The route's
+    name (gateway/envoy/api_routes.py) gives its API and whether it feeds the latency checks: an API
+    without a first token (embeddings) gets no TTFT nor time per token. The log holds only POSTs.
+    `shadow`: the entry came on the mirrored copies' log, whose cluster is `<variant>-shadow`."""
     common = entry.common_properties
     cluster = common.upstream_cluster
-    if not cluster:
+    kind, checks = names.api_of_route(common.route_name) or _EVERY_CHECK
+    if not cluster or "errors" not in checks:
         return None
     variant = cluster.removesuffix(_SHADOW_SUFFIX) if shadow else variant_of(cluster)
+    latency = "latency" in checks
     measured = common.metadata.filter_metadata.get(names.ANSWER_METADATA)
     fields = json_format.MessageToDict(measured) if measured is not None else {}
     end = fields.get("end")
@@ -73,7 +81,14 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
     # without `usage`, a stream's content events are its tokens; a whole body's words are not
     tokens = output if output is not None else (content if streamed else None)
     tpot = None
-    if streamed and tokens is not None and tokens >= 2 and first_us is not None and last_us is not None:
+    if (
+        latency
+        and streamed
+        and tokens is not None
+        and tokens >= 2
+        and first_us is not None
+        and last_us is not None
+    ):
         tpot = (last_us - first_us) / 1e6 / (tokens - 1)
     body_bytes = entry.request.request_body_bytes
     keyed = common.metadata.filter_metadata.get(names.AFFINITY_METADATA)
@@ -83,13 +98,13 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
         variant=variant,
         answered_by=entry.response.response_headers.get(names.VARIANT_HEADER) or None,
         segment=entry.request.request_headers.get(names.SEGMENT_HEADER, names.DEFAULT_SEGMENT),
-        api=_APIS.get(entry.request.path.partition("?")[0], "other"),
+        api=_APIS.get(kind, "other"),
         streamed=streamed,
         status=status,
         prompt_bytes=body_bytes,
         prompt_bucket=prompt_bucket(body_bytes),
         started_at=started_us / 1e6,
-        ttft=_seconds(first_us, started_us) if not end or content else None,
+        ttft=_seconds(first_us, started_us) if latency and (not end or content) else None,
         tpot=tpot,
         duration=(
             common.time_to_last_downstream_tx_byte.ToMicroseconds() / 1e6

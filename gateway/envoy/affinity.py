@@ -14,7 +14,7 @@ agrees, a restart changes nothing. It is NESTED when two things hold:
   - the clusters keep one order, whatever the weights: `nested_order`.
 
 The order: the baseline first (the variant `GET /v1/models` and the fallback retries go to, routes.py's
-`models_variant`), then the other variants by name. The baseline holds `[0, b)` and the first candidate
+`baseline_variant`), then the other variants by name. The baseline holds `[0, b)` and the first candidate
 `[b, b + w1)` with `b = 100 - w1 - ...`: a change to the first candidate's weight, the baseline taking up the
 difference, moves only the edge between the two. Raising it moves clients from the baseline to the
 candidate only, lowering it moves them back only, and a rollback (the baseline at 100) puts every client on

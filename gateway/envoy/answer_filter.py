@@ -10,16 +10,18 @@ What the script writes, as dynamic metadata under `names.ANSWER_METADATA` (the a
 gateway, gateway/envoy/answer_log.py):
     first_us   µs since the epoch at the first event carrying generated content (a chat chunk with
                non-empty `content`, `reasoning_content`, `text` or `tool_calls`; a Messages
-               `content_block_delta`), or at the first body byte of a non-streamed answer. Written
+               `content_block_delta`; a Responses `response.output_text.delta` and the other `*.delta`
+               events of RESPONSE_CONTENT), or at the first body byte of a non-streamed answer. Written
                the moment it is seen, so a stream the client abandons keeps it.
     end        at the response's last byte (absent when the stream was reset: cut or client gone):
       last_us     µs at the last content event
       content     content events seen (the token count where the server sends no `usage`)
       input, output   the last `usage` counts seen (prompt/completion or input/output tokens)
       finish      the raw finish or stop reason
-      final       a stream's final event arrived (`[DONE]`, `message_stop`) or, on a chat stream
+      final       a stream's final event arrived (`[DONE]`, `message_stop`, `response.completed`,
+                  `response.incomplete`) or, on a chat stream
                   that omits `[DONE]` (transformers serve), a `finish_reason`
-      error       the error type of an `event: error`, a `{"error": ...}` chunk or body
+      error       the error type of an `event: error`, a `response.failed`, a `{"error": ...}` chunk or body
       sse         the body was `text/event-stream`
       unknown     data events the script could not place; malformed: lines it could not read
 The script never fails a request: parsing runs under `pcall`, a line over MAX_LINE is dropped and
@@ -75,10 +77,30 @@ local function content(handle, s)
   end
 end
 
+-- The Responses API's events that carry generated content; its other `response.*` events carry none.
+local RESPONSE_CONTENT = {
+  ["response.output_text.delta"] = true, ["response.refusal.delta"] = true,
+  ["response.reasoning_text.delta"] = true, ["response.reasoning_summary_text.delta"] = true,
+  ["response.function_call_arguments.delta"] = true,
+}
+
 local function on_data(handle, s, event, payload)
   if payload == "[DONE]" then s.final = true return end
-  local kind = event or payload:match('^%s*{%s*"type"%s*:%s*"([%w_]+)"')
-  if kind == "content_block_delta" then content(handle, s)
+  -- a Responses event's type may come after its other fields, and without an `event:` line (transformers
+  -- serve); no nested object's type starts with `response.`
+  local kind = event or payload:match('^%s*{%s*"type"%s*:%s*"([%w_.]+)"')
+    or payload:match('"type"%s*:%s*"(response%.[%w_.]+)"')
+  if kind == "content_block_delta" or RESPONSE_CONTENT[kind] then content(handle, s)
+  elseif kind == "response.completed" then
+    usage(s, payload)
+    s.finish = "completed"
+    s.final = true
+  elseif kind == "response.incomplete" then
+    usage(s, payload)
+    s.finish = payload:match('"incomplete_details"%s*:%s*{%s*"reason"%s*:%s*"([%w_]+)"') or "incomplete"
+    s.final = true
+  elseif kind == "response.failed" then s.error = error_type(payload)
+  elseif kind and kind:find("^response%.") then return
   elseif kind == "message_start" then s.input = tonumber(payload:match('"input_tokens"%s*:%s*(%d+)'))
   elseif kind == "message_delta" then usage(s, payload)
   elseif kind == "message_stop" then s.final = true

@@ -9,8 +9,10 @@ receiver.py), so Envoy reconnects, and the leader's Service takes the new connec
 BUFFER_BYTES) on a stream of its own, off every request's path: a gateway that is down or slow loses
 entries (Envoy's `access_logs.grpc_access_log.logs_dropped`), never requests.
 
-Only POSTs are logged: the inference paths are the only POST routes (gateway/envoy/routes.py), so
-`GET /v1/models`, health checks and Envoy's 404s stay out. The entry carries the segment the route set
+Only POSTs are logged, so `GET /v1/models`, health checks and reads by id stay out; of the POSTs, those
+that reached no variant (a refusal, a pinned API, an unknown path sent to the baseline) are dropped by the
+gateway by their route's name (gateway/answers/entries.py). The entry carries the route's name (its API
+and the checks its traffic feeds, gateway/envoy/api_routes.py), the segment the route set
 (`x-graystack-segment`), the variant that answered (`x-graystack-variant`), the request's body bytes, its
 timings, response flags (a reset, a client that went away) and the answer filter's dynamic metadata.
 """

@@ -3,8 +3,9 @@ typed error instead of failing on `504 text/plain "upstream request timeout"`.
 
 Envoy answers by itself when an attempt times out (504, `upstream_response_timeout` or
 `upstream_per_try_idle_timeout`), when a variant has no healthy host (503, `no_healthy_upstream`), when a
-circuit breaker overflows (503, flag UO), when a body is too large for a buffering filter (413), and when
-no route matches (404, flag NR: every path but the inference API's, gateway/envoy/routes.py). The HCM's
+circuit breaker overflows (503, flag UO), when a body is too large for a buffering filter (413), when
+no route matches (404, flag NR: a path not in the API table, gateway/envoy/routes.py), and on the routes
+that refuse (404: the servers' own routes, an API the table refuses; gateway/envoy/api_routes.py). The HCM's
 `local_reply_config` rewrites those answers, the first mapper that matches winning:
   `/v1/messages*`   {"type":"error","error":{"type":...,"message":...}}           (Anthropic)
   any other path    {"error":{"message":...,"type":...,"param":null,"code":...}}  (OpenAI; `code` is

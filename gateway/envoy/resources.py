@@ -28,6 +28,7 @@ from gateway import names
 from gateway.envoy.affinity_filter import build_affinity_filters
 from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
+from gateway.envoy.api_routes import baseline_variant
 from gateway.envoy.balancing import load_balancing
 from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
 from gateway.envoy.faults import (
@@ -38,7 +39,7 @@ from gateway.envoy.faults import (
     build_unfaulted_cluster,
 )
 from gateway.envoy.local_replies import build_local_reply_config
-from gateway.envoy.routes import build_route_config, models_variant
+from gateway.envoy.routes import build_route_config
 from gateway.envoy.shadow import build_shadow_hop_cluster, build_shadow_listener
 from gateway.envoy.variant_header import variant_metadata
 from gateway.spec.model import RolloutSpec, Routing
@@ -97,8 +98,8 @@ def build_resources(
     if spec.routing.mirror is not None:
         mirrored = spec.routing.mirror.variant
         clusters += [build_shadow_cluster(mirrored, policy[mirrored]), build_shadow_hop_cluster(mirrored)]
-        shadows.append(build_shadow_listener(mirrored, listen.answer_log_cluster))
-    models = models_variant(spec)
+        shadows.append(build_shadow_listener(spec, mirrored, listen.answer_log_cluster))
+    models = baseline_variant(spec)
     clusters.append(build_models_cluster(models, policy[models]))
     clusters += [build_unfaulted_cluster(variant, policy[variant]) for variant in faulted]
     return EnvoyResources(
@@ -253,6 +254,9 @@ def build_listener(listen: ListenerAddress, routing: Routing | None = None) -> l
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.HCM_STAT_PREFIX,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
+        # `/v1/../metrics` and `//metrics` are `/metrics` before any route matches (gateway/envoy/api_routes.py)
+        normalize_path=wrappers_pb2.BoolValue(value=True),
+        merge_slashes=True,
         rds=hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=names.ROUTE_CONFIG),
         http_filters=[
             *(build_affinity_filters(routing) if routing is not None else []),

@@ -1,11 +1,14 @@
-"""The route configuration: only the inference API's paths reach the variants.
+"""The route configuration: only the API table's paths reach the variants (gateway/spec/apis.py).
 
-    POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions, /v1/completions
+    guards, refused and pinned entries (gateway/envoy/api_routes.py)
+        the servers' /metrics, /admin/*, health routes: 404; `refuse`: 404; `baseline` (by default
+        `GET /v1/models`): the baseline's endpoints, through a cluster of their own (`<baseline>-models`)
+    each `split` entry (by default POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions,
+    /v1/completions, /v1/responses, /v1/embeddings; GET and DELETE /v1/responses/{id})
         header rules first, each its own split; then the weighted default split
-    GET /v1/models
-        the baseline's endpoints, through a cluster of their own (`<baseline>-models`)
-    anything else (/metrics, /admin/*, /healthz, /readyz, /health, other methods)
-        no route: Envoy's 404, in the API's error JSON (gateway/envoy/local_replies.py)
+    anything else
+        `apis.unknown_paths: refuse` (the default): no route, Envoy's 404 in the API's error JSON
+        (gateway/envoy/local_replies.py); `baseline`: to the baseline's own cluster
 
 The model servers' `/metrics`, `/admin/*` and health routes are for the cluster (Prometheus, the probes,
 Envoy's health checks reach the pods directly), not for clients.
@@ -24,28 +27,23 @@ from collections.abc import Mapping
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
-from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from gateway import names
 from gateway.envoy.affinity import hash_policies, nested_order
+from gateway.envoy.api_routes import (
+    baseline_variant,
+    entry_match,
+    fixed_routes,
+    route_name,
+    split_entries,
+    unknown_routes,
+)
 from gateway.envoy.common import any_proto, duration
 from gateway.envoy.variant_header import served_header
 from gateway.spec.model import RolloutSpec
-
-# The POST paths split between the variants: Anthropic's Messages and OpenAI's completions.
-INFERENCE_PATHS = ("/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions", "/v1/completions")
-MODELS_PATH = "/v1/models"
-_INFERENCE_REGEX = "^/v1/(messages(/count_tokens)?|chat/completions|completions)$"
-_MODELS_RETRY_ON = "connect-failure,reset"
-
-
-def models_variant(spec: RolloutSpec) -> str:
-    """The variant that answers `GET /v1/models`: the baseline."""
-    if spec.retries.fallback is not None:
-        return spec.retries.fallback
-    return "baseline" if "baseline" in spec.variants else next(iter(spec.variants))
 
 
 def cluster_for(spec: RolloutSpec, variant: str) -> str:
@@ -56,23 +54,10 @@ def cluster_for(spec: RolloutSpec, variant: str) -> str:
     return names.fallback_cluster(variant)
 
 
-def _method(method: str) -> route_components_pb2.HeaderMatcher:
-    return route_components_pb2.HeaderMatcher(
-        name=":method", string_match=string_pb2.StringMatcher(exact=method)
-    )
-
-
-def _inference_match(*headers: route_components_pb2.HeaderMatcher) -> route_components_pb2.RouteMatch:
-    """POST on one of INFERENCE_PATHS (the query string aside), and `headers`."""
-    return route_components_pb2.RouteMatch(
-        safe_regex=regex_pb2.RegexMatcher(regex=_INFERENCE_REGEX), headers=[_method("POST"), *headers]
-    )
-
-
 def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_components_pb2.RouteAction:
     """The split's weighted clusters, in the order that nests cohorts and picked by the affinity key's hash
-    where the spec names one (gateway/envoy/affinity.py); a mirror copies the requests of a split that gives its variant
-    nothing (a segment already routed to the variant is not sent to it twice)."""
+    where the spec names one (gateway/envoy/affinity.py); a mirror copies the requests of a split that
+    gives its variant nothing (a segment already routed to the variant is not sent to it twice)."""
     mirror = spec.routing.mirror
     mirrors = []
     if mirror is not None and mirror.percent > 0 and split.get(mirror.variant, 0) == 0:
@@ -95,7 +80,7 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
                 route_components_pb2.WeightedCluster.ClusterWeight(
                     name=cluster_for(spec, variant), weight=wrappers_pb2.UInt32Value(value=weight)
                 )
-                for variant, weight in nested_order(split, models_variant(spec))
+                for variant, weight in nested_order(split, baseline_variant(spec))
             ],
             use_hash_policy=wrappers_pb2.BoolValue(value=True) if affinity else None,
         ),
@@ -136,47 +121,39 @@ def _segment_header(segment: str) -> base_pb2.HeaderValueOption:
     )
 
 
-def _models_route(spec: RolloutSpec) -> route_components_pb2.Route:
-    """`GET /v1/models` to the baseline's own models cluster; a refused connection tries another pod."""
-    return route_components_pb2.Route(
-        name="models",
-        match=route_components_pb2.RouteMatch(path=MODELS_PATH, headers=[_method("GET")]),
-        route=route_components_pb2.RouteAction(
-            cluster=names.models_cluster(models_variant(spec)),
-            timeout=duration(spec.timeouts.request),
-            retry_policy=route_components_pb2.RetryPolicy(
-                retry_on=_MODELS_RETRY_ON, num_retries=wrappers_pb2.UInt32Value(value=spec.retries.attempts)
-            ),
-        ),
-    )
+def _split_routes(
+    spec: RolloutSpec,
+    where: str,
+    split: Mapping[str, int],
+    segment: str,
+    *headers: route_components_pb2.HeaderMatcher,
+) -> list[route_components_pb2.Route]:
+    """One segment's split, on each `split` entry of the API table."""
+    return [
+        route_components_pb2.Route(
+            name=route_name(where, entry),
+            match=entry_match(entry, *headers),
+            route=_route_action(spec, split),
+            request_headers_to_add=[_segment_header(segment)],
+        )
+        for entry in split_entries(spec)
+    ]
 
 
 def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
-    """`GET /v1/models`; then, on the inference paths, exact-match header rules first, each its own split,
-    then the default weighted split. Nothing else is routed. Every answer names its variant."""
+    """The guards, refused and pinned APIs; then, on the table's split APIs, exact-match header rules
+    first, each its own split, then the default weighted split; then unknown paths. Every answer names
+    its variant. Rules on a body field (`routing.body`) match the header the affinity filter writes it
+    into."""
     header = spec.routing.header if spec.routing.body is None else names.MATCH_HEADER
-    routes = [_models_route(spec)]
-    routes += [
-        route_components_pb2.Route(
-            name=f"{header.lower()}={rule.value}",
-            match=_inference_match(
-                route_components_pb2.HeaderMatcher(
-                    name=header, string_match=string_pb2.StringMatcher(exact=rule.value)
-                )
-            ),
-            route=_route_action(spec, rule.split()),
-            request_headers_to_add=[_segment_header(rule.value)],
+    routes = fixed_routes(spec)
+    for rule in spec.routing.rules:
+        matcher = route_components_pb2.HeaderMatcher(
+            name=header, string_match=string_pb2.StringMatcher(exact=rule.value)
         )
-        for rule in spec.routing.rules
-    ]
-    routes.append(
-        route_components_pb2.Route(
-            name="default",
-            match=_inference_match(),
-            route=_route_action(spec, spec.routing.weights),
-            request_headers_to_add=[_segment_header(names.DEFAULT_SEGMENT)],
-        )
-    )
+        routes += _split_routes(spec, f"{header.lower()}={rule.value}", rule.split(), rule.value, matcher)
+    routes += _split_routes(spec, names.DEFAULT_SEGMENT, spec.routing.weights, names.DEFAULT_SEGMENT)
+    routes += unknown_routes(spec)
     return route_pb2.RouteConfiguration(
         name=names.ROUTE_CONFIG,
         virtual_hosts=[

@@ -7,8 +7,10 @@ writes reaches no access log. So the mirror policy sends its copies to `<variant
 endpoint is the internal listener `graystack-shadow-<variant>`: a connection manager with the same answer
 filter (gateway/envoy/answer_filter.py) and the answer log under its own name (`names.SHADOW_LOG`, so the
 gateway knows the answers went to no client), routing on to `<variant>-shadow`, the variant's pods under
-the cluster whose counters the analysis has always read for shadow traffic. The copy's route keeps no
-timeout of its own: the mirror's (the outer route's) governs it, as for the fault hop.
+the cluster whose counters the analysis has always read for shadow traffic. Its routes are the API
+table's split entries under their own names (gateway/envoy/api_routes.py), so each copy's answer is
+measured as its API's (no first token for embeddings). The copy's route keeps no timeout of its own: the
+mirror's (the outer route's) governs it, as for the fault hop.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from gateway import names
 from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
+from gateway.envoy.api_routes import entry_match, route_name, split_entries
 from gateway.envoy.common import any_proto, circuit_breakers, duration
 from gateway.envoy.variant_header import served_header, variant_metadata
+from gateway.spec.model import RolloutSpec
 
 
 def build_shadow_hop_cluster(variant: str) -> cluster_pb2.Cluster:
@@ -54,8 +58,9 @@ def build_shadow_hop_cluster(variant: str) -> cluster_pb2.Cluster:
     )
 
 
-def build_shadow_listener(variant: str, answer_log_cluster: str) -> listener_pb2.Listener:
+def build_shadow_listener(spec: RolloutSpec, variant: str, answer_log_cluster: str) -> listener_pb2.Listener:
     """The internal listener that measures `variant`'s mirrored copies and forwards them to its pods."""
+    forward = route_components_pb2.RouteAction(cluster=names.shadow_cluster(variant), timeout=duration(0))
     route = route_pb2.RouteConfiguration(
         name=names.shadow_listener(variant),
         virtual_hosts=[
@@ -64,11 +69,9 @@ def build_shadow_listener(variant: str, answer_log_cluster: str) -> listener_pb2
                 domains=["*"],
                 routes=[
                     route_components_pb2.Route(
-                        match=route_components_pb2.RouteMatch(prefix="/"),
-                        route=route_components_pb2.RouteAction(
-                            cluster=names.shadow_cluster(variant), timeout=duration(0)
-                        ),
+                        name=route_name("shadow", entry), match=entry_match(entry), route=forward
                     )
+                    for entry in split_entries(spec)
                 ],
                 response_headers_to_add=[served_header()],
             )

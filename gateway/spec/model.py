@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from gateway.spec.affinity import AffinitySource, BodyPath
+from gateway.spec.apis import PROTECTED, Apis, reaches
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
 from gateway.spec.strategy import Analysis, Strategy
 
@@ -227,6 +228,7 @@ class RolloutSpec(SpecModel):
     outlier_detection: OutlierDetection | None = OutlierDetection()
     strategy: Strategy | None = None
     analysis: Analysis = Analysis()
+    apis: Apis = Apis()
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutSpec:
@@ -251,7 +253,19 @@ class RolloutSpec(SpecModel):
             raise ValueError(f"retries.fallback: unknown variant {self.retries.fallback!r}")
         if self.timeouts.first_byte is not None and self.timeouts.first_byte == 0:
             raise ValueError("timeouts.first_byte: must be above 0 (omit it for none)")
+        for entry in self.apis.table():
+            for path in self.protected_paths():
+                if reaches(entry.path, path):
+                    raise ValueError(
+                        f"apis.routes: {entry.key!r} would reach the health-check path {path}, which the "
+                        "gateway never serves; refuse that entry or check health on another path"
+                    )
         return self
+
+    def protected_paths(self) -> tuple[str, ...]:
+        """The servers' own routes the listener never serves (apis.PROTECTED), with the health-check paths."""
+        health = (self.health_check_for(variant) for variant in self.variants)
+        return tuple(dict.fromkeys([*PROTECTED, *(hc.path for hc in health if hc is not None)]))
 
     def health_check_for(self, variant: str) -> HealthCheck | None:
         """The active health check Envoy runs on `variant`'s hosts, or None for none: a variant's own

@@ -1,7 +1,8 @@
 """The model server's ASGI app and its uvicorn runner.
 
 One process serves one variant from one checkpoint. Routes: POST /v1/messages, POST
-/v1/messages/count_tokens, POST /v1/chat/completions, GET /v1/models[/{id}] (in the caller's API's
+/v1/messages/count_tokens, POST /v1/chat/completions, POST /v1/responses with GET and DELETE
+/v1/responses/{id} (inference/server/responses.py), POST /v1/embeddings, GET /v1/models[/{id}] (in the caller's API's
 format: inference/server/models.py), GET /healthz (alive), GET /readyz (weights loaded and a
 warm-up generation done: 503 until then), GET /metrics, GET /admin/outputs/{request_id} (a greedy answer's digest, for
 the shadow comparison: inference/server/outputs.py), and /admin/faults with --enable-fault-injection. Every response
@@ -27,16 +28,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inference.checkpoint import MODEL_NAME, LoadedModel
 from inference.config import BOS
 from inference.engine import DEFAULT_TOKEN_BUDGET, Engine, GenerationRequest
-from inference.server import count_tokens, messages, openai_chat
+from inference.server import count_tokens, embeddings, messages, openai_chat
 from inference.server.errors import INVALID, NOT_FOUND, ApiError
 from inference.server.faults import Faults, fault_routes
 from inference.server.keepalive import DEFAULT_INTERVAL
 from inference.server.models import model_routes
 from inference.server.outputs import ShadowComparator, output_routes
+from inference.server.responses import ResponseStore, responses_routes
 from inference.server.serving import Serving
 from inference.server.telemetry import ServerMetrics
 
 log = logging.getLogger(__name__)
+# Paths whose errors (a wrong method, say) are OpenAI's shape; every other path's are the Messages API's.
+OPENAI_PREFIXES = ("/v1/chat/", "/v1/responses", "/v1/embeddings")
 WARM_UP = GenerationRequest(prompt=[BOS, *b"user: warm up\nassistant: "], max_tokens=2, temperature=0)
 
 
@@ -135,6 +139,8 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
     app.include_router(count_tokens.router)
     app.include_router(model_routes(variant))
     app.include_router(openai_chat.router)
+    app.include_router(responses_routes(ResponseStore()))
+    app.include_router(embeddings.router)
     app.include_router(output_routes(serving.outputs))
     if options.enable_fault_injection:
         app.include_router(fault_routes(serving.faults))
@@ -145,7 +151,7 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
         kind = NOT_FOUND if error.status_code == 404 else INVALID
         render = (
             openai_chat.error_response
-            if request.url.path.startswith("/v1/chat/")
+            if request.url.path.startswith(OPENAI_PREFIXES)
             else messages.error_response
         )
         response = render(ApiError(error.status_code, kind, str(error.detail)))

@@ -217,6 +217,12 @@ def test_the_spec_configmap_is_a_valid_rollout_spec_naming_the_variant_services(
     assert flipped.routing.weights == {"baseline": 80, "zero-layer": 20}
 
 
+def test_the_api_table_passes_to_the_spec() -> None:
+    spec = spec_of(render(sets=("rollout.apis.unknown_paths=baseline",)))
+    assert spec.apis.unknown_paths == "baseline"
+    assert spec_of(rendered("")).apis.unknown_paths == "refuse"
+
+
 def test_each_variant_passes_its_load_balancing_to_the_spec() -> None:
     assert {name: v.load_balancing for name, v in spec_of(rendered("")).variants.items()} == {
         "baseline": "round_robin",
@@ -396,6 +402,7 @@ BAD_VALUES = {
     "variants.baseline.server.port=70000": "port",
     "variants.zero-layer.replicas=-1": "replicas",
     "rollout.routing.weights.zero-layer=120": "zero-layer",
+    "rollout.apis.unknown_paths=pass": "unknown_paths",
     "envoy.service.type=Ingress": "type",
     "variants.baseline.server.readinessPath=readyz": "readinessPath",
     "variants.baseline.loadBalancing=least-request": "loadBalancing",

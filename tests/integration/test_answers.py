@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 # reaches Envoy and stops it after the event has crossed back, so it reads later, by a few ms on a quiet
 # box; the bound leaves room for a loaded 2-core one.
 TTFT_BOUND_S = 0.025
-PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}
+PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
 
 
 @pytest.fixture
@@ -56,7 +56,8 @@ async def ask(
     async with httpx.AsyncClient(base_url=measured.url, timeout=10) as client:
         for pad, script in enumerate(scripts):
             sent = body(pad)
-            path = PATHS["messages" if script.startswith(("messages", "json-messages")) else "chat"]
+            api = script.removeprefix("json-").partition("-")[0]
+            path = PATHS.get(api, PATHS["chat"])
             status, ttft = await client_ttft(client, path, {"x-script": script}, sent, stop_after_first)
             seen[script] = (status, ttft, len(httpx.Request("POST", "/", json=sent).content))
     answers = {a.prompt_bytes: a for a in await measured.answers(cursor, len(scripts))}
@@ -108,6 +109,25 @@ async def test_failures_after_200_are_seen_and_classified(measured):
     assert results["chat-cut"][2].ttft is not None  # measured as far as it went
     no_usage = results["chat-no-usage"][2]
     assert (no_usage.output_tokens, no_usage.tokens_counted) == (4, True)
+
+
+async def test_responses_streams_are_measured_by_their_typed_events(measured):
+    results = await ask(measured, ["responses", "responses-incomplete", "responses-failed", "responses-cut"])
+    endings = {script: (a.api, a.ending, a.finish, a.failed) for script, (_, _, a) in results.items()}
+    assert endings == {
+        "responses": ("responses", "complete", "stop", False),
+        "responses-incomplete": ("responses", "complete", "length", False),
+        "responses-failed": ("responses", "error", "error", True),
+        "responses-cut": ("responses", "cut", None, True),
+    }
+    status, client, answer = results["responses"]
+    assert status == 200
+    assert answer.ttft is not None
+    assert answer.ttft >= FIRST_TOKEN_S  # the first text delta, not the `response.created` before it
+    assert client is not None
+    assert -0.001 <= client - answer.ttft <= TTFT_BOUND_S
+    assert (answer.input_tokens, answer.output_tokens, answer.unreadable) == (6, 3, 0)
+    assert results["responses-failed"][2].error_type == "server_error"
 
 
 async def test_a_client_that_goes_away_is_told_from_a_cut_stream(measured):

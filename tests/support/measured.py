@@ -118,7 +118,7 @@ async def measured_gateway(
 
 def has_content(event: dict) -> bool:
     """The client's own reading of an event: does it carry generated content?"""
-    if event.get("type") == "content_block_delta":
+    if event.get("type") in ("content_block_delta", "response.output_text.delta"):
         return True
     return any(
         (choice.get("delta") or {}).get("content") or (choice.get("delta") or {}).get("tool_calls")

@@ -41,6 +41,21 @@ def _delta(text: str) -> str:
     return _event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})
 
 
+def _response(status: str, **extra) -> dict:
+    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
+
+
+RESPONSE_HEAD = [
+    _event("response.created", response=_response("in_progress")),
+    _event("response.output_item.added", output_index=0, item={"type": "message", "content": []}),
+]
+RESPONSE_USAGE = {"input_tokens": 6, "output_tokens": 3, "total_tokens": 9}
+
+
+def _text_delta(text: str) -> str:
+    return _event("response.output_text.delta", item_id="msg_1", output_index=0, content_index=0, delta=text)
+
+
 # name -> (content type, [head events], [content events, FIRST_TOKEN_S then TOKEN_GAP_S apart], [tail], end)
 # end: "close" ends the body cleanly, "reset" drops the connection mid-body.
 SCRIPTS: dict[str, tuple[str, list[str], list[str], list[str], str]] = {
@@ -100,6 +115,41 @@ SCRIPTS: dict[str, tuple[str, list[str], list[str], list[str], str]] = {
         "close",
     ),
     "messages-cut": (SSE, [START], [_delta(t) for t in "ab"], [], "close"),
+    "responses": (
+        SSE,
+        RESPONSE_HEAD,
+        [_text_delta(t) for t in "abc"],
+        [
+            _event("response.output_text.done", text="abc"),
+            _event("response.completed", response=_response("completed", usage=RESPONSE_USAGE)),
+        ],
+        "close",
+    ),
+    "responses-incomplete": (
+        SSE,
+        RESPONSE_HEAD,
+        [_text_delta(t) for t in "ab"],
+        [
+            _event(
+                "response.incomplete",
+                response=_response("incomplete", incomplete_details={"reason": "max_output_tokens"}),
+            )
+        ],
+        "close",
+    ),
+    "responses-failed": (
+        SSE,
+        RESPONSE_HEAD,
+        [_text_delta("a")],
+        [
+            _event(
+                "response.failed",
+                response=_response("failed", error={"code": "server_error", "message": "x"}),
+            )
+        ],
+        "close",
+    ),
+    "responses-cut": (SSE, RESPONSE_HEAD, [_text_delta(t) for t in "ab"], [], "close"),
     "malformed": (
         SSE,
         [ROLE, "this line is not SSE\n\n", "data: {not json\n\n", _event("surprise", detail=1)],

@@ -53,10 +53,16 @@ def spec(affinity: list | None = SOURCES, fallback: str | None = "baseline", **v
     return validate_spec(data)
 
 
-def split_routes(built: RolloutSpec) -> dict[str, route_components_pb2.Route]:
+def every_split_route(built: RolloutSpec) -> list[route_components_pb2.Route]:
     resources = build_resources(built, ENDPOINTS, ListenerAddress())
     (host,) = resources.routes[0].virtual_hosts
-    return {route.name: route for route in host.routes if route.route.HasField("weighted_clusters")}
+    return [route for route in host.routes if route.route.HasField("weighted_clusters")]
+
+
+def split_routes(built: RolloutSpec) -> dict[str, route_components_pb2.Route]:
+    """Each segment's split, as its chat-completions route (one per API table entry) carries it."""
+    chat = " POST /v1/chat/completions|"
+    return {r.name.partition(chat)[0]: r for r in every_split_route(built) if chat in r.name}
 
 
 def http_filters(built: RolloutSpec) -> list[hcm_pb2.HttpFilter]:
@@ -130,16 +136,15 @@ def test_pod_affinity_needs_a_key():
 
 def test_without_affinity_the_routes_and_listener_are_as_before():
     built = spec(affinity=None)
-    for route in split_routes(built).values():
+    for route in every_split_route(built):
         assert not route.route.hash_policy
         assert not route.route.weighted_clusters.HasField("use_hash_policy")
     assert [f.name for f in http_filters(built)] == ["envoy.filters.http.lua", "envoy.filters.http.router"]
 
 
 def test_every_split_route_picks_its_cluster_by_the_key_hash():
-    routes = split_routes(spec())
-    assert set(routes) == {"x-client-type=high_load", "x-client-type=mobile", "default"}
-    for route in routes.values():
+    assert set(split_routes(spec())) == {"x-client-type=high_load", "x-client-type=mobile", "default"}
+    for route in every_split_route(spec()):
         (policy,) = route.route.hash_policy
         assert policy.header.header_name == names.AFFINITY_HEADER
         assert route.route.weighted_clusters.use_hash_policy.value is True

@@ -28,7 +28,8 @@ def entry(
     first_ms: float | None = 250.0,
     cluster: str = "zero-layer-with-fallback",
     status: int = 200,
-    path: str = "/v1/chat/completions",
+    kind: str = "openai_chat",
+    checks: tuple[str, ...] = ("errors", "latency"),
     **flags: bool,
 ) -> accesslog_pb2.HTTPAccessLogEntry:
     """An entry as Envoy sends it for one answer: `end` is what the answer filter wrote at the last byte."""
@@ -47,7 +48,7 @@ def entry(
         metadata = struct_pb2.Struct()
         metadata.update(measured)
         common.metadata.filter_metadata[names.ANSWER_METADATA].CopyFrom(metadata)
-    log.request.path = path
+    common.route_name = names.api_route("mobile POST /some/path", kind, checks)
     log.request.request_body_bytes = 300
     log.request.request_headers[names.SEGMENT_HEADER] = "mobile"
     log.response.response_code.value = status
@@ -76,7 +77,7 @@ def test_a_complete_stream_without_usage_counts_its_content_events():
 
 def test_usage_wins_over_counted_events_and_reasons_are_named_alike():
     answer = answer_from(
-        entry({**STREAM, "output": 9, "input": 40, "finish": "max_tokens"}, path="/v1/messages")
+        entry({**STREAM, "output": 9, "input": 40, "finish": "max_tokens"}, kind="anthropic_messages")
     )
     assert answer is not None
     assert (answer.api, answer.output_tokens, answer.input_tokens, answer.tokens_counted) == (
@@ -118,6 +119,20 @@ def test_an_error_body_has_no_first_token_and_a_body_that_is_not_json_no_tokens(
     plain = answer_from(entry({"sse": False, "content": 0}))
     assert plain is not None
     assert (plain.output_tokens, plain.tpot, plain.ending) == (None, None, "complete")
+
+
+def test_an_api_that_feeds_no_latency_checks_has_no_first_token_nor_time_per_token():
+    answer = answer_from(entry({**STREAM, "output": 3}, kind="openai_embeddings", checks=("errors",)))
+    assert answer is not None
+    assert (answer.api, answer.ttft, answer.tpot, answer.ending) == ("embeddings", None, None, "complete")
+    failed = answer_from(entry({"sse": False, "error": "server_error"}, status=500, checks=("errors",)))
+    assert failed is not None
+    assert failed.failed
+
+
+def test_a_pinned_or_unknown_paths_answer_is_no_variants_answer():
+    assert answer_from(entry(STREAM, cluster="baseline-models", kind="models", checks=())) is None
+    assert answer_from(entry(STREAM, cluster="baseline-models", kind="other", checks=())) is None
 
 
 def test_an_entry_without_a_cluster_is_no_answer():

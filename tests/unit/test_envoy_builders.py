@@ -20,17 +20,20 @@ def build(**changes):
 
 
 def routes_of(resources):
-    """The inference routes: header rules and the default split, after `GET /v1/models`'s own route."""
+    """The chat API's split routes, one per segment: header rules, then the default split (every split
+    API of the table has the same, gateway/envoy/api_routes.py)."""
     (route_config,) = resources.routes
     (host,) = route_config.virtual_hosts
-    models, *inference = host.routes
-    assert models.name == "models"
-    return inference
+    return [r for r in host.routes if " POST /v1/chat/completions|" in r.name]
 
 
 def test_header_rules_come_first_then_the_weighted_default():
     routes = routes_of(build())
-    assert [r.name for r in routes] == ["x-client-type=high_load", "x-client-type=mobile", "default"]
+    assert [r.name.partition(" ")[0] for r in routes] == [
+        "x-client-type=high_load",
+        "x-client-type=mobile",
+        "default",
+    ]
     high_load, mobile, default = routes
     method, matcher = high_load.match.headers
     assert (method.name, method.string_match.exact) == (":method", "POST")
@@ -160,8 +163,13 @@ def test_a_mirror_copies_what_its_variant_does_not_serve_through_a_measuring_hop
     log = als_pb2.HttpGrpcAccessLogConfig()
     manager.access_log[0].typed_config.Unpack(log)
     assert log.common_config.log_name == names.SHADOW_LOG
-    (route,) = manager.route_config.virtual_hosts[0].routes
-    assert route.route.cluster == names.shadow_cluster("zero-layer")
+    routes = manager.route_config.virtual_hosts[0].routes
+    assert {route.route.cluster for route in routes} == {names.shadow_cluster("zero-layer")}
+    # each split API under its table name: a copy is measured as its API's (embeddings: no first token)
+    assert {names.api_of_route(route.name) for route in routes} >= {
+        ("openai_chat", frozenset({"errors", "latency"})),
+        ("openai_embeddings", frozenset({"errors"})),
+    }
     shadow = next(c for c in resources.clusters if c.name == names.shadow_cluster("zero-layer"))
     assert shadow.eds_cluster_config.service_name == "zero-layer"  # the variant's own endpoints
     assert not shadow.health_checks  # a copy sent to a pod that is down fails where the analysis sees it

@@ -1,9 +1,11 @@
-"""What reaches the variants: the inference API's paths only, `/v1/models` to the baseline's own cluster,
+"""What reaches the variants: the API table's paths only (gateway/envoy/api_routes.py), `/v1/models` to the
+baseline's own cluster, the servers' own routes never,
 and each variant's active health check on its server's own path, or none."""
 
 import re
 
 import pytest
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from gateway import names
 from gateway.envoy.resources import ListenerAddress, build_resources
@@ -22,53 +24,136 @@ def build(variants: dict | None = None, **changes):
     return build_resources(validate_spec(data), ENDPOINTS, ListenerAddress("127.0.0.1", 8080))
 
 
-def routes_by_name(resources):
+def first_route(resources, method: str, path: str, headers: dict | None = None):
+    """The route Envoy picks for the request (the first whose match holds), or None: its path matchers as
+    Envoy applies them (RE2 agrees with `re` on the table's regexes), the query string aside."""
     (route_config,) = resources.routes
     (host,) = route_config.virtual_hosts
-    return {r.name: r for r in host.routes}
+    path = path.partition("?")[0]
+    given = {":method": method, **(headers or {})}
+    for route in host.routes:
+        match = route.match
+        if any(given.get(h.name) != h.string_match.exact for h in match.headers):
+            continue
+        kind = match.WhichOneof("path_specifier")
+        if kind == "safe_regex":
+            hit = re.fullmatch(match.safe_regex.regex, path) is not None
+        elif kind == "path_separated_prefix":
+            prefix, seen = match.path_separated_prefix, path
+            if match.HasField("case_sensitive") and not match.case_sensitive.value:
+                prefix, seen = prefix.lower(), path.lower()
+            hit = seen == prefix or seen.startswith(prefix + "/")
+        elif kind == "prefix":
+            hit = path.startswith(match.prefix)
+        else:
+            hit = path == match.path
+        if hit:
+            return route
+    return None
 
 
-def routed(route, method: str, path: str) -> bool:
-    """Whether `route`'s path and method match, as Envoy matches them (RE2 agrees with `re` on this regex)."""
-    match = route.match
-    methods = [h.string_match.exact for h in match.headers if h.name == ":method"]
-    if methods and method not in methods:
-        return False
-    if match.HasField("safe_regex"):
-        return re.fullmatch(match.safe_regex.regex, path) is not None
-    return match.path == path
+def treatment(route) -> str | None:
+    """What a client gets: split between the variants, the baseline's own cluster, a 404, or no route."""
+    if route is None:
+        return None
+    if route.HasField("direct_response"):
+        return f"refused {route.direct_response.status}"
+    if route.route.HasField("weighted_clusters"):
+        return "split"
+    return route.route.cluster
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "route"),
+    ("method", "path", "expected"),
     [
-        ("POST", "/v1/messages", "default"),
-        ("POST", "/v1/messages/count_tokens", "default"),
-        ("POST", "/v1/chat/completions", "default"),
-        ("POST", "/v1/completions", "default"),
-        ("GET", "/v1/models", "models"),
-        ("GET", "/metrics", None),
-        ("GET", "/readyz", None),
-        ("GET", "/healthz", None),
-        ("GET", "/health", None),
-        ("POST", "/admin/faults", None),
+        ("POST", "/v1/messages", "split"),
+        ("POST", "/v1/messages/count_tokens", "split"),
+        ("POST", "/v1/chat/completions", "split"),
+        ("POST", "/v1/chat/completions?beta=true", "split"),
+        ("POST", "/v1/completions", "split"),
+        ("POST", "/v1/responses", "split"),
+        ("GET", "/v1/responses/resp_123", "split"),
+        ("DELETE", "/v1/responses/resp_123", "split"),
+        ("POST", "/v1/embeddings", "split"),
+        ("GET", "/v1/models", "baseline-models"),
+        ("GET", "/metrics", "refused 404"),
+        ("GET", "/Metrics/x", "refused 404"),
+        ("GET", "/readyz", "refused 404"),
+        ("GET", "/healthz", "refused 404"),
+        ("GET", "/health", "refused 404"),
+        ("POST", "/admin/faults", "refused 404"),
+        ("GET", "/admin/outputs/abc", "refused 404"),
         ("GET", "/v1/messages", None),
         ("POST", "/v1/messagesx", None),
         ("POST", "/v1/models", None),
         ("POST", "/v1/chat/completions/extra", None),
+        ("GET", "/v1/responses/resp_123/input_items", None),
+        ("PUT", "/v1/responses/resp_123", None),
     ],
 )
-def test_only_the_inference_api_is_routed(method, path, route):
-    routes = routes_by_name(build(routing={"weights": {"baseline": 100}}))
-    matching = [name for name, r in routes.items() if routed(r, method, path)]
-    assert matching == ([route] if route else [])
+def test_the_default_table_routes_the_inference_apis_only(method, path, expected):
+    resources = build(routing={"weights": {"baseline": 100}})
+    assert treatment(first_route(resources, method, path)) == expected
 
 
-def test_header_rules_match_on_the_inference_paths_only():
-    rule = routes_by_name(build())["x-client-type=high_load"]
-    assert routed(rule, "POST", "/v1/chat/completions")
-    assert not routed(rule, "GET", "/metrics")
+def test_header_rules_split_each_table_api_before_the_default():
+    resources = build()
+    rule = first_route(resources, "POST", "/v1/embeddings", {"X-Client-Type": "high_load"})
+    assert rule.name.startswith("x-client-type=high_load POST /v1/embeddings|")
     assert [h.name for h in rule.match.headers] == [":method", "X-Client-Type"]
+    default = first_route(resources, "POST", "/v1/embeddings", {"X-Client-Type": "other"})
+    assert default.name.startswith("default POST /v1/embeddings|")
+    assert (
+        treatment(first_route(resources, "GET", "/metrics", {"X-Client-Type": "high_load"})) == "refused 404"
+    )
+
+
+def test_each_route_names_its_api_and_the_checks_its_traffic_feeds():
+    resources = build()
+    embeddings = first_route(resources, "POST", "/v1/embeddings")
+    assert names.api_of_route(embeddings.name) == ("openai_embeddings", frozenset({"errors"}))
+    chat = first_route(resources, "POST", "/v1/chat/completions")
+    assert names.api_of_route(chat.name) == ("openai_chat", frozenset({"errors", "latency"}))
+    assert names.api_of_route(first_route(resources, "GET", "/v1/models").name) == ("models", frozenset())
+
+
+def test_a_table_pins_refuses_and_adds_apis():
+    routes = {
+        "POST /v1/embeddings": {"treatment": "baseline"},
+        "POST /v1/completions": {"treatment": "refuse"},
+        "POST /v2/generate/{model}": {"kind": "other"},
+    }
+    resources = build(apis={"routes": routes})
+    assert treatment(first_route(resources, "POST", "/v1/embeddings")) == "baseline-models"
+    refused = first_route(resources, "POST", "/v1/completions", {"X-Client-Type": "high_load"})
+    assert treatment(refused) == "refused 404"
+    assert "POST /v1/completions" in refused.direct_response.body.inline_string
+    assert treatment(first_route(resources, "POST", "/v2/generate/tiny")) == "split"
+    assert treatment(first_route(resources, "POST", "/v1/chat/completions")) == "split"
+
+
+def test_unknown_paths_go_to_the_baseline_where_the_spec_says_so_but_never_the_servers_own_routes():
+    resources = build(apis={"unknown_paths": "baseline"})
+    assert treatment(first_route(resources, "GET", "/v1/files")) == "baseline-models"
+    assert treatment(first_route(resources, "POST", "/tokenize")) == "baseline-models"
+    for path in ("/metrics", "/admin/faults", "/readyz", "/health"):
+        assert treatment(first_route(resources, "GET", path)) == "refused 404"
+    assert treatment(first_route(build(), "GET", "/v1/files")) is None
+
+
+def test_a_variants_own_health_path_is_never_served_through_the_listener():
+    resources = build(
+        {"zero-layer": {"health_check": {"path": "/v1/ready"}}}, apis={"unknown_paths": "baseline"}
+    )
+    assert treatment(first_route(resources, "GET", "/v1/ready")) == "refused 404"
+
+
+def test_the_listener_normalises_paths_before_the_routes_match():
+    (listener,) = [x for x in build().listeners if x.name == names.LISTENER]
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    assert manager.normalize_path.value
+    assert manager.merge_slashes
 
 
 @pytest.mark.parametrize(
@@ -80,7 +165,7 @@ def test_header_rules_match_on_the_inference_paths_only():
 )
 def test_models_go_to_the_baselines_endpoints_through_a_cluster_of_their_own(changes, baseline):
     resources = build(**changes)
-    models = routes_by_name(resources)["models"]
+    models = first_route(resources, "GET", "/v1/models")
     assert models.route.cluster == names.models_cluster(baseline)
     assert not models.route.HasField("weighted_clusters")  # never split
     assert models.route.timeout.seconds == 8  # the spec's request timeout, not Envoy's 15 s
@@ -97,7 +182,7 @@ def test_models_without_a_baseline_go_to_the_first_variant():
     data["retries"] = {"attempts": 1}
     data.pop("strategy")
     resources = build_resources(validate_spec(data), {"old": [], "new": []}, ListenerAddress())
-    assert routes_by_name(resources)["models"].route.cluster == names.models_cluster("old")
+    assert first_route(resources, "GET", "/v1/models").route.cluster == names.models_cluster("old")
 
 
 def health_paths(resources) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -45,6 +46,7 @@ from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
 from graystack.local.processes import free_port, start_process, wait_until
 
 BODIES = {"json": {}, "stream": {"stream": True}}
+VARIANTS = ("baseline", "candidate")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -55,23 +57,30 @@ class KeepingReceiver(AnswerReceiver):
         super().__init__(store)
         self.entries: list[accesslog_pb2.HTTPAccessLogEntry] = []
 
-    def take(self, entry: accesslog_pb2.HTTPAccessLogEntry) -> None:
+    def take(self, entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -> None:
         self.entries.append(entry)
-        super().take(entry)
+        super().take(entry, shadow)
 
 
-def bootstrap(listen: int, admin: int, upstream: int, receiver: int, measure: bool) -> str:
-    """The builders' listener and routes, static, over clusters with the upstream as their one host."""
+def bootstrap(
+    listen: int, admin: int, upstream: int, receiver: int, measure: bool, routing: dict | None = None
+) -> str:
+    """The builders' listener and routes, static, over clusters with the upstream as their one host.
+    `routing`: fields over the spec's routing (the default: every request to the baseline)."""
     spec = validate_spec(
         {
             "name": "hop",
-            "variants": {v: {"endpoints": [f"127.0.0.1:{upstream}"]} for v in ("baseline", "candidate")},
-            "routing": {"header": "X-Client-Type", "weights": {"baseline": 100, "candidate": 0}},
+            "variants": {v: {"endpoints": [f"127.0.0.1:{upstream}"]} for v in VARIANTS},
+            "routing": {
+                "header": "X-Client-Type",
+                "weights": {"baseline": 100, "candidate": 0},
+                **(routing or {}),
+            },
             "timeouts": {"request": "10s"},
             "health_check": None,
         }
     )
-    listener = build_listener(ListenerAddress("127.0.0.1", listen))
+    listener = build_listener(ListenerAddress("127.0.0.1", listen), spec.routing)
     manager = hcm_pb2.HttpConnectionManager()
     listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
     manager.ClearField("rds")
@@ -87,7 +96,7 @@ def bootstrap(listen: int, admin: int, upstream: int, receiver: int, measure: bo
     )
     config.ClearField("dynamic_resources")
     config.static_resources.listeners.append(listener)
-    for cluster in ("baseline", names.models_cluster("baseline")):
+    for cluster in (*VARIANTS, names.models_cluster("baseline")):
         config.static_resources.clusters.append(
             cluster_pb2.Cluster(
                 name=cluster,
@@ -122,23 +131,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+Requests = Callable[[int], dict]  # the i-th request's httpx keyword arguments (its body, its headers)
+
+
 def interleaved(
-    urls: dict[str, str], pids: dict[str, int], body: dict, n: int, block: int, warmup: int
+    urls: dict[str, str],
+    pids: dict[str, int],
+    body: dict | Requests,
+    n: int,
+    block: int,
+    warmup: int,
+    reference: str = "off",
 ) -> dict:
+    """Each Envoy's latency and CPU over `n` requests, in alternating blocks; `added_ms`: each one's
+    quantiles less the `reference` Envoy's."""
+    request: Requests = body if callable(body) else (lambda i: {"json": body})
     latencies: dict[str, list[float]] = {name: [] for name in urls}
     cpu = dict.fromkeys(urls, 0.0)
     clients = {name: httpx.Client(base_url=url, timeout=10) for name, url in urls.items()}
     try:
         for client in clients.values():
-            for _ in range(warmup):
-                client.post(INFERENCE_PATH, json=body).raise_for_status()
+            for i in range(warmup):
+                client.post(INFERENCE_PATH, **request(i)).raise_for_status()
         order = list(urls)
         for b in range(n // block):
             for name in order if b % 2 == 0 else order[::-1]:
                 client, before = clients[name], cpu_seconds(pids[name])
-                for _ in range(block):
+                for i in range(block):
+                    kwargs = request(b * block + i)
                     started = time.perf_counter()
-                    response = client.post(INFERENCE_PATH, json=body)
+                    response = client.post(INFERENCE_PATH, **kwargs)
                     response.read()
                     latencies[name].append(time.perf_counter() - started)
                     response.raise_for_status()
@@ -152,7 +174,11 @@ def interleaved(
             name: {"latency_ms": stats[name], "envoy_cpu_s_per_1000": round(cpu[name] * 1000 / n, 3)}
             for name in urls
         },
-        "added_ms": {q: round(stats["on"][q] - stats["off"][q], 4) for q in ("p50", "p90", "p99", "mean")},
+        "added_ms": {
+            name: {q: round(stats[name][q] - stats[reference][q], 4) for q in ("p50", "p90", "p99", "mean")}
+            for name in urls
+            if name != reference
+        },
     }
 
 

@@ -9,6 +9,7 @@ them, failed under CI.
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from gateway.xds.server import KEEPALIVE_S, KEEPALIVE_TIMEOUT_S
@@ -71,3 +72,18 @@ def test_a_model_server_host_partitioned_away_is_ejected_and_the_fallback_carrie
     measured = scenarios.upstream_partitioned(fleet)
     assert len(measured["failures"]) <= measured["in_flight_at_most"], measured["failures"]
     assert measured["requests"] > 50
+
+
+def test_two_envoys_on_two_hosts_put_each_client_on_the_same_variant(network, tmp_path):
+    """Cohorts need no pin store: the variant is a function of the client's key and the live weights, so
+    two proxies on two hosts, programmed alike, agree on every client (`routing.affinity`, 20 %)."""
+    fleet = Fleet(network, tmp_path, envoys=2, routing={"affinity": [{"header": "x-user-id"}]}).start()
+    clients = [f"client-{i}" for i in range(300)]
+    seen = []
+    with httpx.Client() as client:
+        for envoy in range(2):
+            answers = [fleet.request(envoy, client, {"x-user-id": key}) for key in clients]
+            assert {answer.status_code for answer in answers} == {200}
+            seen.append([answer.headers["x-graystack-variant"] for answer in answers])
+    assert seen[0] == seen[1]
+    assert 30 <= seen[0].count("zero-layer") <= 95  # 20 % of 300 clients, within its binomial bounds

@@ -67,7 +67,9 @@ class Fleet:
         envoys: int = 3,
         xds_delay_ms: float = 0.0,
         strategy: bool = False,
+        routing: dict | None = None,
     ) -> None:
+        """`routing`: fields over the fleet spec's routing (cohorts, for one)."""
         self.network = network
         self.workdir = workdir
         self.logs = workdir / "logs"
@@ -75,6 +77,7 @@ class Fleet:
         self.envoy_count = envoys
         self.xds_delay_ms = xds_delay_ms
         self.strategy = strategy
+        self.routing = routing or {}
         self.gateway_host = network.host("gateway")
         self.upstreams = {"baseline": network.host("baseline"), "zero-layer": network.host("candidate")}
         self.envoys = [network.host(f"envoy{i}") for i in range(1, envoys + 1)]
@@ -92,7 +95,9 @@ class Fleet:
             wait_until(
                 lambda h=host: self._get(f"http://{h.ip}:{UPSTREAM_PORT}/readyz"), 20, f"upstream {host.name}"
             )
-        self.spec_path.write_text(yaml.safe_dump(fleet_spec(*self.upstreams.values(), self.strategy)))
+        spec = fleet_spec(*self.upstreams.values(), self.strategy)
+        spec["routing"].update(self.routing)
+        self.spec_path.write_text(yaml.safe_dump(spec))
         self.start_gateway()
         xds = (self.gateway_host.ip, XDS_PORT)
         if self.xds_delay_ms:
@@ -141,10 +146,12 @@ class Fleet:
 
     # -- driving it -------------------------------------------------------------------------------
 
-    def request(self, envoy: int, client: httpx.Client | None = None) -> httpx.Response:
+    def request(
+        self, envoy: int, client: httpx.Client | None = None, headers: dict | None = None
+    ) -> httpx.Response:
         url = f"http://{self.envoys[envoy].ip}:{LISTEN_PORT}{INFERENCE_PATH}"
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-        return (client or httpx).post(url, json=body, timeout=15)
+        return (client or httpx).post(url, json=body, headers=headers, timeout=15)
 
     def status(self) -> Status:
         return self.admin.status()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
 from google.protobuf.message import Message
 
@@ -40,3 +42,22 @@ def circuit_breakers() -> circuit_breaker_pb2.CircuitBreakers:
 
 def socket_address(host: str, port: int) -> address_pb2.Address:
     return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))
+
+
+def http_listener(
+    name: str, manager: hcm_pb2.HttpConnectionManager, address: address_pb2.Address | None = None
+) -> listener_pb2.Listener:
+    """One HTTP connection manager on `address`; with none, an internal listener, which a cluster
+    reaches by name (the fault and shadow hops: gateway/envoy/faults.py, shadow.py)."""
+    chain = listener_components_pb2.FilterChain(
+        filters=[
+            listener_components_pb2.Filter(
+                name="envoy.filters.network.http_connection_manager", typed_config=any_proto(manager)
+            )
+        ]
+    )
+    if address is None:
+        return listener_pb2.Listener(
+            name=name, internal_listener=listener_pb2.Listener.InternalListenerConfig(), filter_chains=[chain]
+        )
+    return listener_pb2.Listener(name=name, address=address, filter_chains=[chain])

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import address_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.filters.common.fault.v3 import fault_pb2 as common_fault_pb2
 from envoy.extensions.filters.http.fault.v3 import fault_pb2
@@ -54,7 +54,14 @@ from envoy.type.v3 import percent_pb2
 
 from gateway import names
 from gateway.envoy.balancing import load_balancing
-from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
+from gateway.envoy.common import (
+    ads_config_source,
+    any_proto,
+    circuit_breakers,
+    duration,
+    http_listener,
+    socket_address,
+)
 from gateway.envoy.variant_header import variant_metadata
 
 MAX_LATENCY_MS = 600_000
@@ -200,16 +207,4 @@ def build_fault_listener(variant: str) -> listener_pb2.Listener:
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
     )
-    return listener_pb2.Listener(
-        name=names.fault_listener(variant),
-        internal_listener=listener_pb2.Listener.InternalListenerConfig(),
-        filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[
-                    listener_components_pb2.Filter(
-                        name="envoy.filters.network.http_connection_manager", typed_config=any_proto(manager)
-                    )
-                ]
-            )
-        ],
-    )
+    return http_listener(names.fault_listener(variant), manager)

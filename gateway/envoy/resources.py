@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2
 from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
@@ -30,7 +30,14 @@ from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
 from gateway.envoy.api_routes import baseline_variant
 from gateway.envoy.balancing import load_balancing
-from gateway.envoy.common import ads_config_source, any_proto, circuit_breakers, duration, socket_address
+from gateway.envoy.common import (
+    ads_config_source,
+    any_proto,
+    circuit_breakers,
+    duration,
+    http_listener,
+    socket_address,
+)
 from gateway.envoy.faults import (
     Fault,
     build_fault_listener,
@@ -266,16 +273,4 @@ def build_listener(listen: ListenerAddress, routing: Routing | None = None) -> l
         local_reply_config=build_local_reply_config(),
         access_log=[build_answer_log(listen.answer_log_cluster)],
     )
-    return listener_pb2.Listener(
-        name=names.LISTENER,
-        address=socket_address(listen.host, listen.port),
-        filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[
-                    listener_components_pb2.Filter(
-                        name="envoy.filters.network.http_connection_manager", typed_config=any_proto(manager)
-                    )
-                ]
-            )
-        ],
-    )
+    return http_listener(names.LISTENER, manager, socket_address(listen.host, listen.port))

@@ -18,7 +18,7 @@ from __future__ import annotations
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import address_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
@@ -27,7 +27,7 @@ from gateway import names
 from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
 from gateway.envoy.api_routes import entry_match, route_name, split_entries
-from gateway.envoy.common import any_proto, circuit_breakers, duration
+from gateway.envoy.common import any_proto, circuit_breakers, duration, http_listener
 from gateway.envoy.variant_header import served_header, variant_metadata
 from gateway.spec.model import RolloutSpec
 
@@ -87,16 +87,4 @@ def build_shadow_listener(spec: RolloutSpec, variant: str, answer_log_cluster: s
         ],
         access_log=[build_answer_log(answer_log_cluster, names.SHADOW_LOG)],
     )
-    return listener_pb2.Listener(
-        name=names.shadow_listener(variant),
-        internal_listener=listener_pb2.Listener.InternalListenerConfig(),
-        filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[
-                    listener_components_pb2.Filter(
-                        name="envoy.filters.network.http_connection_manager", typed_config=any_proto(manager)
-                    )
-                ]
-            )
-        ],
-    )
+    return http_listener(names.shadow_listener(variant), manager)

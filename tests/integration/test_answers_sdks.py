@@ -18,6 +18,7 @@ from tests.support.model_server import start_model_server, variant_weights, wait
 pytestmark = pytest.mark.integration
 
 TTFT_BOUND_S = 0.025  # as tests/integration/test_answers.py: the client reads later, by a few ms
+TRIES = 3
 PROMPT = "The gateway measures every answer"
 
 
@@ -98,9 +99,15 @@ async def test_the_gateway_agrees_with_the_sdks_on_graystack_servers(measured):
     }
     try:
         for case, ask in cases.items():
-            client, answer = await measure(measured, ask)
-            assert answer.ttft is not None, case
-            assert -0.001 <= client - answer.ttft <= TTFT_BOUND_S, (case, client, answer)
+            gaps = []
+            for _ in range(TRIES):
+                client, answer = await measure(measured, ask)
+                assert answer.ttft is not None, case
+                assert client - answer.ttft >= -0.001, (case, client, answer)  # the client reads later
+                gaps.append(client - answer.ttft)
+            # a gateway that took another moment for the first token is off in every try; one scheduling
+            # hiccup on a loaded 2-core box (CI once saw 35 ms) is off in one
+            assert min(gaps) <= TTFT_BOUND_S, (case, gaps, answer)
             assert (answer.ending, answer.status, answer.variant) == ("complete", 200, "baseline"), case
             assert answer.output_tokens is not None, (case, answer)
             assert 1 <= answer.output_tokens <= 12, (case, answer)

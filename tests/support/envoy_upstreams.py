@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from gateway import names
-from graystack.local.gateway_stack import VARIANTS, answers, default_spec, envoy_argv
-from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from graystack.local.gateway_stack import VARIANTS, StandIns, answers, default_spec, envoy_argv
+from graystack.local.processes import free_port, start_process, wait_until
 
 
 def _listener(variant: str, port: int) -> dict:
@@ -44,14 +44,13 @@ def _listener(variant: str, port: int) -> dict:
     }
 
 
-class EnvoyUpstreams:
-    """Both variants' upstreams in one Envoy process, one listener per variant."""
-
-    port_names = VARIANTS
+class EnvoyUpstreams(StandIns):
+    """Both variants' upstreams in one Envoy process, one listener per variant; otherwise StandIns (the
+    guard measures nothing)."""
 
     def __init__(self, envoy: str) -> None:
+        super().__init__()
         self.envoy = envoy
-        self.running: ManagedProcess | None = None
 
     def start(self, ports: Mapping[str, int], logs: Path) -> dict:
         config = {
@@ -61,16 +60,9 @@ class EnvoyUpstreams:
         path = logs.parent / "upstreams-envoy.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(config))
-        self.running = start_process("upstreams-envoy", envoy_argv(self.envoy, path, 1), logs)
+        self.running["upstreams-envoy"] = start_process(
+            "upstreams-envoy", envoy_argv(self.envoy, path, 1), logs
+        )
         for variant in VARIANTS:
             wait_until(partial(answers, ports[variant], "/readyz"), 15, f"{variant}'s upstream listener")
         return default_spec(ports["baseline"], ports["zero-layer"])
-
-    def gateway_args(self, envoy_admin: str) -> list[str]:
-        return []
-
-    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        return {}
-
-    def processes(self) -> list[ManagedProcess]:
-        return [self.running] if self.running is not None else []

@@ -200,7 +200,7 @@ class GatewayProcess:
 
     def _measured(self, make: ProviderFactory) -> ProviderFactory:
         """Each provider's looks with the answers this gateway measured added (gateway/metrics/answered.py)."""
-        return lambda spec: WithAnswers(make(spec), self.answers)
+        return lambda spec: WithAnswers(make(spec), self.answers, clients=bool(spec.routing.affinity))
 
     async def start(self) -> None:
         self._grpc = await start_server(

@@ -61,7 +61,9 @@ class Answer:
     and events the filter could not place (malformed SSE, unknown events, parse failures). `shadow`: a
     mirrored copy, whose answer went to no client (gateway/envoy/shadow.py). `affinity`: the
     `routing.affinity` source that gave the request its client key (`header:x-user-id`, `body:user`), so
-    its variant was the key's cohort; None: no key, split at random (or no affinity configured)."""
+    its variant was the key's cohort; None: no key, split at random (or no affinity configured). `client`:
+    that key as a 64-bit digest (the key itself, a user id, is never kept), so the analysis can count a
+    client once (gateway/metrics/client_units.py)."""
 
     variant: str
     answered_by: str | None
@@ -84,6 +86,7 @@ class Answer:
     unreadable: int = 0
     shadow: bool = False
     affinity: str | None = None
+    client: int | None = None
 
     @property
     def failed(self) -> bool:

@@ -55,7 +55,7 @@ def build_answer_log(
             buffer_flush_interval=duration(FLUSH_S),
             buffer_size_bytes=wrappers_pb2.UInt32Value(value=BUFFER_BYTES),
         ),
-        additional_request_headers_to_log=[names.SEGMENT_HEADER],
+        additional_request_headers_to_log=[names.SEGMENT_HEADER, names.AFFINITY_HEADER],
         additional_response_headers_to_log=[names.VARIANT_HEADER],
     )
     return accesslog_pb2.AccessLog(name=LOGGER, filter=only_posts, typed_config=any_proto(config))

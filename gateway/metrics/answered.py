@@ -16,17 +16,20 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 
 from gateway.answers.answer import Answer
 from gateway.answers.store import AnswerStore
+from gateway.metrics.client_units import ClientUnits
 from gateway.metrics.observations import (
     ERRORS,
     GENERATED,
     ITL,
     TTFT,
+    UNIT_ERRORS,
+    UNITS,
     CounterKey,
     Observations,
     SampleKey,
@@ -36,13 +39,22 @@ from gateway.metrics.provider import MetricsProvider
 
 ANSWERS_SOURCE = "gateway: answers failed after their status"
 TOKENS_SOURCE = "gateway: output tokens of the answers measured"
+UNITS_SOURCE = "gateway: answers, each client once per variant"
 
 
 class WithAnswers:
-    def __init__(self, provider: MetricsProvider, answers: AnswerStore) -> None:
+    def __init__(self, provider: MetricsProvider, answers: AnswerStore, clients: bool = False) -> None:
         self.provider = provider
         self.answers = answers
         self._cursor = answers.cursor  # the next look's samples are the answers measured after it
+        self.units = ClientUnits() if clients else None
+        self._units: Counter[str] = Counter()
+        self._unit_errors: Counter[str] = Counter()
+
+    def new_count(self) -> None:
+        if self.units is not None:
+            self.units.restart()
+        self.provider.new_count()
 
     async def observe(self) -> Observations:
         seen = await self.provider.observe()
@@ -50,10 +62,12 @@ class WithAnswers:
         self._cursor = batch.cursor
         if seen.error is not None:
             return seen
+        observed = list(batch.answers) if self.units is None else self.units.take(batch.answers)
         failed = {
             CounterKey(variant, ERRORS, source=ANSWERS_SOURCE): float(count)
             for variant, count in self.answers.failed_after_start.items()
         }
+        units = self._count_units(observed) if self.units is not None else {}
         measured = self.answers.output_tokens
         tokens = {
             CounterKey(variant, GENERATED, source=TOKENS_SOURCE): float(n) for variant, n in measured.items()
@@ -63,7 +77,19 @@ class WithAnswers:
             for key, value in seen.counters.items()
             if not (key.signal == GENERATED and key.variant in measured)
         }
-        return replace(seen, counters={**servers, **failed, **tokens}, samples=samples(batch.answers))
+        counters = {**servers, **failed, **tokens, **units}
+        return replace(seen, counters=counters, samples=samples(observed))
+
+    def _count_units(self, measured: Iterable[Answer]) -> dict[CounterKey, float]:
+        """The cumulative UNITS and UNIT_ERRORS series, with this look's observations added."""
+        for answer in measured:
+            self._units[answer.variant] += 1
+            self._unit_errors[answer.variant] += answer.failed or answer.server != answer.variant
+        return {
+            CounterKey(variant, signal, source=UNITS_SOURCE): float(counts[variant])
+            for variant in self._units
+            for signal, counts in ((UNITS, self._units), (UNIT_ERRORS, self._unit_errors))
+        }
 
 
 def samples(answers: Iterable[Answer]) -> dict[SampleKey, tuple[float, ...]]:

@@ -187,6 +187,9 @@ class DirectProvider:
             for suffix in ("_bucket", "_sum")
         }
 
+    def new_count(self) -> None:
+        """Nothing is kept between looks."""
+
     async def observe(self) -> Observations:
         targets = [(None, self.envoy_url, {"filter": ENVOY_FILTER}), *((v, url, {}) for v, url in self.pods)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:

@@ -42,7 +42,11 @@ DIFFERED = "differed"  # of those, a different answer
 GENERATED = (
     "generated"  # tokens the model servers generated (graystack_tokens_total{kind="generated"}, vLLM's)
 )
-SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED, GENERATED)
+# With cohorts (routing.affinity), what the error tests count instead of REQUESTS and ERRORS: the
+# gateway's answers with each client counted once per variant (gateway/metrics/client_units.py)
+UNITS = "units"
+UNIT_ERRORS = "unit_errors"
+SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED, GENERATED, UNITS, UNIT_ERRORS)
 
 
 UNLABELLED = "*"  # the segment of a histogram without a `segment` label (a server that is not graystack's)

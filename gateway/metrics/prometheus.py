@@ -63,6 +63,9 @@ class PrometheusProvider:
         """Query `name` as asked for `variant`."""
         return render(self.queries[name], variant, route_cluster(variant, self.fallback))
 
+    def new_count(self) -> None:
+        """Nothing is kept between looks."""
+
     async def observe(self) -> Observations:
         at = self.clock()
         asked = [(variant, name) for variant in self.variants for name in self.queries]

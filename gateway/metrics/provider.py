@@ -19,3 +19,8 @@ class MetricsProvider(Protocol):
         own policy (retry, then freeze or roll back), rather than crash the controller.
         """
         ...
+
+    def new_count(self) -> None:
+        """A new count began (the rollout moved to another stage, or its tests started over): forget
+        who was counted (the clients, gateway/metrics/client_units.py). Stateless providers do nothing."""
+        ...

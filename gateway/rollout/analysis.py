@@ -121,12 +121,17 @@ def _threshold_check(name: str, test: ThresholdTest, plan: Plan, shared: bool, r
                  shared and verdict == Verdict.FAIL)  # fmt: skip
 
 
+def _units(plan: Plan) -> str:
+    """What the error tests count: requests, or with cohorts each client once (metrics/client_units.py)."""
+    return "observations (a client counted once)" if plan.client_units else "requests"
+
+
 def _error_rate(plan: Plan, evidence: Evidence) -> Check:
     test, stage = evidence.candidate_errors, evidence.stage
     lower, upper = evidence.error_bounds
     failing = fired(test.log_evalue, plan.log_bound)
     shared = _baseline_fired(plan, evidence.baseline_errors)
-    counts = f"{test.events} errors in {test.requests} candidate requests this rollout"
+    counts = f"{test.events} errors in {test.requests} candidate {_units(plan)} this rollout"
     if failing:
         reason = (
             f"error rate above {plan.max_error_rate:.2%}: log e-value {test.log_evalue:.2f} >= "
@@ -136,7 +141,7 @@ def _error_rate(plan: Plan, evidence: Evidence) -> Check:
         verdict, bound = Verdict.FAIL, lower
     elif stage.requests < plan.stage_requests:
         reason = (
-            f"extending: {stage.requests} of the {plan.stage_requests} candidate requests this stage "
+            f"extending: {stage.requests} of the {plan.stage_requests} candidate {_units(plan)} this stage "
             f"needs to catch its smallest regression; {counts}"
         )
         verdict, bound = Verdict.INCONCLUSIVE, upper
@@ -196,7 +201,7 @@ def _error_ratio(plan: Plan, evidence: Evidence, test: RatioTest) -> Check:
 def _measurements_missing(plan: Plan, evidence: Evidence) -> str | None:
     """Why a latency check judged on the gateway's answers has nothing to judge though the candidate had
     requests (its answers never reached the gateway): such a check holds, never passes. None otherwise."""
-    requests = evidence.candidate_errors.requests
+    requests = evidence.sent
     if not plan.exact_latency or evidence.answered or not requests:
         return None
     return (

@@ -54,7 +54,7 @@ from gateway.rollout.rollout_state import (
 )
 from gateway.rollout.state_store import SavedState, StateStore
 from gateway.rollout.status import RolloutStatus
-from gateway.rollout.views import check_dict, rollout_split, rollout_status
+from gateway.rollout.views import check_dict, rollout_split, rollout_status, stage_of
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
 
@@ -208,6 +208,8 @@ class RolloutController:
             self.tests_started = done.tests_started
             log.warning("rollout %s: new sequential tests: %s", spec.name, done.tests_started)
         before, state = self.state, done.state
+        if done.tests_started is not None or stage_of(state) != stage_of(before):
+            self.guard.new_count()  # with cohorts, each client counts once per stage (client_units.py)
         self._carried = done.carried
         ignored = None
         for action in done.actions:

@@ -92,6 +92,7 @@ class Evidence:
     ttft_exact: ExactShiftTest | None = None  # ... on the answers' exact values (plan.exact_latency)
     itl_exact: ExactShiftTest | None = None
     answered: int = 0  # candidate answers the gateway measured, any segment (none: measurements missing)
+    sent: int = 0  # candidate requests as Envoy counted them (with cohorts the error tests count clients)
     disagreement: ThresholdTest | None = None
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
     ttft_probed: int = 0  # of those, the probes' (servers with no TTFT histogram)
@@ -120,7 +121,11 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
     """`evidence` with one look's increments added (`looks`: per variant; `stage`: where the rollout
     stands now, whose counts the stage totals collect)."""
     ours, theirs = looks.get(plan.candidate, VariantLook()), looks.get(plan.baseline, VariantLook())
-    candidate_errors = evidence.candidate_errors.update(ours.requests, ours.errors)
+    (n_ours, x_ours), (n_theirs, x_theirs) = (
+        ours.counted(plan.client_units),
+        theirs.counted(plan.client_units),
+    )
+    candidate_errors = evidence.candidate_errors.update(n_ours, x_ours)
     lower, upper = evidence.error_bounds
     new_lower, new_upper = error_rate_bounds(
         candidate_errors.events, candidate_errors.requests, plan.alpha, plan.max_error_rate
@@ -128,17 +133,18 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
     evidence = replace(
         evidence,
         candidate_errors=candidate_errors,
-        baseline_errors=evidence.baseline_errors.update(theirs.requests, theirs.errors),
+        baseline_errors=evidence.baseline_errors.update(n_theirs, x_theirs),
         error_bounds=(max(lower, new_lower), min(upper, new_upper)),
         stage=_stage_counts(evidence.stage, stage, ours, theirs, plan),
     )
     if evidence.error_ratio is not None:
-        strata = [(ours.requests, ours.errors, theirs.requests, theirs.errors)]
+        strata = [(n_ours, x_ours, n_theirs, x_theirs)]
         evidence = replace(evidence, error_ratio=evidence.error_ratio.update(strata))
     if evidence.disagreement is not None:
         evidence = replace(evidence, disagreement=evidence.disagreement.update(ours.compared, ours.differed))
     if plan.exact_latency:
-        evidence = replace(evidence, answered=evidence.answered + sum(map(len, ours.ttft_values.values())))
+        answered = evidence.answered + sum(map(len, ours.ttft_values.values()))
+        evidence = replace(evidence, answered=answered, sent=evidence.sent + ours.requests)
     evidence = _ttft_slo(evidence, plan, ours, theirs)
     return _shifts(evidence, plan, ours, theirs)
 
@@ -148,10 +154,11 @@ def _stage_counts(
 ) -> StageCounts:
     if counts.stage != stage:
         counts = StageCounts(stage)
+    requests, errors = ours.counted(plan.client_units)
     return replace(
         counts,
-        requests=counts.requests + ours.requests,
-        errors=counts.errors + ours.errors,
+        requests=counts.requests + requests,
+        errors=counts.errors + errors,
         candidate_latency=_add_latency(counts.candidate_latency, ours, plan),
         baseline_latency=_add_latency(counts.baseline_latency, theirs, plan),
     )

@@ -1,4 +1,5 @@
-"""The guard's metrics provider: built from the spec's variants and source, rebuilt when those change.
+"""The guard's metrics provider: built from the spec's variants, source and whether cohorts are on
+(clients are then the tests' unit, gateway/metrics/client_units.py), rebuilt when those change.
 
 Without one (no metrics source, or a spec that names no baseline) the guard is off, and `off` says why:
 status shows it, and no analysis runs (the strategy moves only by operator commands).
@@ -32,7 +33,12 @@ class Guard:
 
     def provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:
         """The provider for this spec (None: the guard is off, and `off` says why)."""
-        key = (tuple(spec.variants), spec.retries.fallback, spec.analysis.provider)
+        key = (
+            tuple(spec.variants),
+            spec.retries.fallback,
+            spec.analysis.provider,
+            bool(spec.routing.affinity),
+        )
         if key != self._key:
             self._key = key
             try:
@@ -42,3 +48,8 @@ class Guard:
                 self._provider, self.off = None, str(error)
                 log.warning("rollout %s: the guard is off: %s", spec.name, error)
         return self._provider
+
+    def new_count(self) -> None:
+        """A new stage, or new tests: the provider forgets who it counted (client_units.py)."""
+        if self._provider is not None:
+            self._provider.new_count()

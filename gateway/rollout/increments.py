@@ -28,6 +28,8 @@ from gateway.metrics.observations import (
     REQUESTS,
     TTFT,
     TTFT_SUM,
+    UNIT_ERRORS,
+    UNITS,
     CounterKey,
     SampleKey,
 )
@@ -75,6 +77,13 @@ class VariantLook:
     # exact per-request values measured this look, by stratum (gateway/metrics/answered.py)
     ttft_values: Mapping[str, Sequence[float]] = field(default_factory=dict)
     itl_values: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    # with cohorts, the observations the error tests count: each client once (metrics/client_units.py)
+    units: int = 0
+    unit_errors: int = 0
+
+    def counted(self, client_units: bool) -> tuple[int, int]:
+        """(observations, failed ones) as the error tests count them: requests, or clients with cohorts."""
+        return (self.units, self.unit_errors) if client_units else (self.requests, self.errors)
 
 
 def pods(counters: Counters, variant: str) -> int:
@@ -119,6 +128,7 @@ def per_variant(
             for signal in (TTFT, ITL)
         }
         compared = round(scalars[variant, COMPARED])
+        units = round(scalars[variant, UNITS])
         looks[variant] = VariantLook(
             requests=requests,
             errors=min(round(scalars[variant, ERRORS]), requests),
@@ -130,6 +140,8 @@ def per_variant(
             generated=round(scalars[variant, GENERATED]),
             ttft_values=exact[TTFT],
             itl_values=exact[ITL],
+            units=units,
+            unit_errors=min(round(scalars[variant, UNIT_ERRORS]), units),
         )
     return looks
 

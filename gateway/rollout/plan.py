@@ -14,6 +14,10 @@ nor is traffic that reached a server without passing a route (probes, direct cli
 counters do not say which segment an attempt came from, so the error-ratio test runs only where the
 spec has no header rule at all; the latency comparisons read the model servers' histograms, which do
 (their `segment` label, set from the header each route adds).
+
+With cohorts (`routing.affinity`) a client's requests all go to its cohort's variant, so the unit that
+is randomised is the client, not the request: the error tests then count each client once per variant
+(gateway/metrics/client_units.py), and the latency tests read only those answers.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class Plan:
     max_error_ratio: float | None
     max_latency_ratio: float | None
     exact_latency: bool  # the latency comparisons run on the answers' exact values, not on histograms
+    client_units: bool  # cohorts assign clients: the tests count each client once (metrics/client_units.py)
     max_ttft_p95: float | None
     max_disagreement: float | None
     randomised_segments: frozenset[str]  # segments whose traffic is split at random between the two
@@ -124,6 +129,7 @@ def plan_for(spec: RolloutSpec) -> Plan:
         "segments": sorted(randomised),
         # only for answers, so the tests of rollouts saved on histograms before the setting existed go on
         **({"latency_source": analysis.latency_source} if analysis.latency_source != "histograms" else {}),
+        **({"client_units": True} if spec.routing.affinity else {}),  # likewise: absent without cohorts
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     agreement = analysis.min_shadow_agreement
@@ -137,6 +143,7 @@ def plan_for(spec: RolloutSpec) -> Plan:
         max_error_ratio=analysis.max_error_ratio if ERROR_RATIO in tests else None,
         max_latency_ratio=analysis.max_latency_ratio,
         exact_latency=analysis.latency_source == "answers",
+        client_units=bool(spec.routing.affinity),
         max_ttft_p95=analysis.max_ttft_p95,
         max_disagreement=None if agreement is None else 1 - agreement,
         randomised_segments=frozenset(randomised),

@@ -59,6 +59,10 @@ class CountingProvider:
     error: str | None = None
     counters: dict[CounterKey, float] = field(default_factory=lambda: defaultdict(float))
     looks: int = 0
+    counts_started: int = 0  # new_count() calls: a new stage, or new tests
+
+    def new_count(self) -> None:
+        self.counts_started += 1
 
     async def observe(self) -> Observations:
         if self.error is not None:

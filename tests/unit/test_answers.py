@@ -209,7 +209,7 @@ def test_the_listener_measures_before_routing_and_logs_posts_to_the_xds_cluster(
     log.typed_config.Unpack(config)
     assert config.common_config.log_name == names.ANSWER_LOG
     assert config.common_config.grpc_service.envoy_grpc.cluster_name == names.XDS_CLUSTER
-    assert list(config.additional_request_headers_to_log) == [names.SEGMENT_HEADER]
+    assert list(config.additional_request_headers_to_log) == [names.SEGMENT_HEADER, names.AFFINITY_HEADER]
 
 
 def test_a_first_token_before_the_request_started_is_no_ttft():

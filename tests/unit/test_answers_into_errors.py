@@ -19,6 +19,9 @@ class Fixed:
     def __init__(self, seen: Observations) -> None:
         self.seen = seen
 
+    def new_count(self) -> None:
+        pass
+
     async def observe(self) -> Observations:
         return self.seen
 

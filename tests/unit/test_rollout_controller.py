@@ -164,11 +164,15 @@ async def test_a_new_rollout_starts_at_its_first_step_and_saves_it(tmp_path, clo
 
 async def test_a_shadow_stage_mirrors_to_the_candidate_and_the_first_step_stops_mirroring(tmp_path, clock):
     gateway = new_gateway(load_yaml(DESIGN_EXAMPLE))
-    controller = new_controller(gateway, tmp_path, clock)
+    provider = CountingProvider(HEALTHY)
+    controller = new_controller(gateway, tmp_path, clock, provider)
     assert controller.status().phase == "shadow"
     assert gateway.live.routing.weights == {"baseline": 100, "zero-layer": 0}
     assert gateway.live.routing.mirror == Mirror(variant="zero-layer", percent=100)
+    await controller.tick()  # the guard's provider is made at the first look
+    counted = provider.counts_started
     await controller.command(Command.PROMOTE)
+    assert provider.counts_started == counted + 1  # with cohorts, clients count anew in the new stage
     assert gateway.live.routing.weights == {"baseline": 95, "zero-layer": 5}
     assert gateway.live.routing.mirror is None
     assert gateway.status().routing.mirror is None
@@ -594,7 +598,7 @@ async def test_a_restarted_server_counts_from_zero_and_no_increment_is_negative(
     assert controller.state.evidence.candidate_errors.requests == 300
 
 
-async def test_a_lost_state_starts_new_tests_and_says_so(tmp_path, clock):
+async def test_a_lost_state_starts_new_count_and_says_so(tmp_path, clock):
     gateway = new_gateway()
     controller = new_controller(gateway, tmp_path, clock)
     await controller.tick()

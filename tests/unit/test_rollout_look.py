@@ -154,7 +154,7 @@ def test_an_unreadable_look_is_an_error_once_a_proxy_connected_and_a_hold_before
     assert (unseen.state.errors, unseen.state.paused) == (0, False)
 
 
-def test_a_command_looks_at_no_metrics_and_a_retry_starts_new_tests_saying_why():
+def test_a_command_looks_at_no_metrics_and_a_retry_starts_new_count_saying_why():
     run = Run(spec())
     run.after(1, HEALTHY)
     rollback = run.after(1, Command.ROLLBACK)
@@ -171,6 +171,9 @@ async def test_the_label_the_look_returns_is_the_one_status_shows_and_the_metric
 
     class Replay:
         seen = Observations()
+
+        def new_count(self) -> None:
+            pass
 
         async def observe(self) -> Observations:
             return self.seen

@@ -300,7 +300,7 @@ def test_a_candidate_specific_failure_during_a_held_incident_still_rolls_back():
     assert run.state.phase == Phase.ROLLED_BACK
 
 
-def test_resuming_after_a_held_incident_starts_new_tests_and_retry_does_too():
+def test_resuming_after_a_held_incident_starts_new_count_and_retry_does_too():
     evidence = object()  # the machine never looks inside the evidence: it keeps it or drops it
     spec = make_spec({"steps": STEPS}, on_shared_incident="hold")
     run = Run(spec).to_step(1)

@@ -35,6 +35,8 @@ class Run:
         self.client_types = config.parse_mix(options.client_types, "client types")
         self.prompt_lengths = config.parse_prompt_lengths(options.prompt_lengths)
         self.think_time = config.parse_think_time(options.think_time)
+        if options.conversation_turns < 1:
+            raise ValueError(f"conversation turns: {options.conversation_turns} is not 1 or more")
         self.tally = Tally()
         self.turns = Stickiness()  # what this process's conversation users counted since its last report
         self.stickiness = Stickiness()  # every process's, summed

@@ -84,7 +84,10 @@ def conversations(
         argv += ["--run-time", f"{seconds}s", "--stop-timeout", "2", "--conversation-turns", str(turns)]
         argv += ["--summary-dir", str(folder)]
         locust = start_process(f"locust-{name}", argv, logs, env)
-        locust.popen.wait(timeout=seconds + 60)
+        try:
+            locust.popen.wait(timeout=seconds + 60)
+        finally:
+            locust.stop()  # by its PID, if it outlived its run
         summary = json.loads((folder / "summary.json").read_text())
     finally:
         envoy.stop()

@@ -37,6 +37,7 @@ from gateway.answers.entries import answer_from
 from gateway.answers.receiver import AnswerReceiver
 from gateway.answers.store import AnswerStore
 from gateway.envoy.answer_filter import FILTER_NAME
+from gateway.envoy.balancing import load_balancing
 from gateway.envoy.bootstrap import BootstrapOptions, build_bootstrap, message_yaml
 from gateway.envoy.common import any_proto, duration
 from gateway.envoy.resources import ListenerAddress, build_listener, build_load_assignment
@@ -63,14 +64,23 @@ class KeepingReceiver(AnswerReceiver):
 
 
 def bootstrap(
-    listen: int, admin: int, upstream: int, receiver: int, measure: bool, routing: dict | None = None
+    listen: int,
+    admin: int,
+    upstream: int,
+    receiver: int,
+    measure: bool,
+    routing: dict | None = None,
+    variants: dict[str, dict] | None = None,
 ) -> str:
     """The builders' listener and routes, static, over clusters with the upstream as their one host.
-    `routing`: fields over the spec's routing (the default: every request to the baseline)."""
+    `routing`: fields over the spec's routing (the default: every request to the baseline); `variants`:
+    fields over a variant's (e.g. endpoints of its own, `load_balancing`), balanced as the builders do."""
     spec = validate_spec(
         {
             "name": "hop",
-            "variants": {v: {"endpoints": [f"127.0.0.1:{upstream}"]} for v in VARIANTS},
+            "variants": {
+                v: {"endpoints": [f"127.0.0.1:{upstream}"], **(variants or {}).get(v, {})} for v in VARIANTS
+            },
             "routing": {
                 "header": "X-Client-Type",
                 "weights": {"baseline": 100, "candidate": 0},
@@ -96,13 +106,15 @@ def bootstrap(
     )
     config.ClearField("dynamic_resources")
     config.static_resources.listeners.append(listener)
-    for cluster in (*VARIANTS, names.models_cluster("baseline")):
+    for cluster, variant in [*((v, v) for v in VARIANTS), (names.models_cluster("baseline"), "baseline")]:
+        hosts = spec.variants[variant].endpoints or []
         config.static_resources.clusters.append(
             cluster_pb2.Cluster(
                 name=cluster,
                 type=cluster_pb2.Cluster.STATIC,
                 connect_timeout=duration(1.0),
-                load_assignment=build_load_assignment("baseline", [("127.0.0.1", upstream)], cluster),
+                load_assignment=build_load_assignment(variant, hosts, cluster),
+                **load_balancing(spec.variants[variant].load_balancing),
             )
         )
     return message_yaml(config)

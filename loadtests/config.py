@@ -17,6 +17,7 @@ DEFAULT_CLIENT_TYPES = "-=6,mobile=2,high_load=2"
 DEFAULT_PROMPT_LENGTHS = "64=6,1024=3,4096=1"
 DEFAULT_MAX_TOKENS = 32
 DEFAULT_THINK_TIME = "0.5-1.5"
+DEFAULT_CONVERSATION_TURNS = 4  # the conversation user's (opt-in: LOADTEST_CONVERSATIONS)
 
 
 def parse_mix(text: str, what: str) -> dict[str, float]:
@@ -99,3 +100,14 @@ def prompt_text(length: int, rng: random.Random) -> str:
         parts.append(word)
         size += len(word) + 1
     return " ".join(parts)[:length]
+
+
+def parse_share(text: str, what: str) -> float:
+    """A share between 0 and 1 (e.g. `0.25`)."""
+    try:
+        share = float(text)
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not a number between 0 and 1") from None
+    if not 0 <= share <= 1:
+        raise ValueError(f"{what}: {text!r} is not between 0 and 1")
+    return share

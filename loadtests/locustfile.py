@@ -5,6 +5,8 @@ Each request is one `/v1/messages` entry (Locust's own time for it stops at the 
 variant (the `x-graystack-variant` header), `TTFT`, `ITL` (mean gap between deltas) and `E2E` entries.
 At the end the summary (loadtests/summary.py) is printed and written beside the CSV, and its verdict
 becomes the exit code. LOAD_SHAPE picks the shape: soak (default), step, or none (--users/--run-time).
+LOADTEST_CONVERSATIONS (a share, default 0) makes that share of the users ConversationUsers: multi-turn
+conversations under one identity, whose turns' stickiness to a variant and a pod the summary reports.
 
     locust -f loadtests/locustfile.py --headless --host http://127.0.0.1:8080 \
         --admin-url http://127.0.0.1:9000 --csv runs/soak/locust --html runs/soak/report.html
@@ -17,22 +19,21 @@ import os
 import random
 import signal
 import time
-from collections import Counter
-from pathlib import Path
+import uuid
+from dataclasses import dataclass
 
 import gevent
 from locust import HttpUser, events, task
 from locust.argument_parser import LocustArgumentParser
 from locust.env import Environment
 from locust.runners import Runner, WorkerRunner
-from locust.stats import RequestStats
 from requests import RequestException
 
-from gateway.spec.fields import parse_duration
-from graystack.admin_client import AdminClient, AdminError
-from loadtests import config, measured, summary
+from graystack.local.standin import POD_HEADER
+from loadtests import config, summary
+from loadtests.conversation import Conversation, Reached
+from loadtests.run import Run
 from loadtests.shapes import SHAPES
-from loadtests.split import SplitTracker, Tally, report_bins
 from loadtests.stream import StreamError, StreamTiming, sse_events
 
 log = logging.getLogger("graystack.loadtest")
@@ -42,6 +43,9 @@ if SHAPE != "none":
     Shape = SHAPES[SHAPE]  # a shape class in the locustfile's namespace is the one Locust runs
 
 REPORT_KEY = "graystack"
+# The share of users that are ConversationUsers (0 to 1; default 0: MessagesUser only). Read when Locust
+# loads this file, as the users' class weights are (a class of weight 0 is not run).
+CONVERSATIONS = config.parse_share(os.environ.get("LOADTEST_CONVERSATIONS") or "0", "LOADTEST_CONVERSATIONS")
 
 
 @events.init_command_line_parser.add_listener
@@ -62,6 +66,13 @@ def _options(parser: LocustArgumentParser) -> None:
         "--max-tokens", env_var="LOADTEST_MAX_TOKENS", type=int, default=config.DEFAULT_MAX_TOKENS
     )
     parser.add_argument("--model", env_var="LOADTEST_MODEL", default="graystack-tiny")
+    parser.add_argument(
+        "--conversation-turns",
+        env_var="LOADTEST_CONVERSATION_TURNS",
+        type=int,
+        default=config.DEFAULT_CONVERSATION_TURNS,
+        help="turns per conversation of the conversation users (LOADTEST_CONVERSATIONS)",
+    )
     parser.add_argument(
         "--think-time",
         env_var="LOADTEST_THINK_TIME",
@@ -105,114 +116,6 @@ def _options(parser: LocustArgumentParser) -> None:
     )
 
 
-class Run:
-    """What this Locust process keeps for the summary: its tally, and (master or local) the totals,
-    the split tracker and the weight poller."""
-
-    def __init__(self, environment: Environment) -> None:
-        options, runner = environment.parsed_options, environment.runner
-        if options is None or runner is None:
-            raise RuntimeError("the locustfile runs under the locust command (its options and a runner)")
-        self.runner = runner
-        self.options = options
-        self.client_types = config.parse_mix(options.client_types, "client types")
-        self.prompt_lengths = config.parse_prompt_lengths(options.prompt_lengths)
-        self.think_time = config.parse_think_time(options.think_time)
-        self.tally = Tally()
-        self.requests: Counter = Counter()
-        self.failures: Counter = Counter()
-        self.tracker = SplitTracker(guard=options.flip_guard, alpha=options.split_alpha)
-        self.started = time.time()
-        self.static = None
-        if options.expected_weights and not options.admin_url:
-            self.static = {"weights": config.parse_mix(options.expected_weights, "expected weights")}
-            self.tracker.observe(0.0, 0.0, self.static)
-        self.poller = None
-        self.gateway_at_start: measured.Readings | None = None
-        if options.admin_url and not isinstance(runner, WorkerRunner):
-            self.admin = AdminClient(options.admin_url, options.admin_token or None, timeout=5)
-            self.gateway_at_start = self.read_gateway()
-            self.poller = gevent.spawn(self._poll_forever)
-
-    def read_gateway(self) -> measured.Readings | None:
-        """The gateway's measurement of every answer so far (None: unreadable, said in the log)."""
-        try:
-            return measured.read(self.admin.metrics())
-        except AdminError as error:
-            log.warning("cannot read what the gateway measured: %s", error)
-            return None
-
-    def poll(self) -> None:
-        sent = time.time()
-        try:
-            live = self.admin.status().routing
-        except AdminError as error:
-            log.warning("cannot read the configured weights: %s", error)
-            live = None
-        routing = live.model_dump() if live else None  # any change to it starts a new period
-        self.tracker.observe(sent, time.time(), routing)
-
-    def _poll_forever(self) -> None:
-        while True:
-            self.poll()
-            self.absorb(self.tally.drain())
-            gevent.sleep(self.options.weights_poll)
-
-    def absorb(self, report: dict, source: str = "local") -> None:
-        self.requests.update(report["requests"])
-        self.failures.update(report["failures"])
-        self.tracker.add(report_bins(report), report["oldest_running"], source)
-
-    def finish(self) -> summary.Summary:
-        if self.poller is not None:
-            self.poller.kill(block=True)
-            self.poll()  # confirms the period of the last requests
-        self.absorb(self.tally.drain())
-        checked = bool(self.options.admin_url or self.static)
-        o = self.options
-        objectives = summary.Objectives(
-            max_error_rate=o.max_error_rate,
-            max_ttft_p95=parse_duration(o.max_ttft_p95) if o.max_ttft_p95 else None,
-            max_e2e_p99=parse_duration(o.max_e2e_p99) if o.max_e2e_p99 else None,
-            split_required=checked,
-        )
-        stats = self.runner.stats
-        at_end = self.read_gateway() if self.gateway_at_start is not None else None
-        gateway = (
-            measured.measured(self.gateway_at_start, at_end) if self.gateway_at_start and at_end else None
-        )
-        result = summary.Summary(
-            variants=[
-                summary.VariantStats(v, self.requests[v], self.failures[v], _latencies(stats, v))
-                for v in sorted(self.requests)
-            ],
-            requests=sum(self.requests.values()),
-            failures=sum(self.failures.values()),
-            user_exceptions=len(self.runner.exceptions),
-            split=self.tracker.result() if checked else None,
-            objectives=objectives,
-            gateway=gateway,
-        )
-        return summary.judge(result)
-
-    def summary_dir(self) -> Path | None:
-        if self.options.summary_dir:
-            return Path(self.options.summary_dir)
-        return Path(self.options.csv_prefix).parent if self.options.csv_prefix else None
-
-
-def _latencies(stats: RequestStats, variant: str) -> dict[str, dict[str, float]]:
-    """p50/p95/p99 in seconds of the variant's TTFT, ITL and E2E entries (Locust's rounded histogram)."""
-    found = {}
-    for kind, entry_type in zip(summary.LATENCIES, ("TTFT", "ITL", "E2E"), strict=True):
-        entry = stats.entries.get((variant, entry_type))
-        if entry is not None and entry.num_requests:
-            found[kind] = {
-                f"p{round(q * 100)}": entry.get_response_time_percentile(q) / 1000 for q in (0.5, 0.95, 0.99)
-            }
-    return found
-
-
 RUN: Run | None = None
 
 
@@ -244,7 +147,7 @@ def _end_early(runner: Runner) -> None:
 
 @events.report_to_master.add_listener
 def _report(client_id: str, data: dict) -> None:
-    data[REPORT_KEY] = _run().tally.drain()
+    data[REPORT_KEY] = _run().drain()
 
 
 @events.worker_report.add_listener
@@ -266,8 +169,20 @@ def _quitting(environment: Environment, **_: object) -> None:
     environment.process_exit_code = result.exit_code
 
 
-class MessagesUser(HttpUser):
-    """One client: a streamed Messages request, a think time, again."""
+@dataclass(frozen=True)
+class Streamed:
+    """One streamed request: whether it failed, where it was answered, and the answer's text."""
+
+    failed: bool
+    reached: Reached
+    text: str
+
+
+class StreamingUser(HttpUser):
+    """What both users share: one client type per user, a think time, and each streamed request's
+    tally and TTFT/ITL/E2E entries."""
+
+    abstract = True
 
     def on_start(self) -> None:
         self.rng = random.Random()
@@ -275,27 +190,20 @@ class MessagesUser(HttpUser):
     def wait_time(self) -> float:
         return self.rng.uniform(*_run().think_time)
 
-    @task
-    def message(self) -> None:
+    def send(self, body: dict, client_type: str, headers: dict[str, str]) -> Streamed:
+        """Send one streamed request, count it, and fire its per-variant latency entries."""
         run = _run()
-        client_type = config.weighted_choice(run.client_types, self.rng)
-        length = config.weighted_choice(run.prompt_lengths, self.rng)
-        body = {
-            "model": run.options.model,
-            "max_tokens": run.options.max_tokens,
-            "stream": True,
-            "messages": [{"role": "user", "content": config.prompt_text(length, self.rng)}],
-        }
-        headers = {} if client_type == config.NO_HEADER else {"X-Client-Type": client_type}
+        if client_type != config.NO_HEADER:
+            headers = {**headers, "X-Client-Type": client_type}
         sent, timing = time.time(), StreamTiming(time.perf_counter())
         run.tally.start(sent)  # stopped mid-stream (the run's end), it stays running: see loadtests/split.py
         try:
-            failed, variant = self._stream(body, headers, timing)
+            streamed = self._stream(body, headers, timing)
         except Exception:
             run.tally.abandon(sent)
             raise
-        run.tally.record(sent, client_type, variant, failed)
-        if not failed:
+        run.tally.record(sent, client_type, streamed.reached.variant, streamed.failed)
+        if not streamed.failed:
             for entry_type, seconds in (
                 ("TTFT", timing.ttft),
                 ("ITL", timing.inter_token),
@@ -304,28 +212,87 @@ class MessagesUser(HttpUser):
                 if seconds is not None:
                     self.environment.events.request.fire(
                         request_type=entry_type,
-                        name=variant,
+                        name=streamed.reached.variant,
                         response_time=seconds * 1000,
                         response_length=0,
                         exception=None,
                         context={},
                     )
+        return streamed
 
-    def _stream(self, body: dict, headers: dict, timing: StreamTiming) -> tuple[bool, str]:
-        """Send one request and read its stream to the end; (failed, the variant that answered)."""
+    def _stream(self, body: dict, headers: dict, timing: StreamTiming) -> Streamed:
+        """Send one request and read its stream to the end."""
         with self.client.post(
             "/v1/messages", json=body, headers=headers, stream=True, catch_response=True
         ) as response:
             variant = response.headers.get("x-graystack-variant", "unknown")
+            reached = Reached(variant, response.headers.get(POD_HEADER))
+            text: list[str] = []
             try:
                 if response.status_code != 200:
                     raise StreamError(f"HTTP {response.status_code}: {response.text[:200]}")
                 lines = (line.decode("utf-8") for line in response.iter_lines())
                 for event in sse_events(lines):
                     timing.record(event, time.perf_counter())
+                    if event.kind == "content_block_delta":
+                        text.append(event.data.get("delta", {}).get("text", ""))
                 timing.check_complete()
             except (StreamError, RequestException, UnicodeDecodeError) as error:
                 response.failure(f"{variant}: {error}")
-                return True, variant
+                return Streamed(True, reached, "")
             response.success()
-            return False, variant
+            return Streamed(False, reached, "".join(text))
+
+
+class MessagesUser(StreamingUser):
+    """One client: a streamed Messages request with a fresh prompt, a think time, again."""
+
+    weight = 100 - round(100 * CONVERSATIONS)
+
+    @task
+    def message(self) -> None:
+        run = _run()
+        length = config.weighted_choice(run.prompt_lengths, self.rng)
+        body = {
+            "model": run.options.model,
+            "max_tokens": run.options.max_tokens,
+            "stream": True,
+            "messages": [{"role": "user", "content": config.prompt_text(length, self.rng)}],
+        }
+        self.send(body, config.weighted_choice(run.client_types, self.rng), {})
+
+
+class ConversationUser(StreamingUser):
+    """One person: one identity, conversations of --conversation-turns turns, each turn carrying the whole
+    conversation so far (loadtests/conversation.py). Runs only with LOADTEST_CONVERSATIONS above 0."""
+
+    weight = round(100 * CONVERSATIONS)
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.client_type = config.weighted_choice(_run().client_types, self.rng)  # one app per person
+        self.user_id = f"user-{uuid.uuid4().hex[:12]}"
+        self.conversation = self._new_conversation()
+
+    def _new_conversation(self) -> Conversation:
+        run = _run()
+        return Conversation(self.user_id, run.options.conversation_turns, run.prompt_lengths, self.rng)
+
+    @task
+    def turn(self) -> None:
+        run, conversation = _run(), self.conversation
+        asked = conversation.ask()
+        body = {
+            "model": run.options.model,
+            "max_tokens": run.options.max_tokens,
+            "stream": True,
+            "messages": asked,
+            "metadata": conversation.metadata(),
+        }
+        streamed = self.send(body, self.client_type, conversation.headers())
+        if streamed.failed or not streamed.text:  # a turn not answered in full (or empty) ends it
+            self.conversation = self._new_conversation()
+            return
+        conversation.answered(asked, streamed.text, streamed.reached, run.turns)
+        if conversation.done:
+            self.conversation = self._new_conversation()

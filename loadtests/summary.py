@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loadtests.conversation import Stickiness
 from loadtests.measured import GatewayStats
 from loadtests.split import SplitResult
 
@@ -45,6 +46,7 @@ class Summary:
     split: SplitResult | None
     objectives: Objectives
     gateway: list[GatewayStats] | None = None  # what the gateway measured (None: no admin URL to read)
+    conversations: Stickiness | None = None  # the conversation users' turns (None: none ran)
     verdict: str = "pass"
     reasons: list[str] = field(default_factory=list)
 
@@ -107,6 +109,8 @@ def render(summary: Summary, started: float) -> str:
         itl = _ms(s.latency.get("inter_token", {}), ("p50", "p95"))
         lines.append(f"{s.variant:<12}{s.requests:>9}{s.failures:>8}  {ttft:<20}{e2e:<20}{itl}")
     lines += _gateway_lines(summary.gateway)
+    if summary.conversations is not None:
+        lines.append(_conversation_line(summary.conversations))
     split = summary.split
     if split is None:
         lines.append("split: not checked (no admin URL and no expected weights)")
@@ -126,6 +130,19 @@ def render(summary: Summary, started: float) -> str:
             )
     lines += [f"verdict: {summary.verdict}", *(f"  - {reason}" for reason in summary.reasons)]
     return "\n".join(lines)
+
+
+def _conversation_line(turns: Stickiness) -> str:
+    """How often a conversation's turn reached the variant, and the pod, of its previous turn."""
+    if not turns.turns:
+        return "conversations: no turn after a first was answered"
+    line = (
+        f"conversations: of {turns.turns} turns after a first, {turns.variant_share:.1%} reached the variant "
+        f"of the previous turn"
+    )
+    if turns.pod_share is None:
+        return line + "; pods: not named by the servers"
+    return line + f", {turns.pod_share:.1%} its pod ({turns.same_pod}/{turns.pod_turns} named)"
 
 
 def _gateway_lines(gateway: list[GatewayStats] | None) -> list[str]:
@@ -150,6 +167,10 @@ def write(summary: Summary, started: float, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.txt").write_text(render(summary, started) + "\n")
     body = asdict(summary)
+    if summary.conversations is not None:
+        body["conversations"].update(
+            variant_share=summary.conversations.variant_share, pod_share=summary.conversations.pod_share
+        )
     body["exit_code"] = summary.exit_code
     body["started"] = started
     if summary.split is not None:

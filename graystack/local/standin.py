@@ -10,6 +10,8 @@ Real HTTP (uvicorn) on loopback, so Envoy sees a real upstream; it is not the mo
 A request whose JSON body asks `"stream": true` is answered, in `ok` mode, with STREAMED_TOKENS content events
 at once in its path's wire format (Messages events on /v1/messages, chat chunks elsewhere), so a benchmark
 can put streams through the gateway's answer filter.
+Started with `--pod NAME`, every answer also carries `x-graystack-pod: NAME` (POD_HEADER), so a load test
+can tell which of a variant's pods answered (graystack's model server names only its variant).
 POST /_control {"mode": ..., "stall_seconds": ..., "anonymous": ...} changes the mode (anonymous: answers
 carry no `x-graystack-variant`, as a server not graystack's); GET /_stats counts answers.
 /readyz and /healthz always answer 200, so only traffic failures are scripted; /health is 404, as on
@@ -27,6 +29,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 STREAMED_TOKENS = 16
+POD_HEADER = "x-graystack-pod"
 
 
 def _asks_to_stream(body: bytes) -> bool:
@@ -74,8 +77,11 @@ async def read_body(receive: Receive) -> bytes:
 
 
 class StandInUpstream:
-    def __init__(self, name: str, mode: str = "ok", stall_seconds: float = 5.0) -> None:
+    def __init__(
+        self, name: str, mode: str = "ok", stall_seconds: float = 5.0, pod: str | None = None
+    ) -> None:
         self.name = name
+        self.pod = pod
         self.mode = mode
         self.stall_seconds = stall_seconds
         self.anonymous = False
@@ -118,9 +124,7 @@ class StandInUpstream:
 
     async def _stream(self, send: Send, path: str) -> None:
         self.answers[200] += 1
-        headers = [(b"content-type", b"text/event-stream")]
-        if not self.anonymous:
-            headers.append((b"x-graystack-variant", self.name.encode()))
+        headers = [(b"content-type", b"text/event-stream"), *self._identity()]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         for event in _stream_events(path.startswith("/v1/messages")):
             await send({"type": "http.response.body", "body": event, "more_body": True})
@@ -130,11 +134,20 @@ class StandInUpstream:
         if count:
             self.answers[status] += 1
         body = json.dumps(payload).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if not self.anonymous:
-            headers.append((b"x-graystack-variant", self.name.encode()))
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *self._identity(),
+        ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    def _identity(self) -> list[tuple[bytes, bytes]]:
+        """The variant's name and, where given, the pod's (none when answering as a server not graystack's)."""
+        if self.anonymous:
+            return []
+        named = [(b"x-graystack-variant", self.name.encode())]
+        return [*named, (POD_HEADER.encode(), self.pod.encode())] if self.pod else named
 
 
 def main() -> None:
@@ -143,8 +156,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1", help="an address inside a test's network namespace")
     parser.add_argument("--mode", default="ok", choices=["ok", "fail", "fail-once", "stall"])
+    parser.add_argument("--pod", help=f"name this pod in every answer's {POD_HEADER} header")
     args = parser.parse_args()
-    app = StandInUpstream(args.name, args.mode)
+    app = StandInUpstream(args.name, args.mode, pod=args.pod)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 

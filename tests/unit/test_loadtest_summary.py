@@ -3,6 +3,7 @@
 import json
 
 from loadtests.config import NO_HEADER
+from loadtests.conversation import Stickiness
 from loadtests.split import SplitTracker, Tally, report_bins
 from loadtests.summary import Objectives, Summary, VariantStats, judge, render, write
 
@@ -78,3 +79,17 @@ def test_the_report_names_each_period_s_configured_and_observed_share(tmp_path):
     assert body["split"]["ok"] is False
     assert body["variants"][0]["latency"]["ttft"]["p95"] == 0.4
     assert render(result, 0.0) + "\n" == text
+
+
+def test_the_conversations_line_appears_only_when_conversation_users_ran(tmp_path):
+    plain = summary()
+    assert "conversations" not in render(plain, 0)
+    plain.conversations = Stickiness(turns=200, same_variant=200, pod_turns=100, same_pod=50)
+    text = render(plain, 0)
+    assert "of 200 turns after a first, 100.0% reached the variant" in text
+    assert "50.0% its pod (50/100 named)" in text
+    write(plain, 0, tmp_path)
+    written = json.loads((tmp_path / "summary.json").read_text())["conversations"]
+    assert (written["variant_share"], written["pod_share"]) == (1.0, 0.5)
+    plain.conversations = Stickiness(turns=10, same_variant=5)
+    assert "pods: not named by the servers" in render(plain, 0)

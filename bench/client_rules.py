@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bench._common import write_result
-from bench.decision_rules import HORIZON, LATE_LOOKS, REGRESSIONS, SEED_STAGES, STAGE_SHARE
+from bench.decision_rules import HORIZON, LATE_LOOKS, REGRESSIONS, SEED_STAGES, STAGE_SHARE, run_jobs
 from bench.shipped_rules import LOOK_SECONDS, ErrorTests, seed_plan
 
 CLIENTS_PER_RPS = 1000  # clients per req/s of total traffic: a client sends 3.6 requests an hour on average
@@ -242,11 +241,7 @@ def main() -> None:
             (r, n, late) for r in TOTAL_RPS for n in errors for late in (False, True)
         )
     ]
-    with ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(function, *arguments) for function, arguments in jobs]
-        rows = [row for future in futures for row in future.result()]
-    false = [r for r in rows if "share" in r]
-    found = [r for r in rows if "regression" in r]
+    false, found = run_jobs(jobs, args.workers)
     for row in false:
         print(f"false rollbacks {row['counting']:12} {row['total_rps']:>3} req/s: {row['share']:.2%}")
     for row in found:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -212,6 +213,14 @@ def detection(candidate_rps: float, name: str, late: bool, trials: int, seed: in
     return rows
 
 
+def run_jobs(jobs: list[tuple[Callable, tuple]], workers: int) -> tuple[list[dict], list[dict]]:
+    """Run (function, arguments) jobs in `workers` processes: their false-rollback and detection rows."""
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(function, *arguments) for function, arguments in jobs]
+        rows = [row for future in futures for row in future.result()]
+    return [r for r in rows if "share" in r], [r for r in rows if "regression" in r]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -231,11 +240,7 @@ def main() -> None:
             (r, n, late) for r in CANDIDATE_RPS for n in REGRESSIONS for late in (False, True)
         )
     ]
-    with ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(function, *arguments) for function, arguments in jobs]
-        rows = [row for future in futures for row in future.result()]
-    false = [r for r in rows if "share" in r]
-    found = [r for r in rows if "regression" in r]
+    false, found = run_jobs(jobs, args.workers)
     for row in false:
         print(
             f"false rollbacks  {row['rule']:8} {row['total_rps']:>5} req/s at {row['true_error_rate']:.1%}: {row['share']:.2%}"

@@ -7,7 +7,8 @@ second), the real Envoy, real `graystack serve` model servers and their probes, 
 - both variants failing at once is a shared incident: rolled back and reported as shared under
   `on_shared_incident: rollback`, held with the weights kept under `hold`;
 - a gateway restarted mid-rollout continues the same evidence;
-- a stage at low traffic extends past its hold instead of promoting, and says how many requests it needs.
+- a stage at low traffic extends past its hold instead of promoting, and says how many requests it needs;
+- with cohorts, a client counts once in the stage's evidence however many requests it sends.
 The local stack's own guard under the locustfile's default mix, zero-layer at 70 %, is in
 test_load_default_mix.py. Nothing here asserts a duration.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from graystack.local.processes import wait_until
-from graystack.local.rollout_stack import RolloutStack, Traffic
+from graystack.local.rollout_stack import RolloutStack, Traffic, body
 from tests.support.stacks import gateway_metric, running
 
 pytestmark = pytest.mark.integration
@@ -139,3 +140,28 @@ def test_a_stage_at_low_traffic_extends_instead_of_promoting(start):
     assert evidence["stage_requests"] < evidence["stage_requests_needed"]
     assert "extending" in checks(rollout)["error_rate"]["reason"]
     assert "EXTENDING past its hold" in stack.cli("status")
+
+
+def test_with_cohorts_a_client_counts_once_however_many_requests_it_sends(start):
+    """Six users (keyed by the Messages body's metadata.user_id) send hundreds of requests: the stage's
+    evidence holds one observation per user that the candidate served, measured through Envoy's answer
+    log (the client's key as a digest, gateway/metrics/client_units.py)."""
+    rollout = spec(weight=50)
+    rollout["routing"] = {**RANDOMISED, "affinity": [{"body": "metadata.user_id"}]}
+    stack = start(rollout)
+    users = [{**body(), "metadata": {"user_id": f"user-{i}"}} for i in range(6)]
+    with Traffic(stack.client.base_url, RATE, segment_share=0, bodies=users) as traffic:
+        wait_until(
+            lambda: (
+                sum(n for (code, variant), n in traffic.snapshot().items() if variant == "zero-layer") > 100
+            ),
+            60,
+            "a hundred candidate answers",
+        )
+        evidence = wait_until(
+            lambda: (e := stack.rollout()["evidence"])["stage_requests"] and e, 30, "evidence"
+        )
+    candidate_users = stack.rollout()["evidence"]["stage_requests"]
+    assert 1 <= candidate_users <= len(users), evidence
+    reason = checks(stack.rollout())["error_rate"]["reason"]
+    assert f"in {candidate_users} candidate observations (a client counted once)" in reason

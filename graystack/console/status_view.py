@@ -43,7 +43,7 @@ def render_status(status: Status) -> str:
                 if share is None
                 else f"{share:.0%} of {cohorts.answers} answers keyed ({keyed})"
             )
-            + "; the rest split at random"
+            + "; the rest split at random; the tests count a client once per stage"
         )
     for variant, fault in status.faults.items():
         lines.append(f"FAULT     {variant} {fault.summary} (injected: `graystack fault {variant} --clear`)")

@@ -1,0 +1,1 @@
+"""Answer quality: comparing the candidate's answers with the baseline's (issue 28)."""

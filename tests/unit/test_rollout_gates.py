@@ -11,11 +11,16 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fastapi.testclient import TestClient
 
+from gateway.admin.api import create_admin_app
+from gateway.admin.protocol import Status
 from gateway.rollout.gates import WEBHOOK_RETRY
 from gateway.rollout.rollout_state import Command
 from gateway.rollout.story import RolloutEvent
 from gateway.spec.model import SpecError, validate_spec
+from gateway.xds.server import AdsServer
+from graystack.console.status_view import render_status
 from tests.unit.test_rollout_controller import (
     NAME,
     Clock,
@@ -214,6 +219,28 @@ async def test_a_failing_webhook_with_on_failure_rollback_rolls_back_and_a_silen
     await silent.tick()
     assert silent.status().gate.webhook_reason == f"{hook.url} did not answer within 0.2s"
     assert silent.status().step == 0
+
+
+async def test_approve_through_the_admin_api_needs_the_token_and_graystack_status_shows_the_gate(
+    tmp_path, clock
+):
+    gateway = new_gateway(gated(approval="manual"))
+    controller = new_controller(gateway, tmp_path, clock)
+    await past_the_hold(controller, clock)
+    app = create_admin_app(gateway, AdsServer(gateway.cache), controller=controller, token="s3cret")
+    with TestClient(app) as admin:
+        assert admin.post("/v1/rollout/approve").status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        text = render_status(Status.model_validate(admin.get("/v1/status", headers=auth).json()))
+        answer = admin.post("/v1/rollout/approve", headers=auth).json()
+    assert "approval  the step to 20% AWAITS `graystack approve`" in text
+    assert "analysis  hold: awaiting approval of step 1 (weight 20%)" in text
+    assert "error_rate        PASS" in text  # the evidence beside it
+    assert (answer["applied"], answer["rollout"]["label"], answer["rollout"]["weight"]) == (
+        True,
+        "step 1",
+        20,
+    )
 
 
 @pytest.mark.parametrize(

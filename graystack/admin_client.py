@@ -91,7 +91,7 @@ class AdminClient:
         return self._call(FlipResult, "PUT", "/v1/weights", json=body)
 
     def rollout_command(self, command: str, wait_seconds: float = 5.0) -> CommandResult:
-        """promote, pause, resume, rollback or retry; the answer says if it was applied and ACKed."""
+        """promote, pause, resume, rollback, retry or approve; the answer says if it was applied and ACKed."""
         return self._call(
             CommandResult, "POST", f"/v1/rollout/{command}", params={"wait_seconds": wait_seconds}
         )

@@ -266,7 +266,7 @@ def create_admin_app(
     async def rollout_command(
         command: Command, wait_seconds: float = Query(default=5.0, ge=0, le=60)
     ) -> CommandResult:
-        """promote, pause, resume, rollback or retry, applied at once; then wait for every proxy's ACK."""
+        """promote, pause, resume, rollback, retry or approve, applied at once; then wait for every proxy's ACK."""
         if controller is None:
             raise NotFound("this gateway runs no rollout controller")
         result = await controller.command(command)

@@ -7,6 +7,8 @@ The same parts as local mode (gateway/app.py: xDS server, admin API, rollout con
   election on a Lease: every replica serves xDS to the Envoys connected to it; only the leader runs the
   controller's analysis loop and writes the state, as each step happens; a new leader loads it first;
   the others apply the leader's state from their watch as it changes, so every Envoy gets the same split.
+  The leader also records each rollout decision (gateway/rollout/story.py) as an Event on the state
+  ConfigMap, so `kubectl get events` tells the rollout's story.
 - with `capacity` settings, the leader's controller also sizes the variants' Deployments (or HPAs) from
   the split and waits for the candidate's pods before each step (gateway/kubernetes/capacity.py).
 
@@ -45,6 +47,7 @@ from gateway.rollout.capacity import CapacitySettings
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import RolloutState
 from gateway.rollout.state_store import decode_state
+from gateway.rollout.story import RolloutEvent
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError
 
@@ -146,6 +149,8 @@ class ClusterDriver:
             self.kube.spec_key,
             gateway.file.sha256 if gateway.file else None,
         )
+        self._state_object: dict | None = None  # the state ConfigMap as last watched: the Events' object
+        controller.listeners.append(self._on_rollout_event)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._controller_task: asyncio.Task | None = None
         self._background_tasks: set[asyncio.Task] = set()
@@ -189,6 +194,7 @@ class ClusterDriver:
             log.error("new endpoints could not go live: %s", error)
 
     def _on_state(self, objects: dict[str, dict]) -> None:
+        self._state_object = objects.get(self.kube.state_configmap, self._state_object)
         if self.sources.elector.leading:
             return  # the leader's own write coming back
         text = state_text(objects.get(self.kube.state_configmap))
@@ -241,6 +247,15 @@ class ClusterDriver:
         if self.controller.capacity is not None:
             self.controller.capacity.view = None
             telemetry.forget_capacity()
+
+    def _on_rollout_event(self, event: RolloutEvent) -> None:
+        """A decision of the rollout, as an Event on its state ConfigMap; the leader's alone (a follower
+        replays the leader's states: it would tell the same story twice)."""
+        if not self.sources.elector.leading:
+            return
+        named = {"metadata": {"name": self.kube.state_configmap, "namespace": self.kube.namespace}}
+        kind = "Warning" if event.warning else "Normal"
+        self._report(self._state_object or named, event.reason, event.message, kind)
 
     def _report(self, obj: dict, reason: str, message: str, kind: str) -> None:
         if self._loop is not None:

@@ -16,7 +16,10 @@ The split it wants and what status shows: gateway/rollout/views.py. Shadow: the 
 percent becomes Envoy request mirroring (`routing.mirror`) to the candidate's `<candidate>-shadow`
 cluster. Capacity (Kubernetes mode, opt-in): each look first asks the capacity edge
 (gateway/rollout/capacity.py) to scale the variants for the live split, and whether the candidate's
-pods for the next weight are ready; the machine waits for them before it advances.
+pods for the next weight are ready; the machine waits for them before it advances. Step webhooks:
+called in the background when the machine asks (gateway/rollout/webhooks.py), their answer handed to
+the next look. Each decision is also told, once, to the `listeners` as a `RolloutEvent`
+(gateway/rollout/story.py: Kubernetes Events, in Kubernetes mode).
 
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
 guard is off (gateway/rollout/guard.py), and says so in status: no analysis runs, the strategy moves
@@ -44,6 +47,7 @@ from gateway.rollout.machine import initial_state, rollback_acked
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import (
     Alert,
+    CallWebhooks,
     CapacityGate,
     Command,
     Ignored,
@@ -51,10 +55,13 @@ from gateway.rollout.rollout_state import (
     RecordDecision,
     RolledBack,
     RolloutState,
+    WebhookOutcome,
 )
 from gateway.rollout.state_store import SavedState, StateStore
 from gateway.rollout.status import RolloutStatus
+from gateway.rollout.story import RolloutEvent, Story
 from gateway.rollout.views import check_dict, rollout_split, rollout_status, stage_of
+from gateway.rollout.webhooks import WebhookCalls
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
 
@@ -108,6 +115,9 @@ class RolloutController:
         self.rollback = RollbackConfirmation(
             proxies, lambda: self.state, self._rollback_acked, self._lock, clock, self._alert
         )
+        self.webhooks = WebhookCalls(clock)
+        self.story = Story()
+        self.listeners: list[Callable[[RolloutEvent], None]] = []  # each decision, told once
 
     @property
     def spec(self) -> RolloutSpec:
@@ -159,6 +169,7 @@ class RolloutController:
                 await asyncio.sleep(self.spec.analysis.look_interval)
         finally:
             await self.rollback.stop()
+            await self.webhooks.stop()
 
     async def command(self, command: Command) -> dict:
         """An operator command, applied now; says whether it was applied or why it was ignored."""
@@ -181,7 +192,7 @@ class RolloutController:
             self._carried = replace(self._carried, proxy_seen=True)
         seen = await provider.observe()
         async with self._lock:
-            self._look(spec, self._clock(), seen=seen, capacity=capacity)
+            self._look(spec, self._clock(), seen=seen, capacity=capacity, webhook=self.webhooks.take())
             await self.saved.save(self.state)
 
     async def _capacity_look(self, spec: RolloutSpec) -> CapacityGate | None:
@@ -200,10 +211,20 @@ class RolloutController:
         seen: Observations | None = None,
         command: Command | None = None,
         capacity: CapacityGate | None = None,
+        webhook: WebhookOutcome | None = None,
     ) -> str | None:
         """Look (gateway/rollout/look.py) and apply what it decided but the save (the caller's); returns
         why `command` was ignored (None: it was not)."""
-        done = look(spec, self.state, self._carried, now, seen=seen, command=command, capacity=capacity)
+        done = look(
+            spec,
+            self.state,
+            self._carried,
+            now,
+            seen=seen,
+            command=command,
+            capacity=capacity,
+            webhook=webhook,
+        )
         if done.tests_started is not None:
             self.tests_started = done.tests_started
             log.warning("rollout %s: new sequential tests: %s", spec.name, done.tests_started)
@@ -222,7 +243,10 @@ class RolloutController:
                 log.info("rollout %s: %s ignored: %s", spec.name, action.command.value, action.reason)
             elif isinstance(action, RolledBack):
                 telemetry.ROLLBACKS.labels(spec.name, action.reason).inc()
+            elif isinstance(action, CallWebhooks):
+                self.webhooks.start(spec, action.step)
         self.state = state
+        self._tell(before, state, done.actions)
         if state.label() != before.label():
             log.info("rollout %s: %s -> %s: %s", spec.name, before.label(), state.label(), state.reason)
         self._push(spec, state)
@@ -241,6 +265,11 @@ class RolloutController:
             self._alert(
                 f"cannot apply the rollout's split ({state.label()}), retrying next interval: {error}"
             )
+
+    def _tell(self, before: RolloutState, state: RolloutState, actions: tuple) -> None:
+        for event in self.story.tell(before, state, actions):
+            for listener in self.listeners:
+                listener(event)
 
     def _alert(self, message: str, now: float | None = None) -> None:
         log.warning("rollout %s: ALERT: %s", self.spec.name, message)

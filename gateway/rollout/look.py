@@ -26,7 +26,7 @@ from gateway.rollout.analysis import Check, Verdict, analyse, error_checks
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import step
 from gateway.rollout.plan import Plan, plan_for
-from gateway.rollout.rollout_state import Action, CapacityGate, Command, Phase, RolloutState
+from gateway.rollout.rollout_state import Action, CapacityGate, Command, Phase, RolloutState, WebhookOutcome
 from gateway.rollout.throughput import TokenRates
 from gateway.rollout.views import stage_of
 from gateway.spec.model import RolloutSpec
@@ -63,12 +63,14 @@ def look(
     seen: Observations | None = None,
     command: Command | None = None,
     capacity: CapacityGate | None = None,
+    webhook: WebhookOutcome | None = None,
 ) -> Look:
-    """Judge `seen` (None: no metrics this call) and step the machine with it and `command`."""
+    """Judge `seen` (None: no metrics this call) and step the machine with it, `command` and `webhook`
+    (the answer of step webhooks the machine asked for)."""
     checks, started = None, None
     if seen is not None:
         checks, state, carried, started = _judge(spec, state, carried, seen, now)
-    state, actions = step(spec, state, checks, command, now, capacity)
+    state, actions = step(spec, state, checks, command, now, capacity, webhook)
     return Look(state, tuple(actions), carried, started)
 
 

@@ -18,11 +18,12 @@ One call handles, in order:
    errors are in the current ones. A failure that is the candidate's alone still rolls back.
    Every rollback yields `RolledBack` with the label it is counted under (graystack_rollout_rollbacks_total):
    the first failing check's name, `shared_incident` (every failing check shared), `operator` (the
-   command) or `metrics_error` (on_error: rollback).
+   command), `metrics_error` (on_error: rollback) or `webhook` (a step webhook's on_failure: rollback).
 2. The command. pause / resume (timers freeze and continue; weights stay), promote (skip the rest of
    this stage: shadow -> step 0, step i -> i+1, last step -> promoted), rollback (an operator abort,
-   handled like a FAIL), retry (rolled_back -> the first stage, fresh timers). A command that makes no
-   sense in the phase changes nothing and yields `Ignored` with the reason; nothing here raises.
+   handled like a FAIL), retry (rolled_back -> the first stage, fresh timers), approve (the step
+   awaiting its manual gate is taken). A command that makes no sense in the phase changes nothing
+   and yields `Ignored` with the reason; nothing here raises.
    promote keeps the paused flag: the operator moved one stage, they did not lift their pause.
 3. The verdicts. ERROR in any check: one more consecutive error interval; below `ERROR_LIMIT` hold; at
    the limit apply `analysis.on_error` once (freeze: pause with an Alert, or an Alert alone where
@@ -40,7 +41,8 @@ One call handles, in order:
    the next weight must be ready too (`CapacityGate`): until then the stage holds, from the first such
    look (`capacity_since`); past the gate's timeout it freezes as on_error does (an Alert and a pause),
    never advancing onto pods it does not have. A rollback is never gated; an operator promote is not
-   either (the operator's override).
+   either (the operator's override). Last, the next step's own gates (gateway/rollout/gates.py): its
+   webhooks' answer, then its manual approval (`approve` takes the step; promote passes them).
 
 Time: the hold is accrued, not recomputed from a start time. Each call folds `now - held_until` into
 `held` (never negative), so a clock that jumps backwards loses nothing and restarts nothing, a clock
@@ -72,8 +74,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from gateway.rollout.analysis import Check, Verdict, by_name
-from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE
+from gateway.rollout import gates
+from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.rollout_state import (
     ADVANCING,
     Action,
@@ -86,9 +88,10 @@ from gateway.rollout.rollout_state import (
     RolledBack,
     RolloutState,
     Transition,
+    WebhookOutcome,
 )
 from gateway.spec.model import RolloutSpec
-from gateway.spec.strategy import Gate, Strategy
+from gateway.spec.strategy import Strategy
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
 HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
@@ -107,11 +110,13 @@ def step(
     command: Command | None,
     now: float,
     capacity: CapacityGate | None = None,
+    webhook: WebhookOutcome | None = None,
 ) -> tuple[RolloutState, list[Action]]:
     """The next state and the actions for the controller; see the module docstring for the rules.
-    `capacity` None: nothing scales the variants, so nothing waits for them."""
+    `capacity` None: nothing scales the variants, so nothing waits for them. `webhook`: the answer of
+    the webhooks a `CallWebhooks` asked for (gateway/rollout/gates.py)."""
     actions: list[Action] = []
-    state = _reconcile(spec, _fold(state, now), now)
+    state = gates.record(_reconcile(spec, _fold(state, now), now), webhook)
     outcome = ""
     failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
     held = _shared_hold(spec, failing)
@@ -185,7 +190,7 @@ def _stage(
     accruing = phase in ADVANCING and not paused
     return _moved(
         state, now, reason, phase=phase, step=index, weight=weight, shadow_percent=shadow, paused=paused,
-        held=0.0, held_until=now if accruing else None, capacity_since=None,
+        held=0.0, held_until=now if accruing else None, capacity_since=None, awaiting=None, webhook=None,
     )  # fmt: skip
 
 
@@ -216,8 +221,7 @@ def _strategy(spec: RolloutSpec) -> Strategy:
 
 
 def _advance(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
-    index = 0 if state.phase == Phase.SHADOW else state.step + 1
-    return _enter_step(spec, state, index, now, reason)
+    return _enter_step(spec, state, gates.next_step(state), now, reason)
 
 
 def _roll_back(
@@ -270,6 +274,8 @@ def _command(
         problem = "already rolled back"
     elif command == Command.RETRY and phase != Phase.ROLLED_BACK:
         problem = f"only a rolled-back rollout can be retried (phase {phase.value})"
+    elif command == Command.APPROVE:
+        problem = gates.approval_problem(state)
     if problem is not None:
         actions.append(Ignored(command, problem))
         return state, False
@@ -283,6 +289,8 @@ def _command(
         return _advance(spec, state, now, "operator promote"), True
     if command == Command.ROLLBACK:
         return _roll_back(state, now, "operator rollback", "operator", actions), True
+    if command == Command.APPROVE:
+        return _advance(spec, state, now, "operator approve"), True
     return _first_stage(spec, replace(state, evidence=None, incident=None), now, "operator retry"), True
 
 
@@ -299,6 +307,7 @@ def _judge(
     if state.phase == Phase.ROLLED_BACK:
         return state, "recorded only: rolled back"
     errored = [c for c in checks if c.verdict == Verdict.ERROR]
+    state = replace(state, awaiting=None)  # a gate awaits approval only while this look reaches it
     if errored:
         return _on_error(spec, replace(state, errors=state.errors + 1), errored[0], now, actions)
     state = replace(state, errors=0)
@@ -314,11 +323,16 @@ def _judge(
         return state, f"hold: inconclusive {waiting or 'no checks'}"
     if state.phase == Phase.SHADOW:
         shadow = _strategy(spec).shadow
-        missed = _gate_missed(shadow.gate, checks) if shadow is not None else None
+        missed = gates.shadow_gate_missed(shadow.gate, checks) if shadow is not None else None
         if missed is not None:
             return state, f"hold: shadow gate: {missed}"
     if capacity is not None and not capacity.ready:
         return _wait_for_capacity(state, capacity, now, actions)
+    state, shut = gates.step_gate(spec, state, now, actions)
+    if shut is not None and shut.rollback is not None:
+        return _roll_back(state, now, shut.rollback, "webhook", actions), "rollback"
+    if shut is not None:
+        return state, shut.outcome
     state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {_summary(checks)}")
     return state, f"advance to {state.label()}"
 
@@ -360,24 +374,6 @@ def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
         return spec.strategy.shadow.duration if spec.strategy.shadow else None
     steps = spec.strategy.steps
     return steps[state.step].hold if state.step < len(steps) else None
-
-
-def _gate_missed(gate: Gate, checks: tuple[Check, ...]) -> str | None:
-    """Why the shadow gate stays shut, or None when the variant may take real traffic."""
-    named = by_name(checks)
-    rate, ratio = named.get(ERROR_RATE), named.get(TTFT_VS_BASELINE)
-    if rate is None or rate.value is None:
-        return "no error-rate value"
-    success = 1.0 - rate.value
-    if success < gate.success_rate:
-        return f"success rate {success:.4f} below {gate.success_rate}"
-    if ratio is None:
-        return None  # latency comparisons are off (max_latency_ratio: null)
-    if ratio.value is None:
-        return "no latency ratio yet (mean TTFT of both variants this stage)"
-    if ratio.value > gate.max_latency_ratio:
-        return f"latency ratio {ratio.value:.3f} above {gate.max_latency_ratio}"
-    return None
 
 
 def _summary(checks: tuple[Check, ...]) -> str:

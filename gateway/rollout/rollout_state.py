@@ -31,6 +31,7 @@ class Command(StrEnum):
     PROMOTE = "promote"
     ROLLBACK = "rollback"
     RETRY = "retry"
+    APPROVE = "approve"  # lets a step waiting on `approval: manual` go (gateway/rollout/gates.py)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,18 @@ class CapacityGate:
     ready: bool
     reason: str
     timeout: float  # seconds a stage waits for them before it freezes with an alert
+
+
+@dataclass(frozen=True)
+class WebhookOutcome:
+    """What a step's webhooks answered (the controller calls them; gateway/rollout/webhooks.py): fed
+    back into the machine, kept in the state for the stage, so a failure is retried after a pause."""
+
+    step: int  # the step they stand before
+    ok: bool
+    reason: str  # the failing URL, its status (or error) and the start of its body; "" when ok
+    rollback: bool  # a failing webhook's on_failure is rollback
+    at: float
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,8 @@ class RolloutState:
     evidence: Evidence | None = None  # the sequential tests (gateway/rollout/evidence.py); None: start anew
     incident: str | None = None  # a shared incident held under on_shared_incident: hold, until resumed
     capacity_since: float | None = None  # when this stage began waiting for the candidate's pods
+    awaiting: int | None = None  # the step waiting for `approve` (its manual gate is all that holds it)
+    webhook: WebhookOutcome | None = None  # the next step's webhooks' last answer, this stage
 
     def hold_elapsed(self, now: float) -> float:
         """Hold time accrued by `now`; a clock behind `held_until` adds nothing."""
@@ -82,8 +97,9 @@ class RolloutState:
             self
         )  # python mode: -inf (an SR statistic before data) survives as -Infinity
         data["phase"] = self.phase.value
-        if self.capacity_since is None:  # the stored text stays what gateways without capacity read
-            del data["capacity_since"]
+        for optional in ("capacity_since", "awaiting", "webhook"):
+            if data[optional] is None:  # the stored text stays what gateways without these read
+                del data[optional]
         return data
 
     @classmethod
@@ -127,4 +143,11 @@ class RolledBack:
     reason: str
 
 
-Action = Alert | RecordDecision | Ignored | RolledBack
+@dataclass(frozen=True)
+class CallWebhooks:
+    """Call step `step`'s webhooks and feed the answer to the next look (`WebhookOutcome`)."""
+
+    step: int
+
+
+Action = Alert | RecordDecision | Ignored | RolledBack | CallWebhooks

@@ -101,6 +101,17 @@ class CapacityStatus(_Answer):
     candidate_ready: int | None = None
 
 
+class GateStatus(_Answer):
+    """The next step's gates (gateway/rollout/gates.py): the step awaiting `approve` (None: none), and
+    its webhooks' last answer (None: not called this stage; "" when every one answered 2xx)."""
+
+    step: int
+    weight: int | None
+    awaiting_approval: bool
+    webhook_ok: bool | None
+    webhook_reason: str | None
+
+
 class RolloutStatus(_Answer):
     """The rollout controller's view of its rollout."""
 
@@ -128,3 +139,4 @@ class RolloutStatus(_Answer):
     state_store: str
     state_save_error: str | None
     capacity: CapacityStatus | None
+    gate: GateStatus | None = None

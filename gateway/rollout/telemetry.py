@@ -49,7 +49,7 @@ ROLLOUT_PHASE = Gauge(
 )
 ROLLBACKS = Counter(
     families.ROLLOUT_ROLLBACKS,
-    "Rollbacks, by reason: the first failing check's name, `operator`, or `metrics_error`",
+    "Rollbacks, by reason: the first failing check's name, `operator`, `metrics_error` or `webhook`",
     ["rollout", "reason"],
 )
 ANALYSIS_CHECKS = Counter(
@@ -124,6 +124,7 @@ ROLLBACK_REASONS = (
     "shared_incident",
     "operator",
     "metrics_error",
+    "webhook",
 )
 
 

@@ -23,6 +23,7 @@ from gateway.rollout.status import (
     CapacityStatus,
     DecisionStatus,
     EvidenceStatus,
+    GateStatus,
     HoldStatus,
     RolloutStatus,
     TransitionStatus,
@@ -101,6 +102,24 @@ def rollout_status(
         state_store=store,
         state_save_error=save_error,
         capacity=CapacityStatus.model_validate(capacity) if capacity is not None else None,
+        gate=gate_status(spec, state),
+    )
+
+
+def gate_status(spec: RolloutSpec, state: RolloutState) -> GateStatus | None:
+    """The next step's gates where one holds or answered (the approver reads the evidence beside it,
+    in the last decision's checks)."""
+    if state.awaiting is None and state.webhook is None:
+        return None
+    answer = state.webhook
+    index = state.awaiting if state.awaiting is not None else answer.step if answer else 0
+    steps = spec.strategy.steps if spec.strategy else []
+    return GateStatus(
+        step=index,
+        weight=steps[index].weight if index < len(steps) else None,
+        awaiting_approval=state.awaiting is not None,
+        webhook_ok=None if answer is None else answer.ok,
+        webhook_reason=None if answer is None else answer.reason,
     )
 
 

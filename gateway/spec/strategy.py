@@ -23,9 +23,38 @@ class Shadow(SpecModel):
     gate: Gate = Gate()
 
 
+class Webhook(SpecModel):
+    """A URL called before a step is taken (an evaluation job, a load test, a change freeze): a 2xx
+    answer lets the step go; anything else, a timeout included, holds it or rolls back (`on_failure`)."""
+
+    url: str
+    timeout: Duration = 10.0
+    on_failure: Literal["hold", "rollback"] = "hold"
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+            raise ValueError(f"{url!r} is not an http(s) URL, e.g. http://eval:8080/check")
+        return url
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive(cls, timeout: float) -> float:
+        if timeout <= 0:
+            raise ValueError("must be above 0")
+        return timeout
+
+
 class Step(SpecModel):
+    """A stage of the strategy. Its gates stand before the step is taken (its weight applied), once the
+    previous stage's hold and checks passed: the webhooks first, then the approval (docs/rollouts-and-analysis.md)."""
+
     weight: Percent
     hold: Duration = 0.0
+    approval: Literal["manual"] | None = None  # manual: wait for `graystack approve`
+    webhooks: list[Webhook] = []
 
 
 class Strategy(SpecModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.admin.protocol import CapacityStatus, EvidenceStatus, RolloutStatus, Status
+from gateway.admin.protocol import CapacityStatus, EvidenceStatus, GateStatus, RolloutStatus, Status
 
 
 def _split(weights: dict[str, int]) -> str:
@@ -112,6 +112,8 @@ def _rollout_lines(rollout: RolloutStatus) -> list[str]:
         )
     elif rollout.last_rollback_seconds is not None:
         lines.append(f"rollback  ACKed everywhere {rollout.last_rollback_seconds:.3f}s after it started")
+    if rollout.gate:
+        lines += _gate_lines(rollout.gate)
     decision = rollout.last_decision
     if decision:
         lines.append(f"analysis  {decision.outcome or '-'}")
@@ -175,4 +177,18 @@ def _evidence_lines(evidence: EvidenceStatus) -> list[str]:
         lines.append(f"  {check:<17} OFF ({why})")
     if evidence.incident:
         lines.append(f"incident  {evidence.incident}")
+    return lines
+
+
+def _gate_lines(gate: GateStatus) -> list[str]:
+    """The next step's gates; an approver reads the analysis lines below them (the last look's checks)."""
+    lines = []
+    if gate.webhook_ok is not None:
+        answer = "every one answered 2xx" if gate.webhook_ok else f"FAILED: {gate.webhook_reason}"
+        lines.append(f"webhooks  before {gate.weight}%: {answer}")
+    if gate.awaiting_approval:
+        lines.append(
+            f"approval  the step to {gate.weight}% AWAITS `graystack approve`: "
+            "its hold and checks passed (the analysis below)"
+        )
     return lines

@@ -447,6 +447,54 @@ async def test_the_leader_labels_its_pod_and_a_follower_refuses_commands_naming_
     await eventually(lambda: labelled_leaders(cluster) == ["gateway-a"], 15, "the label back on gateway-a")
 
 
+async def test_each_rollout_decision_is_one_event_on_the_state_configmap_from_the_leader_alone(cluster):
+    strategy = {"steps": [{"weight": 0, "hold": "1h"}, {"weight": 50, "approval": "manual"}, {"weight": 100}]}
+    cluster.api.put(spec_configmap(cluster.spec({"baseline": 100, "zero-layer": 0}, strategy)))
+    leader = await cluster.gateway("gateway-a")
+    await eventually(lambda: leader.driver.sources.elector.leading, 10, "gateway-a to take the Lease")
+    await eventually(lambda: stored_label(cluster) == "step 0", 10, "the new rollout in the ConfigMap")
+    follower = await cluster.gateway("gateway-b")  # it replays each of the leader's states: it tells nothing
+
+    refused = (await admin_call(leader, "POST", "/v1/rollout/approve")).json()
+    assert not refused["applied"]
+    assert refused["ignored"].startswith("no step awaits approval")
+    for command in ("promote", "pause", "resume", "rollback", "retry", "promote", "promote", "promote"):
+        await operate(leader, command)
+        await eventually(
+            lambda: follower.controller.state.label() == leader.controller.state.label(),
+            10,
+            "the follower to follow",
+        )
+    expected = [
+        ("StepTaken", "Normal", "Step 1 taken, weight 50%: operator promote."),
+        ("Paused", "Normal", "Paused at weight 50%: operator pause."),
+        ("Resumed", "Normal", "Resumed at weight 50%: operator resume."),
+        ("RolledBack", "Warning", "Weight 0%, rolled back: operator rollback."),
+        ("StageChanged", "Normal", "Now at step 0, weight 0%: operator retry."),
+        ("StepTaken", "Normal", "Step 1 taken, weight 50%: operator promote."),
+        ("StepTaken", "Normal", "Step 2 taken, weight 100%: operator promote."),
+        ("Promoted", "Normal", "Promoted at weight 100%: operator promote."),
+    ]
+
+    def told() -> list[dict]:
+        events = cluster.api.list("Event", NS)
+        return [e for e in events if e["involvedObject"]["name"] == STATE_CM]
+
+    await eventually(lambda: len(told()) >= len(expected), 10, "an Event per decision")
+    await asyncio.sleep(0.5)  # none more comes
+    events = told()
+    assert sorted((e["reason"], e["type"], e["message"]) for e in events) == sorted(expected)
+    state_cm = cluster.api.get("ConfigMap", NS, STATE_CM)["metadata"]
+    for event in events:
+        involved = event["involvedObject"]
+        assert (involved["kind"], involved["namespace"], involved["uid"]) == (
+            "ConfigMap",
+            NS,
+            state_cm["uid"],
+        )
+        assert event["source"]["host"] == "gateway-a"
+
+
 @pytest.fixture
 def api(tmp_path):
     server = FakeApiServer().start()

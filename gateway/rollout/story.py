@@ -1,0 +1,88 @@
+"""The rollout's decisions as a story of events, one per change: a step taken, an approval, a
+promotion, a rollback, a pause or resume, a change in why the stage holds (a webhook failure
+included), an alert. Pure: the controller hands each look's before and after states and actions to
+`Story.tell` and gives what comes back to its listeners (in Kubernetes mode, Events on the state
+ConfigMap: gateway/kubernetes/process.py), so `kubectl get events` tells the story.
+
+A hold is told when its kind changes, not at every look: the kind is the outcome's first two parts
+with the numbers taken out ("hold: 12s of 600s held" and "hold: 13s of 600s held" are one kind), and
+a new stage starts the telling afresh.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.rollout.rollout_state import Action, Alert, Phase, RecordDecision, RolledBack, RolloutState
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_QUIET = ("hold: paused",)  # told by the Paused event already
+
+
+@dataclass(frozen=True)
+class RolloutEvent:
+    """One event: a Kubernetes-style reason (CamelCase), a one-sentence message, and whether it is a
+    warning (something went wrong, or a person must act) or normal."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+class Story:
+    """Turns looks into events, remembering the hold last told."""
+
+    def __init__(self) -> None:
+        self._hold: str | None = None
+
+    def tell(
+        self, before: RolloutState, after: RolloutState, actions: Sequence[Action]
+    ) -> list[RolloutEvent]:
+        told = _transition(before, after, actions)
+        if after.label() != before.label():
+            self._hold = None
+        for action in actions:
+            if isinstance(action, RecordDecision):
+                told += self._held(action.outcome)
+        if not told:
+            told = [RolloutEvent("Alert", f"{a.message}.", True) for a in actions if isinstance(a, Alert)]
+        return told
+
+    def _held(self, outcome: str) -> list[RolloutEvent]:
+        if not outcome.startswith("hold: "):
+            self._hold = None
+            return []
+        kind = _NUMBER.sub("#", ": ".join(outcome.split(": ")[:2]))
+        if kind == self._hold or outcome in _QUIET:
+            return []
+        self._hold = kind
+        why = outcome.removeprefix("hold: ")
+        if why.startswith("webhook "):
+            return [RolloutEvent("WebhookFailed", f"Holding: {why}.", True)]
+        if why.startswith("awaiting approval"):
+            return [RolloutEvent("AwaitingApproval", f"Holding, {why}.", True)]
+        return [RolloutEvent("Holding", f"Holding: {why}.")]
+
+
+def _transition(before: RolloutState, after: RolloutState, actions: Sequence[Action]) -> list[RolloutEvent]:
+    """The event for a move to another stage (or a pause, a resume), if the look made one."""
+    if any(isinstance(a, RolledBack) for a in actions):
+        return [RolloutEvent("RolledBack", f"Weight 0%, {after.reason}.", True)]
+    if after.label() == before.label():
+        return []
+    weight = f"weight {after.weight}%"
+    if after.phase == Phase.PROMOTED:
+        return [RolloutEvent("Promoted", f"Promoted at {weight}: {after.reason}.")]
+    if after.paused and not before.paused and after.phase == before.phase and after.step == before.step:
+        return [
+            RolloutEvent("Paused", f"Paused at {weight}: {after.reason}.", after.reason != "operator pause")
+        ]
+    if before.paused and not after.paused and after.phase == before.phase and after.step == before.step:
+        return [RolloutEvent("Resumed", f"Resumed at {weight}: {after.reason}.")]
+    if after.reason == "operator approve":
+        return [RolloutEvent("Approved", f"Step {after.step} approved by an operator and taken: {weight}.")]
+    if after.phase == Phase.PROGRESSING and (before.phase == Phase.SHADOW or after.step > before.step):
+        return [RolloutEvent("StepTaken", f"Step {after.step} taken, {weight}: {after.reason}.")]
+    return [RolloutEvent("StageChanged", f"Now at {after.label()}, {weight}: {after.reason}.")]

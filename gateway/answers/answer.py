@@ -69,8 +69,8 @@ class Answer:
     a mirrored copy shares with its original (gateway/answers/pairs.py pairs them). `captured`: the answer
     was sampled; `text` and `calls` (tool-call arguments) are its content, None where not captured or not
     readable (`text_unreadable`: not UTF-8, or not the JSON the API sends); `truncated`: cut at
-    `max_answer_bytes`. The request's `temperature`, `response_format` (its type), `schema` (the JSON
-    schema it gave, as JSON text) and `tools` (whether it gave tools), where its body was read."""
+    `max_answer_bytes`. The request's `temperature`, `response_format` (its type), `schema_given` (it gave a
+    JSON schema) and `tools` (it gave tools), where its body was read."""
 
     variant: str
     answered_by: str | None
@@ -102,7 +102,7 @@ class Answer:
     text_unreadable: bool = False
     temperature: float | None = None
     response_format: str | None = None
-    schema: str | None = None
+    schema_given: bool = False
     tools: bool = False
 
     @property

@@ -67,11 +67,11 @@ def _request_fields(entry: accesslog_pb2.HTTPAccessLogEntry) -> dict[str, Any]:
     read = entry.common_properties.metadata.filter_metadata.get(names.CAPTURE_REQUEST_METADATA)
     fields = json_format.MessageToDict(read) if read is not None else {}
     temperature = fields.get("temperature")
-    response_format, schema = fields.get("response_format"), fields.get("schema")
+    response_format = fields.get("response_format")
     return {
         "temperature": float(temperature) if isinstance(temperature, int | float) else None,
         "response_format": response_format if isinstance(response_format, str) else None,
-        "schema": schema if isinstance(schema, str) else None,
+        "schema_given": fields.get("schema") is True,
         "tools": fields.get("tools") is True,
     }
 

@@ -6,17 +6,19 @@ so no answer content leaves Envoy.
 
 Sampling is per request, on the route: each split route carries `names.CAPTURE_KEY` metadata under the
 answer filter's name, which Lua reads with `handle:metadata()` (checked on Envoy 1.40): `ppm`, the share
-of requests kept per million; `mirror`, the mirror's percent on a route that mirrors (a shadow stage);
-`bytes`, the cap. So the share follows the routes (RDS) on every phase or weight change, and the listener
-stays as it was. A request is kept when the first 8 hex digits of its x-request-id (Envoy's UUID), as
-an integer v, give `v % 1e6 < ppm`, or `v % 100 < mirror`: the latter is the very rule by which Envoy's
-router picks which requests to mirror (its runtime fraction reads the same integer of the request id), so
-on a mirroring route exactly the originals of the mirrored copies are kept, and the shadow hop's routes
-keep every copy (`ppm` 1e6). The copy keeps the original's x-request-id across the hop (checked on Envoy
+of requests kept per million; `mirror`, true on a route that mirrors in a shadow stage; `bytes`, the cap.
+So the share follows the routes (RDS) on every phase or weight change, and the listener stays as it was.
+A request is kept when the first 8 hex digits of its x-request-id (Envoy's UUID), as an integer v, give
+`v % 1e6 < ppm` (so any proxy, and the shadow hop, decide alike for one request), or always on a `mirror`
+route: Envoy 1.40 picks the requests it mirrors at random, not by the request id (checked: with a 50 %
+mirror the copies' ids matched no rule on the id's integer), so every original is kept there and those
+whose copy was not mirrored expire unpaired in the gateway; the shadow hop's routes keep every copy
+(`ppm` 1e6). The copy keeps the original's x-request-id across the hop (checked on Envoy
 1.40: tests/integration/test_capture.py), which is how the gateway pairs them (gateway/answers/pairs.py).
 
 The request side: json_to_metadata writes `temperature`, `response_format.type`, whether a JSON schema
-and whether `tools` were given, into `names.CAPTURE_REQUEST_METADATA`, on bodies of at most six digits of
+and whether `tools` were given (the schema itself not: json_to_metadata 1.40 writes no object's value,
+checked: a STRING rule on it wrote nothing; a constant on its presence works), into `names.CAPTURE_REQUEST_METADATA`, on bodies of at most six digits of
 `content-length` only (as the affinity filter's, gateway/envoy/affinity_filter.py); a larger, chunked or
 non-JSON body is passed on unread, never refused.
 """
@@ -42,7 +44,7 @@ _J = json_to_metadata_pb2.JsonToMetadata
 _REQUEST_FIELDS: dict[str, tuple[str, int, bool | None]] = {
     "temperature": ("temperature", _J.NUMBER, None),
     "response_format.type": ("response_format", _J.STRING, None),
-    "response_format.json_schema.schema": ("schema", _J.STRING, None),
+    "response_format.json_schema.schema": ("schema", _J.PROTOBUF_VALUE, True),
     "tools": ("tools", _J.PROTOBUF_VALUE, True),
 }
 
@@ -56,7 +58,7 @@ def capture_metadata(quality: Quality | None, mirror_percent: int = 0) -> base_p
     rule.update(
         {
             "ppm": quality.live_per_million,
-            "mirror": mirror_percent if quality.shadow else 0,
+            "mirror": quality.shadow and mirror_percent > 0,
             "bytes": quality.max_answer_bytes,
         }
     )

@@ -21,12 +21,12 @@ CAPTURE_LUA = r"""
 local function sample(id, rule)
   local v = tonumber((id or ""):match("^(%x%x%x%x%x%x%x%x)") or "", 16)
   if not v then return false end
-  return v % 1000000 < (tonumber(rule.ppm) or 0) or v % 100 < (tonumber(rule.mirror) or 0)
+  return v % 1000000 < (tonumber(rule.ppm) or 0)
 end
 
 function envoy_on_request(handle)
   local rule = handle:metadata():get(CAPTURE_KEY)
-  if rule and sample(handle:headers():get("x-request-id"), rule) then
+  if rule and (rule.mirror == true or sample(handle:headers():get("x-request-id"), rule)) then
     handle:streamInfo():dynamicMetadata():set(NS, "capture", tonumber(rule.bytes) or 0)
   end
 end

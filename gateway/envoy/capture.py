@@ -75,7 +75,7 @@ def shadow_capture_metadata(quality: Quality | None) -> base_pb2.Metadata | None
     return capture_metadata(quality.model_copy(update={"capture_percent": 100.0}))
 
 
-def _request_rules() -> _J:
+def _request_rules() -> json_to_metadata_pb2.JsonToMetadata:
     rules = []
     for path, (key, kind, constant) in _REQUEST_FIELDS.items():
         value = None if constant is None else struct_pb2.Value(bool_value=constant)

@@ -55,6 +55,10 @@ DEFAULT_SEGMENT = "default"
 ANSWER_METADATA = "graystack.answer"
 ANSWER_LOG = "graystack-answers"
 SHADOW_LOG = "graystack-shadow-answers"  # the same, for mirrored copies (no client sees their answers)
+# Answer capture (gateway/envoy/capture.py): the split routes' metadata key the answer filter samples by, and
+# the dynamic-metadata namespace json_to_metadata writes the request's fields under.
+CAPTURE_KEY = "capture"
+CAPTURE_REQUEST_METADATA = "graystack.request"
 # The header naming the variant on every answer (gateway/envoy/variant_header.py).
 VARIANT_HEADER = "x-graystack-variant"
 

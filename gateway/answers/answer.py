@@ -63,7 +63,14 @@ class Answer:
     `routing.affinity` source that gave the request its client key (`header:x-user-id`, `body:user`), so
     its variant was the key's cohort; None: no key, split at random (or no affinity configured). `client`:
     that key as a 64-bit digest (the key itself, a user id, is never kept), so the analysis can count a
-    client once (gateway/metrics/client_units.py)."""
+    client once (gateway/metrics/client_units.py).
+
+    Answer capture (`analysis.quality`, gateway/envoy/capture.py): `request_id`, Envoy's x-request-id, which
+    a mirrored copy shares with its original (gateway/answers/pairs.py pairs them). `captured`: the answer
+    was sampled; `text` and `calls` (tool-call arguments) are its content, None where not captured or not
+    readable (`text_unreadable`: not UTF-8, or not the JSON the API sends); `truncated`: cut at
+    `max_answer_bytes`. The request's `temperature`, `response_format` (its type), `schema_given` (it gave a
+    JSON schema) and `tools` (it gave tools), where its body was read."""
 
     variant: str
     answered_by: str | None
@@ -87,6 +94,16 @@ class Answer:
     shadow: bool = False
     affinity: str | None = None
     client: int | None = None
+    request_id: str | None = None
+    captured: bool = False
+    text: str | None = None
+    calls: str | None = None
+    truncated: bool = False
+    text_unreadable: bool = False
+    temperature: float | None = None
+    response_format: str | None = None
+    schema_given: bool = False
+    tools: bool = False
 
     @property
     def failed(self) -> bool:

@@ -14,6 +14,7 @@ from google.protobuf import json_format
 
 from gateway import names
 from gateway.answers.answer import Answer, Api, Ending, finish_of
+from gateway.answers.capture import captured
 from inference.prompt_buckets import prompt_bucket
 
 _FALLBACK_SUFFIX = names.fallback_cluster("")
@@ -59,6 +60,35 @@ def _ending(end: dict | None, status: int, flags: accesslog_pb2.ResponseFlags) -
     if end.get("sse") is True and end.get("final") is not True:
         return "cut"
     return "complete"
+
+
+def _request_fields(entry: accesslog_pb2.HTTPAccessLogEntry) -> dict[str, Any]:
+    """What json_to_metadata read of the request's body (gateway/envoy/capture.py); empty where it did not."""
+    read = entry.common_properties.metadata.filter_metadata.get(names.CAPTURE_REQUEST_METADATA)
+    fields = json_format.MessageToDict(read) if read is not None else {}
+    temperature = fields.get("temperature")
+    response_format = fields.get("response_format")
+    return {
+        "temperature": float(temperature) if isinstance(temperature, int | float) else None,
+        "response_format": response_format if isinstance(response_format, str) else None,
+        "schema_given": fields.get("schema") is True,
+        "tools": fields.get("tools") is True,
+    }
+
+
+def _captured_fields(end: dict) -> dict[str, Any]:
+    """The answer's captured content (gateway/answers/capture.py); nothing where it was not sampled."""
+    kept = end.get("capture")
+    if not isinstance(kept, dict):
+        return {}
+    content = captured(kept)
+    return {
+        "captured": True,
+        "text": content.text,
+        "calls": content.calls,
+        "truncated": content.truncated,
+        "text_unreadable": content.unreadable,
+    }
 
 
 def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -> Answer | None:
@@ -130,4 +160,7 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
         shadow=shadow,
         affinity=source if isinstance(source, str) else None,
         client=client_digest(key) if key else None,
+        request_id=entry.request.request_id or None,
+        **_captured_fields(end),
+        **_request_fields(entry),
     )

@@ -144,7 +144,7 @@ def _body_rules(paths: Sequence[str]) -> json_to_metadata_pb2.JsonToMetadata:
     )
 
 
-def _unless_small_body() -> matcher_pb2.Matcher:
+def small_body_only() -> matcher_pb2.Matcher:
     """Skip the wrapped filter unless `content-length` has at most BODY_LIMIT_DIGITS digits."""
     small = matcher_pb2.Matcher.MatcherList.Predicate.SinglePredicate(
         input=xds_extension_pb2.TypedExtensionConfig(
@@ -194,7 +194,7 @@ def build_affinity_filters(routing: Routing) -> list[hcm_pb2.HttpFilter]:
                 name=BODY_FILTER,
                 typed_config=any_proto(
                     extension_matcher_pb2.ExtensionWithMatcher(
-                        extension_config=body, xds_matcher=_unless_small_body()
+                        extension_config=body, xds_matcher=small_body_only()
                     )
                 ),
             )

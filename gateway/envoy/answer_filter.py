@@ -21,7 +21,9 @@ gateway, gateway/envoy/answer_log.py):
       final       a stream's final event arrived (`[DONE]`, `message_stop`, `response.completed`,
                   `response.incomplete`) or, on a chat stream
                   that omits `[DONE]` (transformers serve), a `finish_reason`
-      error       the error type of an `event: error`, a `response.failed`, a `{"error": ...}` chunk or body
+      error       the error type of an `event: error`, a `{"error": ...}` chunk or body, a `response.failed`
+      capture     only for a request sampled for answer capture (gateway/envoy/capture.py): `text`, `calls`,
+                  `truncated`, `raw`, `unreadable` (gateway/envoy/capture_lua.py)
       sse         the body was `text/event-stream`
       unknown     data events the script could not place; malformed: lines it could not read
 The script never fails a request: parsing runs under `pcall`, a line over MAX_LINE is dropped and
@@ -35,6 +37,7 @@ from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from gateway import names
+from gateway.envoy.capture_lua import CAPTURE_LUA, NO_CAPTURE_LUA
 from gateway.envoy.common import any_proto
 
 FILTER_NAME = "envoy.filters.http.lua"
@@ -90,6 +93,7 @@ local function on_data(handle, s, event, payload)
   -- serve); no nested object's type starts with `response.`
   local kind = event or payload:match('^%s*{%s*"type"%s*:%s*"([%w_.]+)"')
     or payload:match('"type"%s*:%s*"(response%.[%w_.]+)"')
+  if s.cap then keep_event(s, kind, payload) end
   if kind == "content_block_delta" or RESPONSE_CONTENT[kind] then content(handle, s)
   elseif kind == "response.completed" then
     usage(s, payload)
@@ -148,6 +152,7 @@ local function on_body(handle, s, bytes)
     s.first_us = now_us(handle)
     handle:streamInfo():dynamicMetadata():set(NS, "first_us", s.first_us)
   end
+  if s.cap then keep(s, "text", bytes) end
   s.size = s.size + #bytes
   table.insert(s.body, bytes)
   if s.size > 2 * BODY_TAIL then
@@ -169,7 +174,12 @@ end
 
 function envoy_on_response(handle)
   local sse = (handle:headers():get("content-type") or ""):find("text/event-stream", 1, true) ~= nil
-  local s = { pending = "", body = {}, size = 0, content = 0, unknown = 0, malformed = 0, parse_errors = 0 }
+  local s = { pending = "", body = {}, size = 0, content = 0, unknown = 0, malformed = 0, parse_errors = 0,
+    text = {}, calls = {}, kept = 0 }
+  if CAPTURE then
+    local marked = handle:streamInfo():dynamicMetadata():get(NS)
+    s.cap = marked and tonumber(marked.capture)
+  end
   for chunk in handle:bodyChunks() do
     local ok = pcall(function()
       local bytes = chunk:getBytes(0, chunk:length())
@@ -186,22 +196,34 @@ function envoy_on_response(handle)
     end
   end)
   if not ok then s.parse_errors = s.parse_errors + 1 end
+  local kept = nil
+  if s.cap then
+    ok = pcall(function() kept = captured(s, sse) end)
+    if not ok then kept = { unreadable = true } end
+  end
   handle:streamInfo():dynamicMetadata():set(NS, "end", {
     last_us = s.last_us, content = s.content, input = s.input, output = s.output, finish = s.finish,
     final = s.final == true, error = s.error, sse = sse, unknown = s.unknown, malformed = s.malformed,
-    parse_errors = s.parse_errors,
+    parse_errors = s.parse_errors, capture = kept,
   })
 end
 """
-SCRIPT = (
-    f'local NS = "{names.ANSWER_METADATA}"\nlocal MAX_LINE = {MAX_LINE}\nlocal BODY_TAIL = {BODY_TAIL}\n'
-    + _SCRIPT_BODY
-)
 
 
-def build_answer_filter() -> hcm_pb2.HttpFilter:
+def answer_script(capture: bool = False) -> str:
+    """The filter's script; `capture`: with the code that keeps sampled answers (gateway/envoy/capture_lua.py),
+    only where the spec has `analysis.quality`."""
+    return (
+        f'local NS = "{names.ANSWER_METADATA}"\nlocal MAX_LINE = {MAX_LINE}\nlocal BODY_TAIL = {BODY_TAIL}\n'
+        f'local CAPTURE = {"true" if capture else "false"}\nlocal CAPTURE_KEY = "{names.CAPTURE_KEY}"\n'
+        + (CAPTURE_LUA if capture else NO_CAPTURE_LUA)
+        + _SCRIPT_BODY
+    )
+
+
+def build_answer_filter(capture: bool = False) -> hcm_pb2.HttpFilter:
     """The Lua filter, placed before the router so it sees every answer the router sends back."""
+    script = base_pb2.DataSource(inline_string=answer_script(capture))
     return hcm_pb2.HttpFilter(
-        name=FILTER_NAME,
-        typed_config=any_proto(lua_pb2.Lua(default_source_code=base_pb2.DataSource(inline_string=SCRIPT))),
+        name=FILTER_NAME, typed_config=any_proto(lua_pb2.Lua(default_source_code=script))
     )

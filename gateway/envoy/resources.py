@@ -30,6 +30,7 @@ from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
 from gateway.envoy.api_routes import baseline_variant
 from gateway.envoy.balancing import load_balancing
+from gateway.envoy.capture import build_request_filter
 from gateway.envoy.common import (
     ads_config_source,
     any_proto,
@@ -50,6 +51,7 @@ from gateway.envoy.routes import build_route_config
 from gateway.envoy.shadow import build_shadow_hop_cluster, build_shadow_listener
 from gateway.envoy.variant_header import variant_metadata
 from gateway.spec.model import RolloutSpec, Routing
+from gateway.spec.quality import Quality
 from gateway.xds import types
 
 EndpointMap = Mapping[str, Sequence[tuple[str, int]]]  # variant -> [(ip, port)]
@@ -118,7 +120,7 @@ def build_resources(
             for v in spec.variants
         ]
         + [build_load_assignment(v, endpoints[v], names.unfaulted_cluster(v)) for v in faulted],
-        listeners=[build_listener(listen, spec.routing), *shadows]
+        listeners=[build_listener(listen, spec.routing, spec.analysis.quality), *shadows]
         + [build_fault_listener(v) for v in faulted],
         routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in faulted.items()],
     )
@@ -255,9 +257,12 @@ def build_load_assignment(
     )
 
 
-def build_listener(listen: ListenerAddress, routing: Routing | None = None) -> listener_pb2.Listener:
+def build_listener(
+    listen: ListenerAddress, routing: Routing | None = None, quality: Quality | None = None
+) -> listener_pb2.Listener:
     """The ingress: the affinity filters first where the spec's `routing` wants them
-    (gateway/envoy/affinity_filter.py), the answer filter, the router."""
+    (gateway/envoy/affinity_filter.py), the request-side capture where it has `analysis.quality`
+    (gateway/envoy/capture.py), the answer filter (capturing then too), the router."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.HCM_STAT_PREFIX,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
@@ -267,7 +272,8 @@ def build_listener(listen: ListenerAddress, routing: Routing | None = None) -> l
         rds=hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=names.ROUTE_CONFIG),
         http_filters=[
             *(build_affinity_filters(routing) if routing is not None else []),
-            build_answer_filter(),
+            *build_request_filter(quality),
+            build_answer_filter(capture=quality is not None),
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
         local_reply_config=build_local_reply_config(),

@@ -41,6 +41,7 @@ from gateway.envoy.api_routes import (
     split_entries,
     unknown_routes,
 )
+from gateway.envoy.capture import capture_metadata
 from gateway.envoy.common import any_proto, duration
 from gateway.envoy.variant_header import served_header
 from gateway.spec.model import RolloutSpec
@@ -54,13 +55,21 @@ def cluster_for(spec: RolloutSpec, variant: str) -> str:
     return names.fallback_cluster(variant)
 
 
+def _mirrored(spec: RolloutSpec, split: Mapping[str, int]) -> int:
+    """The percent of the split's requests mirrored: a mirror copies the requests of a split that gives its
+    variant nothing (a segment already routed to the variant is not sent to it twice)."""
+    mirror = spec.routing.mirror
+    if mirror is None or split.get(mirror.variant, 0) > 0:
+        return 0
+    return mirror.percent
+
+
 def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_components_pb2.RouteAction:
     """The split's weighted clusters, in the order that nests cohorts and picked by the affinity key's hash
-    where the spec names one (gateway/envoy/affinity.py); a mirror copies the requests of a split that
-    gives its variant nothing (a segment already routed to the variant is not sent to it twice)."""
+    where the spec names one (gateway/envoy/affinity.py), and its mirror (`_mirrored`)."""
     mirror = spec.routing.mirror
     mirrors = []
-    if mirror is not None and mirror.percent > 0 and split.get(mirror.variant, 0) == 0:
+    if mirror is not None and _mirrored(spec, split) > 0:
         mirrors.append(
             route_components_pb2.RouteAction.RequestMirrorPolicy(
                 cluster=names.shadow_hop_cluster(mirror.variant),  # measured on its way (shadow.py)
@@ -135,6 +144,8 @@ def _split_routes(
             match=entry_match(entry, *headers),
             route=_route_action(spec, split),
             request_headers_to_add=[_segment_header(segment)],
+            # which answers the answer filter keeps (gateway/envoy/capture.py); none without `analysis.quality`
+            metadata=capture_metadata(spec.analysis.quality, _mirrored(spec, split)),
         )
         for entry in split_entries(spec)
     ]

@@ -27,6 +27,7 @@ from gateway import names
 from gateway.envoy.answer_filter import build_answer_filter
 from gateway.envoy.answer_log import build_answer_log
 from gateway.envoy.api_routes import entry_match, route_name, split_entries
+from gateway.envoy.capture import build_request_filter, shadow_capture_metadata
 from gateway.envoy.common import any_proto, circuit_breakers, duration, http_listener
 from gateway.envoy.variant_header import served_header, variant_metadata
 from gateway.spec.model import RolloutSpec
@@ -59,7 +60,9 @@ def build_shadow_hop_cluster(variant: str) -> cluster_pb2.Cluster:
 
 
 def build_shadow_listener(spec: RolloutSpec, variant: str, answer_log_cluster: str) -> listener_pb2.Listener:
-    """The internal listener that measures `variant`'s mirrored copies and forwards them to its pods."""
+    """The internal listener that measures `variant`'s mirrored copies and forwards them to its pods,
+    keeping their answers where the spec has `analysis.quality` (gateway/envoy/capture.py)."""
+    quality = spec.analysis.quality
     forward = route_components_pb2.RouteAction(cluster=names.shadow_cluster(variant), timeout=duration(0))
     route = route_pb2.RouteConfiguration(
         name=names.shadow_listener(variant),
@@ -69,7 +72,10 @@ def build_shadow_listener(spec: RolloutSpec, variant: str, answer_log_cluster: s
                 domains=["*"],
                 routes=[
                     route_components_pb2.Route(
-                        name=route_name("shadow", entry), match=entry_match(entry), route=forward
+                        name=route_name("shadow", entry),
+                        match=entry_match(entry),
+                        route=forward,
+                        metadata=shadow_capture_metadata(quality),
                     )
                     for entry in split_entries(spec)
                 ],
@@ -82,7 +88,8 @@ def build_shadow_listener(spec: RolloutSpec, variant: str, answer_log_cluster: s
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         route_config=route,
         http_filters=[
-            build_answer_filter(),
+            *build_request_filter(quality),
+            build_answer_filter(capture=quality is not None),
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
         access_log=[build_answer_log(answer_log_cluster, names.SHADOW_LOG)],

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from gateway.metrics.observations import LatencySignal
 from gateway.metrics.queries import check_overrides
 from gateway.spec.fields import Duration, Percent, SpecModel
+from gateway.spec.quality import Quality
 
 
 class Gate(SpecModel):
@@ -125,6 +126,8 @@ class Analysis(SpecModel):
     # The share of shadow copies whose greedy answer must equal the baseline's (inference/server/outputs.py);
     # None: not checked. Tested like the error rate, on the disagreements.
     min_shadow_agreement: float | None = Field(default=None, gt=0, lt=1)
+    # Answer capture and the comparators (gateway/spec/quality.py); None: no answer content is kept anywhere.
+    quality: Quality | None = None
     provider: Provider = Provider()
     # When the metrics stay unreadable past the retry limit: hold the weights and alert (freeze),
     # or treat it as a failure (rollback). Freeze is the default: an outage of the metrics source

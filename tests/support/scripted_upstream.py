@@ -195,6 +195,24 @@ SCRIPTS: dict[str, tuple[str, list[str], list[str], list[str], str]] = {
         "close",
     ),
     "not-json": ("text/plain", [], ["this is not JSON at all"], [], "close"),
+    # answer capture (tests/integration/test_capture.py): text that needs unescaping, a tool call's arguments,
+    # a long answer past any small cap, and bytes that are not UTF-8 (sent as they are: surrogateescape)
+    "chat-unicode": (
+        SSE,
+        [ROLE],
+        [_chat({"content": t}) for t in ("h\u00e9", 'llo "', "\u2713\n")]
+        + [_chat({"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]})],
+        [_chat({}, "stop"), "data: [DONE]\n\n"],
+        "close",
+    ),
+    "json-long": (
+        "application/json",
+        [],
+        [json.dumps({"object": "chat.completion", "choices": [{"message": {"content": "y" * 5000}}]})],
+        [],
+        "close",
+    ),
+    "chat-not-utf8": (SSE, [ROLE], [_chat({"content": "ok"}).replace("ok", "o\udcffk")], [], "close"),
 }
 
 
@@ -233,17 +251,35 @@ class ScriptedUpstream:
             }
         )
         for event in head:
-            await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": event.encode("utf-8", "surrogateescape"),
+                    "more_body": True,
+                }
+            )
         if content_type == SSE:
             await asyncio.sleep(FIRST_TOKEN_S + self.slower_by)
         for i, event in enumerate(body):
             if i:
                 await asyncio.sleep(TOKEN_GAP_S)
-            await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": event.encode("utf-8", "surrogateescape"),
+                    "more_body": True,
+                }
+            )
         if end == "reset":
             raise ConnectionAbortedError("scripted reset mid-stream")
         for event in tail:
-            await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": event.encode("utf-8", "surrogateescape"),
+                    "more_body": True,
+                }
+            )
         await send({"type": "http.response.body", "body": b""})
 
 

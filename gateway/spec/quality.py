@@ -1,0 +1,45 @@
+"""The spec's `analysis.quality`: which answers the data plane keeps, and the comparators' settings.
+
+Answers can hold personal data, so nothing is kept without this section: no `quality`, and Envoy's answer
+filter reads no answer text (gateway/envoy/capture.py). With it, a shadow stage keeps every mirrored copy
+and its original (`shadow`, default on), and live traffic outside the shadow stage only `capture_percent`
+of it (default 0: off). `max_answer_bytes` caps the text kept per answer, in Envoy: bytes past it never
+leave the proxy. The comparators' settings (`max_greedy_disagreement`, `structure`, `judge`) are validated
+here and carried in the spec for the comparator tests (issue 28, item 2).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gateway.spec.fields import SpecModel
+
+# The answer filter samples a request by its x-request-id modulo this (gateway/envoy/capture.py).
+PER_MILLION = 1_000_000
+
+
+class Judge(SpecModel):
+    """An OpenAI-compatible endpoint shown both answers in random order; `max_loss`: the largest share of
+    verdicts "candidate worse" the check tolerates; `budget_per_hour`: the judge's requests per hour."""
+
+    url: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    max_loss: float = Field(default=0.55, gt=0, lt=1)
+    budget_per_hour: int = Field(default=200, ge=1)
+    prompt: str | None = None  # a template file; None: the built-in one
+
+
+class Quality(SpecModel):
+    """What is captured, and how answers are compared (docs/rollouts-and-analysis.md)."""
+
+    capture_percent: float = Field(default=0.0, ge=0, le=100)
+    max_answer_bytes: int = Field(default=16_384, ge=1, le=1_048_576)
+    shadow: bool = True
+    max_greedy_disagreement: float | None = Field(default=None, gt=0, lt=1)
+    structure: bool = False
+    judge: Judge | None = None
+
+    @property
+    def live_per_million(self) -> int:
+        """The share of live requests whose answers are kept, per million (the filter's sampling unit)."""
+        return round(self.capture_percent * PER_MILLION / 100)

@@ -71,10 +71,12 @@ def bootstrap(
     measure: bool,
     routing: dict | None = None,
     variants: dict[str, dict] | None = None,
+    analysis: dict | None = None,
 ) -> str:
     """The builders' listener and routes, static, over clusters with the upstream as their one host.
     `routing`: fields over the spec's routing (the default: every request to the baseline); `variants`:
-    fields over a variant's (e.g. endpoints of its own, `load_balancing`), balanced as the builders do."""
+    fields over a variant's (e.g. endpoints of its own, `load_balancing`), balanced as the builders do;
+    `analysis`: the spec's (e.g. `quality`, which turns answer capture on)."""
     spec = validate_spec(
         {
             "name": "hop",
@@ -88,9 +90,10 @@ def bootstrap(
             },
             "timeouts": {"request": "10s"},
             "health_check": None,
+            **({"analysis": analysis} if analysis is not None else {}),
         }
     )
-    listener = build_listener(ListenerAddress("127.0.0.1", listen), spec.routing)
+    listener = build_listener(ListenerAddress("127.0.0.1", listen), spec.routing, spec.analysis.quality)
     manager = hcm_pb2.HttpConnectionManager()
     listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
     manager.ClearField("rds")

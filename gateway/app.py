@@ -200,7 +200,12 @@ class GatewayProcess:
 
     def _measured(self, make: ProviderFactory) -> ProviderFactory:
         """Each provider's looks with the answers this gateway measured added (gateway/metrics/answered.py)."""
-        return lambda spec: WithAnswers(make(spec), self.answers, clients=bool(spec.routing.affinity))
+        return lambda spec: WithAnswers(
+            make(spec),
+            self.answers,
+            clients=bool(spec.routing.affinity),
+            quality=spec.analysis.quality is not None,
+        )
 
     async def start(self) -> None:
         self._grpc = await start_server(

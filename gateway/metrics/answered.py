@@ -12,18 +12,28 @@
 - the output tokens of every measured answer, as the variant's GENERATED series in place of the
   servers' own counters (graystack's or vLLM's, where a server has one), so the capacity view's cost
   per million tokens exists for any server and counts what the dashboards count.
+- with cohorts (`clients`), the observations the error tests count in place of Envoy's requests and
+  errors: every unkeyed answer and each client's first answer on a variant in the stage
+  (client_units.py), as the cumulative UNITS and UNIT_ERRORS series (failed: a failure the client saw,
+  or an attempt a fallback retry moved to another variant), and the exact latencies of those answers
+  only. Envoy's counters stay as they are, for the load and "measurements missing" checks.
+- with `analysis.quality`, the answer-quality series (quality.py): greedy shadow pairs compared at the
+  gateway (in place of the servers' own COMPARED and DIFFERED) and the captured answers' form.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gateway.answers.answer import Answer
 from gateway.answers.store import AnswerStore
 from gateway.metrics.client_units import ClientUnits
 from gateway.metrics.observations import (
+    COMPARED,
+    DIFFERED,
     ERRORS,
     GENERATED,
     ITL,
@@ -36,6 +46,7 @@ from gateway.metrics.observations import (
     stratum,
 )
 from gateway.metrics.provider import MetricsProvider
+from gateway.metrics.quality import QualityCounts
 
 ANSWERS_SOURCE = "gateway: answers failed after their status"
 TOKENS_SOURCE = "gateway: output tokens of the answers measured"
@@ -43,9 +54,18 @@ UNITS_SOURCE = "gateway: answers, each client once per variant"
 
 
 class WithAnswers:
-    def __init__(self, provider: MetricsProvider, answers: AnswerStore, clients: bool = False) -> None:
+    def __init__(
+        self,
+        provider: MetricsProvider,
+        answers: AnswerStore,
+        clients: bool = False,
+        quality: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.provider = provider
         self.answers = answers
+        self.quality = QualityCounts() if quality else None
+        self.clock = clock
         self._cursor = answers.cursor  # the next look's samples are the answers measured after it
         self.units = ClientUnits() if clients else None
         self._units: Counter[str] = Counter()
@@ -68,6 +88,8 @@ class WithAnswers:
             for variant, count in self.answers.failed_after_start.items()
         }
         units = self._count_units(observed) if self.units is not None else {}
+        if self.quality is not None:
+            units |= self.quality.add(batch.answers, observed, self.clock())
         measured = self.answers.output_tokens
         tokens = {
             CounterKey(variant, GENERATED, source=TOKENS_SOURCE): float(n) for variant, n in measured.items()
@@ -76,6 +98,7 @@ class WithAnswers:
             key: value
             for key, value in seen.counters.items()
             if not (key.signal == GENERATED and key.variant in measured)
+            and not (self.quality is not None and key.signal in (COMPARED, DIFFERED))
         }
         counters = {**servers, **failed, **tokens, **units}
         return replace(seen, counters=counters, samples=samples(observed))

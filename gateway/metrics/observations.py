@@ -37,7 +37,8 @@ TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), le = inf
 ITL = "itl"  # graystack_request_time_per_output_token_seconds buckets (one per request), stratum(segment)
 ITL_SUM = "itl_sum"  # ... and its _sum (seconds)
 LatencySignal = Literal["ttft", "itl"]  # TTFT, ITL: what a spec's provider.histograms names
-COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ)
+COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ):
+# the servers' (graystack serve --compare-with), or with analysis.quality the gateway's pairs
 DIFFERED = "differed"  # of those, a different answer
 GENERATED = (
     "generated"  # tokens the model servers generated (graystack_tokens_total{kind="generated"}, vLLM's)
@@ -46,7 +47,25 @@ GENERATED = (
 # gateway's answers with each client counted once per variant (gateway/metrics/client_units.py)
 UNITS = "units"
 UNIT_ERRORS = "unit_errors"
-SIGNALS = (REQUESTS, ERRORS, TTFT, TTFT_SUM, ITL, ITL_SUM, COMPARED, DIFFERED, GENERATED, UNITS, UNIT_ERRORS)
+# Answer quality (analysis.quality, gateway/metrics/quality.py): captured answers whose form was checked
+# and those with a problem (gateway/quality/structure.py), stratum: the segment
+STRUCTURED = "structured"
+MALFORMED = "malformed"
+SIGNALS = (
+    REQUESTS,
+    ERRORS,
+    TTFT,
+    TTFT_SUM,
+    ITL,
+    ITL_SUM,
+    COMPARED,
+    DIFFERED,
+    GENERATED,
+    UNITS,
+    UNIT_ERRORS,
+    STRUCTURED,
+    MALFORMED,
+)
 
 
 UNLABELLED = "*"  # the segment of a histogram without a `segment` label (a server that is not graystack's)

@@ -6,87 +6,58 @@ and the candidate's share of such answers is tested against the baseline's in th
     cut_by_length           the server stopped at the request's token limit (`finish: length`)
     invalid_json            the request asked for JSON (`response_format` json_object or json_schema)
                             and the text does not parse
-    schema_mismatch         ... it parses, but not into what the request's schema describes
-    invalid_tool_arguments  a tool call whose arguments do not parse, or do not match the tool's
-                            parameters, or name a tool the request did not offer
+    invalid_tool_arguments  a tool call whose arguments do not parse as a JSON object
 
-A schema the request sent that is itself invalid judges nothing (it is the client's, not the answer's).
+Judged on what the answer filter captured (gateway/answers/capture.py): the text, the tool calls'
+arguments one after another, and the request's `response_format` type. Not yet: whether the JSON matches
+the schema the request gave (the filter keeps only that one was given, not the schema).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from jsonschema import exceptions, validators
+from gateway.answers.answer import Answer
 
-Problem = Literal["empty", "cut_by_length", "invalid_json", "schema_mismatch", "invalid_tool_arguments"]
-PROBLEMS: tuple[Problem, ...] = (
-    "empty",
-    "cut_by_length",
-    "invalid_json",
-    "schema_mismatch",
-    "invalid_tool_arguments",
-)
+Problem = Literal["empty", "cut_by_length", "invalid_json", "invalid_tool_arguments"]
+JSON_FORMATS = frozenset({"json_object", "json_schema"})
+_DECODER = json.JSONDecoder()
 
 
-@dataclass(frozen=True)
-class Asked:
-    """What the request asked of the answer's form: JSON (with a schema, or None), and the tools it
-    offered, by name, with their parameters' schemas."""
-
-    json: bool = False
-    schema: Mapping[str, Any] | None = None
-    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: str  # as the answer carried them: a JSON text
-
-
-def problems(
-    text: str | None, asked: Asked, finish: str | None, tool_calls: Sequence[ToolCall] = ()
-) -> frozenset[Problem]:
-    """Every problem of one answer's form (empty set: none found)."""
+def problems(answer: Answer) -> frozenset[Problem]:
+    """Every problem of one captured answer's form (empty set: none found)."""
+    text, calls = answer.text or "", answer.calls or ""
     found: set[Problem] = set()
-    if not (text or "").strip() and not tool_calls:
+    if not text.strip() and not calls.strip():
         found.add("empty")
-    if finish == "length":
+    if answer.finish == "length":
         found.add("cut_by_length")
-    if asked.json and text is not None and not tool_calls:
-        found |= _json_problems(text, asked.schema)
-    if any(_tool_call_invalid(call, asked.tools) for call in tool_calls):
+    if answer.response_format in JSON_FORMATS and not calls.strip() and not _parses(text):
+        found.add("invalid_json")
+    if calls.strip() and not _objects(calls):
         found.add("invalid_tool_arguments")
     return frozenset(found)
 
 
-def _json_problems(text: str, schema: Mapping[str, Any] | None) -> set[Problem]:
+def _parses(text: str) -> bool:
     try:
-        value = json.loads(text)
+        json.loads(text)
     except ValueError:
-        return {"invalid_json"}
-    return {"schema_mismatch"} if schema is not None and not _matches(value, schema) else set()
+        return False
+    return True
 
 
-def _tool_call_invalid(call: ToolCall, tools: Mapping[str, Mapping[str, Any]]) -> bool:
-    if call.name not in tools:
-        return True
-    try:
-        arguments = json.loads(call.arguments or "{}")
-    except ValueError:
-        return True
-    return not isinstance(arguments, dict) or not _matches(arguments, tools[call.name])
-
-
-def _matches(value: Any, schema: Mapping[str, Any]) -> bool:
-    """Whether `value` matches `schema`; True where the schema itself is not valid (nothing to judge)."""
-    validator_class = validators.validator_for(schema)
-    try:
-        validator_class.check_schema(schema)
-    except exceptions.SchemaError:
-        return True
-    return validator_class(schema).is_valid(value)
+def _objects(calls: str) -> bool:
+    """Whether `calls` is one or more JSON objects one after another (each tool call's arguments)."""
+    at = 0
+    while at < len(calls):
+        try:
+            value, at = _DECODER.raw_decode(calls, at)
+        except ValueError:
+            return False
+        if not isinstance(value, dict):
+            return False
+        while at < len(calls) and calls[at].isspace():
+            at += 1
+    return True

@@ -31,6 +31,7 @@ from gateway.rollout.plan import (
     ERROR_RATIO,
     ITL_VS_BASELINE,
     SHADOW_AGREEMENT,
+    STRUCTURE,
     TTFT_P95,
     TTFT_VS_BASELINE,
     WEIGHT_STATUS,
@@ -99,6 +100,8 @@ def analyse(
         checks.append(_weight_status(spec, weight_status, effective_windows, mismatches))
     if evidence.disagreement is not None and shadowing:
         checks.append(_shadow_agreement(plan, evidence.disagreement))
+    if evidence.structure is not None and (shadowing or plan.structure_live):
+        checks.append(_structure(plan, evidence.structure))
     return checks
 
 
@@ -350,6 +353,36 @@ def _shadow_agreement(plan: Plan, test: ThresholdTest) -> Check:
             f"cannot tell the disagreement from {most:.1%} yet",
         )
     return Check(SHADOW_AGREEMENT, verdict, share, test.requests, bound, 1 - most, f"{counts}: {why}",
+                 test.log_evalue, plan.log_bound)  # fmt: skip
+
+
+def _structure(plan: Plan, test: RatioTest) -> Check:
+    """Malformed answers (gateway/quality/structure.py) tested like errors against the baseline's. Only
+    where answers are captured (a shadow stage, or `capture_percent` live); with none compared yet it
+    holds: a form nobody checked is no pass."""
+    most = _given(plan.max_structure_ratio, "max_structure_ratio")
+    counts = (
+        f"{test.candidate_events} of {test.candidate_requests} candidate answers malformed against "
+        f"{test.baseline_events} of {test.baseline_requests} of the baseline's"
+    )
+    if not test.candidate_requests:
+        why = "no captured answers of both variants compared yet (is `analysis.quality` capturing any?)"
+        return Check(
+            STRUCTURE, Verdict.INCONCLUSIVE, None, 0, None, most, why, test.log_evalue, plan.log_bound
+        )
+    ratio = None
+    if test.baseline_events:
+        ratio = (test.candidate_events / test.candidate_requests) / (
+            test.baseline_events / test.baseline_requests
+        )
+    failing = fired(test.log_evalue, plan.log_bound)
+    reason = (
+        f"malformed answers (empty, cut by length, JSON or tool arguments that do not parse) "
+        f"{'above' if failing else 'not shown above'} {most:g}x the baseline's: log e-value "
+        f"{test.log_evalue:.2f} vs {plan.log_bound:.2f}; {counts}"
+    )
+    verdict = Verdict.FAIL if failing else Verdict.PASS
+    return Check(STRUCTURE, verdict, ratio, test.candidate_requests, None, most, reason,
                  test.log_evalue, plan.log_bound)  # fmt: skip
 
 

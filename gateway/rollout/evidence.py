@@ -31,7 +31,9 @@ What each test sees, per look:
   observation's variant being chosen at random, which holds for a request, not for its tokens, whose
   gaps share one server moment (counted per token, a healthy candidate's 173 gaps once passed for
   strong evidence in CI and rolled it back; bench/itl_units.py measures both units);
-- shadow_agreement: the candidate's compared shadow answers and those that differed.
+- shadow_agreement: the candidate's compared shadow answers and those that differed;
+- structure: the captured answers whose form was checked and the malformed ones, both variants', per
+  randomised segment both reached this look (in a shadow stage, the copies against their originals).
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
 counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`.
 """
@@ -94,6 +96,9 @@ class Evidence:
     answered: int = 0  # candidate answers the gateway measured, any segment (none: measurements missing)
     sent: int = 0  # candidate requests as Envoy counted them (with cohorts the error tests count clients)
     disagreement: ThresholdTest | None = None
+    structure: RatioTest | None = (
+        None  # malformed captured answers against the baseline's (quality.structure)
+    )
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
     ttft_probed: int = 0  # of those, the probes' (servers with no TTFT histogram)
     itl_seen: int = 0
@@ -114,6 +119,7 @@ def start(plan: Plan, stage: str, now: float) -> Evidence:
         candidate_ttft=ThresholdTest.new(TTFT_SHARE) if slo else None,
         baseline_ttft=ThresholdTest.new(TTFT_SHARE) if slo else None,
         disagreement=ThresholdTest.new(plan.max_disagreement) if plan.max_disagreement is not None else None,
+        structure=RatioTest.new(plan.max_structure_ratio) if plan.max_structure_ratio is not None else None,
     )
 
 
@@ -142,6 +148,12 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
         evidence = replace(evidence, error_ratio=evidence.error_ratio.update(strata))
     if evidence.disagreement is not None:
         evidence = replace(evidence, disagreement=evidence.disagreement.update(ours.compared, ours.differed))
+    if evidence.structure is not None:
+        strata = [
+            (*ours.structure[segment], *theirs.structure[segment])
+            for segment in sorted(set(ours.structure) & set(theirs.structure) & plan.randomised_segments)
+        ]
+        evidence = replace(evidence, structure=evidence.structure.update(strata))
     if plan.exact_latency:
         answered = evidence.answered + sum(map(len, ours.ttft_values.values()))
         evidence = replace(evidence, answered=answered, sent=evidence.sent + ours.requests)

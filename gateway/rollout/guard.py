@@ -38,6 +38,7 @@ class Guard:
             spec.retries.fallback,
             spec.analysis.provider,
             bool(spec.routing.affinity),
+            spec.analysis.quality is not None,
         )
         if key != self._key:
             self._key = key

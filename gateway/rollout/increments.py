@@ -25,7 +25,9 @@ from gateway.metrics.observations import (
     GENERATED,
     ITL,
     ITL_SUM,
+    MALFORMED,
     REQUESTS,
+    STRUCTURED,
     TTFT,
     TTFT_SUM,
     UNIT_ERRORS,
@@ -80,6 +82,8 @@ class VariantLook:
     # with cohorts, the observations the error tests count: each client once (metrics/client_units.py)
     units: int = 0
     unit_errors: int = 0
+    # captured answers whose form was checked, and those malformed, by segment (metrics/quality.py)
+    structure: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def counted(self, client_units: bool) -> tuple[int, int]:
         """(observations, failed ones) as the error tests count them: requests, or clients with cohorts."""
@@ -101,6 +105,7 @@ def per_variant(
     failed fallback is charged to the variant too, gateway/metrics/direct.py); `current`: the look's
     counters, for how many pods serve each variant; `samples`: the look's exact per-request values."""
     scalars: dict[tuple[str, str], float] = defaultdict(float)
+    forms: dict[tuple[str, str, str], float] = defaultdict(float)
     buckets: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)
     sums: dict[tuple[str, str, str], float] = defaultdict(float)
     for (variant, signal, stratum, le), value in totals.items():
@@ -108,6 +113,8 @@ def per_variant(
             buckets[variant, signal, stratum][le] = value
         elif signal in (TTFT_SUM, ITL_SUM):
             sums[variant, signal.removesuffix("_sum"), stratum] += value
+        elif signal in (STRUCTURED, MALFORMED):
+            forms[variant, signal, stratum] += value
         else:
             scalars[variant, signal] += value
     looks = {}
@@ -142,8 +149,21 @@ def per_variant(
             itl_values=exact[ITL],
             units=units,
             unit_errors=min(round(scalars[variant, UNIT_ERRORS]), units),
+            structure=_forms(forms, variant),
         )
     return looks
+
+
+def _forms(forms: Mapping[tuple[str, str, str], float], variant: str) -> dict[str, tuple[int, int]]:
+    """Per segment, (answers checked, malformed ones) for `variant`, where it had any."""
+    checked = {
+        segment: round(n) for (v, signal, segment), n in forms.items() if (v, signal) == (variant, STRUCTURED)
+    }
+    return {
+        segment: (n, min(n, round(forms.get((variant, MALFORMED, segment), 0.0))))
+        for segment, n in checked.items()
+        if n > 0
+    }
 
 
 def _histogram(counts: Mapping[float, float], seconds: float) -> Histogram:

@@ -31,6 +31,7 @@ from gateway.metrics.observations import UNLABELLED
 from gateway.names import DEFAULT_SEGMENT
 from gateway.rollout import sequential
 from gateway.spec.model import RolloutSpec, SpecError
+from gateway.spec.strategy import Analysis
 
 ERROR_RATE = "error_rate"
 ERROR_RATE_CHANGE = "error_rate_change"
@@ -40,6 +41,7 @@ TTFT_VS_BASELINE = "ttft_vs_baseline"
 ITL_VS_BASELINE = "itl_vs_baseline"
 WEIGHT_STATUS = "weight_status"
 SHADOW_AGREEMENT = "shadow_agreement"
+STRUCTURE = "structure"
 CHECK_NAMES = (
     ERROR_RATE,
     ERROR_RATE_CHANGE,
@@ -49,6 +51,7 @@ CHECK_NAMES = (
     ITL_VS_BASELINE,
     WEIGHT_STATUS,
     SHADOW_AGREEMENT,
+    STRUCTURE,
 )
 
 
@@ -75,6 +78,8 @@ class Plan:
     client_units: bool  # cohorts assign clients: the tests count each client once (metrics/client_units.py)
     max_ttft_p95: float | None
     max_disagreement: float | None
+    max_structure_ratio: float | None  # the structure check's bound (None: it does not run)
+    structure_live: bool  # live answers are captured (capture_percent > 0): the check runs past shadow
     randomised_segments: frozenset[str]  # segments whose traffic is split at random between the two
     log_bound: float  # log(1/alpha): a budgeted test fires at or above it
     log_detector_bound: float  # log A of the change detector
@@ -107,8 +112,12 @@ def plan_for(spec: RolloutSpec) -> Plan:
         ]
     else:
         tests += [TTFT_VS_BASELINE, ITL_VS_BASELINE]
-    if analysis.min_shadow_agreement is not None:
+    quality = analysis.quality
+    disagreement = _max_disagreement(analysis)
+    if disagreement is not None:
         tests.append(SHADOW_AGREEMENT)
+    if quality is not None and quality.structure:
+        tests.append(STRUCTURE)
     if analysis.expected_weight_status is None and analysis.max_effective_window is None:
         off.append((WEIGHT_STATUS, "expected_weight_status is null: no probe is required"))
     alpha = analysis.false_rollback_budget / len(tests)
@@ -126,13 +135,14 @@ def plan_for(spec: RolloutSpec) -> Plan:
         "max_latency_ratio": analysis.max_latency_ratio,
         "max_ttft_p95": analysis.max_ttft_p95,
         "min_shadow_agreement": analysis.min_shadow_agreement,
+        # only with a quality section, so the tests of rollouts saved before it existed go on
+        **({"quality": quality.model_dump(mode="json", exclude={"judge"})} if quality is not None else {}),
         "segments": sorted(randomised),
         # only for answers, so the tests of rollouts saved on histograms before the setting existed go on
         **({"latency_source": analysis.latency_source} if analysis.latency_source != "histograms" else {}),
         **({"client_units": True} if spec.routing.affinity else {}),  # likewise: absent without cohorts
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    agreement = analysis.min_shadow_agreement
     return Plan(
         baseline=baseline,
         candidate=candidate,
@@ -145,7 +155,9 @@ def plan_for(spec: RolloutSpec) -> Plan:
         exact_latency=analysis.latency_source == "answers",
         client_units=bool(spec.routing.affinity),
         max_ttft_p95=analysis.max_ttft_p95,
-        max_disagreement=None if agreement is None else 1 - agreement,
+        max_disagreement=disagreement,
+        max_structure_ratio=quality.max_structure_ratio if STRUCTURE in tests and quality else None,
+        structure_live=quality is not None and quality.capture_percent > 0,
         randomised_segments=frozenset(randomised),
         log_bound=math.log(1 / alpha),
         # The change detectors (errors, and the two latency comparisons' own) share the stated mean
@@ -159,3 +171,14 @@ def plan_for(spec: RolloutSpec) -> Plan:
         ),
         key=key,
     )
+
+
+def _max_disagreement(analysis: Analysis) -> float | None:
+    """The greedy answers' largest tolerated disagreement: `quality.max_greedy_disagreement` (pairs
+    compared at the gateway, any server), else 1 - `min_shadow_agreement` (graystack's servers' own
+    comparison); None: not judged. One check either way, shadow_agreement."""
+    quality = analysis.quality
+    if quality is not None and quality.max_greedy_disagreement is not None:
+        return quality.max_greedy_disagreement
+    agreement = analysis.min_shadow_agreement
+    return None if agreement is None else 1 - agreement

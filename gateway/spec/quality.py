@@ -37,6 +37,7 @@ class Quality(SpecModel):
     shadow: bool = True
     max_greedy_disagreement: float | None = Field(default=None, gt=0, lt=1)
     structure: bool = False
+    max_structure_ratio: float = Field(default=2.0, ge=1)  # malformed answers vs the baseline's share
     judge: Judge | None = None
 
     @property

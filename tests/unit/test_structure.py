@@ -1,48 +1,39 @@
-"""The structural checks on one answer (gateway/quality/structure.py): what a client's code would trip on."""
+"""The structural checks on one captured answer (gateway/quality/structure.py): what a client's code would
+trip on, judged without a reference answer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from gateway.quality.structure import Asked, ToolCall, problems
+from gateway.answers.entries import answer_from
+from gateway.quality.structure import problems
+from tests.unit.test_answers import STREAM, entry
 
-PERSON = {
-    "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-    "required": ["name"],
-}
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+ANSWER = answer_from(entry(STREAM))
 
 
 @pytest.mark.parametrize(
-    ("text", "asked", "finish", "expected"),
+    ("text", "calls", "response_format", "finish", "expected"),
     [
-        ("Paris is the capital.", Asked(), "stop", set()),
-        ("", Asked(), "stop", {"empty"}),
-        ("   \n", Asked(), "stop", {"empty"}),
-        ("Paris is the", Asked(), "length", {"cut_by_length"}),
-        ('{"name": "Ada"}', Asked(json=True), "stop", set()),
-        ('{"name": "Ada"', Asked(json=True), "length", {"invalid_json", "cut_by_length"}),
-        ("Sure! Here is the JSON: {}", Asked(json=True), "stop", {"invalid_json"}),
-        ('{"name": "Ada", "age": 36}', Asked(json=True, schema=PERSON), "stop", set()),
-        ('{"age": "old"}', Asked(json=True, schema=PERSON), "stop", {"schema_mismatch"}),
-        ('{"age": 3}', Asked(json=True, schema={"type": "nonsense"}), "stop", set()),  # the client's schema
-        ("not json", Asked(), "stop", set()),  # JSON was not asked for
+        ("Paris is the capital.", None, None, "stop", set()),
+        ("", None, None, "stop", {"empty"}),
+        ("   \n", "", None, "stop", {"empty"}),
+        ("Paris is the", None, None, "length", {"cut_by_length"}),
+        ('{"name": "Ada"}', None, "json_object", "stop", set()),
+        ('{"name": "Ada"}', None, "json_schema", "stop", set()),
+        ('{"name": "Ada"', None, "json_object", "length", {"invalid_json", "cut_by_length"}),
+        ("Sure! Here is the JSON: {}", None, "json_schema", "stop", {"invalid_json"}),
+        ("not json", None, "text", "stop", set()),  # JSON was not asked for
+        (None, '{"city": "Oslo"}', None, "tool_call", set()),
+        (None, '{"city": "Oslo"}{"city": "Rome"} ', None, "tool_call", set()),  # two calls' arguments
+        (None, '{"city": ', None, "tool_call", {"invalid_tool_arguments"}),
+        (None, '{"city": "Oslo"}[1]', None, "tool_call", {"invalid_tool_arguments"}),
+        ("", '{"city": "Oslo"}', "json_object", "tool_call", set()),  # a tool call answers a JSON request
     ],
 )
-def test_the_form_of_a_text_answer(text, asked, finish, expected):
-    assert problems(text, asked, finish) == expected
-
-
-def test_tool_calls_are_judged_against_the_tools_the_request_offered():
-    asked = Asked(tools={"weather": WEATHER})
-    assert problems(None, asked, "tool_call", [ToolCall("weather", '{"city": "Oslo"}')]) == set()
-    assert problems("", asked, "tool_call", [ToolCall("weather", '{"city": ')]) == {"invalid_tool_arguments"}
-    assert problems("", asked, "tool_call", [ToolCall("weather", '{"town": "Oslo"}')]) == {
-        "invalid_tool_arguments"
-    }
-    assert problems("", asked, "tool_call", [ToolCall("weather", "[1]")]) == {"invalid_tool_arguments"}
-    assert problems("", asked, "tool_call", [ToolCall("search", "{}")]) == {"invalid_tool_arguments"}
-    # a tool call is an answer: not empty, and a JSON-mode request answered by a tool call is not judged as JSON
-    json_asked = Asked(json=True, tools={"weather": WEATHER})
-    assert problems("", json_asked, "tool_call", [ToolCall("weather", '{"city": "Oslo"}')]) == set()
+def test_the_form_of_an_answer(text, calls, response_format, finish, expected):
+    assert ANSWER is not None
+    answer = replace(ANSWER, text=text, calls=calls, response_format=response_format, finish=finish)
+    assert problems(answer) == expected

@@ -1,0 +1,70 @@
+"""A look's answer-quality counts from the answers the gateway captured (`analysis.quality`):
+
+- greedy agreement: each shadow copy paired with its original (gateway/answers/pairs.py) whose request
+  asked for greedy decoding (temperature 0), both answered whole by their own variant: COMPARED for the
+  candidate, and DIFFERED where the two answers' text or tool calls differ. These replace the servers'
+  own counters (`graystack serve --compare-with`): one way to compare answers, for any server.
+- structure: every captured answer a variant's server gave whole (a failure is the error tests' to
+  count), checked for what a client's code would trip on (gateway/quality/structure.py): STRUCTURED and
+  MALFORMED per variant and segment, so the candidate's share is compared with the baseline's in the same
+  segments, live (`capture_percent`) and in a shadow stage (copy against original).
+Cumulative series, as for every counter the analysis reads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from gateway.answers.answer import Answer
+from gateway.answers.pairs import Pair, PairStore
+from gateway.metrics.observations import COMPARED, DIFFERED, MALFORMED, STRUCTURED, CounterKey
+from gateway.quality.structure import problems
+
+QUALITY_SOURCE = "gateway: captured answers"
+
+
+def judged(answer: Answer) -> bool:
+    """Whether an answer's content can be judged: captured, readable, and given whole by its own variant."""
+    return (
+        answer.captured
+        and not answer.text_unreadable
+        and answer.ending == "complete"
+        and not answer.failed
+        and answer.server == answer.variant
+    )
+
+
+def greedy(pair: Pair) -> bool:
+    return pair.original.temperature == 0 and judged(pair.original) and judged(pair.shadow)
+
+
+def differ(pair: Pair) -> bool:
+    ours, theirs = pair.shadow, pair.original
+    return (ours.text or "", ours.calls or "") != (theirs.text or "", theirs.calls or "")
+
+
+class QualityCounts:
+    """The cumulative quality series, fed each look's answers."""
+
+    def __init__(self) -> None:
+        self.pairs = PairStore()
+        self._counts: Counter[tuple[str, str, str]] = Counter()  # (variant, signal, segment)
+
+    def add(
+        self, answers: Iterable[Answer], observed: Iterable[Answer], now: float
+    ) -> dict[CounterKey, float]:
+        """`answers`: every answer of the look (the pairs are made of them); `observed`: those the tests
+        count (with cohorts, each client once: client_units.py), whose form is checked."""
+        for pair in filter(None, (self.pairs.add(answer, now) for answer in answers)):
+            if greedy(pair):
+                self._counts[pair.shadow.variant, COMPARED, ""] += 1
+                self._counts[pair.shadow.variant, DIFFERED, ""] += differ(pair)
+        for answer in observed:
+            if judged(answer):
+                self._counts[answer.variant, STRUCTURED, answer.segment] += 1
+                self._counts[answer.variant, MALFORMED, answer.segment] += bool(problems(answer))
+        return {
+            CounterKey(variant, signal, segment, source=QUALITY_SOURCE): float(count)
+            for (variant, signal, segment), count in self._counts.items()
+        }

@@ -1,0 +1,144 @@
+"""Answer quality judged at the gateway (issue 28): greedy shadow pairs compared for any server, and the
+captured answers' form tested against the baseline's, as sequential tests in the rollout's budget."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.answers.answer import Answer
+from gateway.answers.entries import answer_from
+from gateway.answers.store import AnswerStore
+from gateway.metrics.answered import WithAnswers
+from gateway.metrics.observations import COMPARED, DIFFERED, MALFORMED, STRUCTURED, CounterKey, Observations
+from gateway.metrics.quality import QUALITY_SOURCE, QualityCounts
+from gateway.rollout import evidence as tests
+from gateway.rollout.analysis import Verdict, analyse
+from gateway.rollout.increments import VariantLook
+from gateway.rollout.plan import SHADOW_AGREEMENT, STRUCTURE, plan_for
+from gateway.spec.model import validate_spec
+from tests.unit.test_answers import STREAM, entry
+from tests.unit.test_answers_into_errors import Fixed
+
+BASE = answer_from(entry(STREAM))
+
+
+def captured(variant: str, request_id: str, text: str, shadow: bool = False, **changes: object) -> Answer:
+    assert BASE is not None
+    fields = {"variant": variant, "answered_by": variant, "request_id": request_id, "captured": True}
+    return replace(BASE, **{**fields, "text": text, "shadow": shadow, "temperature": 0.0, **changes})  # type: ignore[arg-type]
+
+
+def pair(request_id: str, baseline: str, candidate: str, **changes: object) -> list[Answer]:
+    return [
+        captured("baseline", request_id, baseline, **changes),
+        captured("zero-layer", request_id, candidate, shadow=True, **changes),
+    ]
+
+
+def counts(found: dict[CounterKey, float]) -> dict[tuple[str, str, str], float]:
+    return {(k.variant, k.signal, k.stratum): v for k, v in found.items() if k.source == QUALITY_SOURCE}
+
+
+def test_greedy_pairs_are_compared_and_others_are_not():
+    quality = QualityCounts()
+    answers = [
+        *pair("r1", "Paris", "Paris"),
+        *pair("r2", "Paris", "Lyon"),
+        *pair("r3", "Paris", "Lyon", temperature=0.7),  # sampled: answers may differ, nothing to compare
+        *pair("r4", "Paris", "Lyon", temperature=None),  # no temperature given: the API's default samples
+        *pair(
+            "r5", "Paris", "", ending="cut", status=200
+        ),  # the copy's stream was cut: an error, not an answer
+    ]
+    found = counts(quality.add(answers, [], now=0.0))
+    assert found[("zero-layer", COMPARED, "")] == 2
+    assert found[("zero-layer", DIFFERED, "")] == 1
+
+
+def test_the_form_of_the_answers_counted_is_checked_per_variant_and_segment():
+    quality = QualityCounts()
+    observed = [
+        captured("baseline", "a", '{"ok": 1}', response_format="json_object"),
+        captured("zero-layer", "b", '{"ok": ', response_format="json_object"),
+        captured("zero-layer", "c", "", segment="mobile"),
+        captured("zero-layer", "d", "fine", status=503),  # failed: the error tests' to count
+        replace(captured("zero-layer", "e", "fine"), captured=False),
+    ]
+    found = counts(quality.add([], observed, now=0.0))
+    assert found == {
+        ("baseline", STRUCTURED, "mobile"): 1,
+        ("baseline", MALFORMED, "mobile"): 0,
+        ("zero-layer", STRUCTURED, "mobile"): 2,
+        ("zero-layer", MALFORMED, "mobile"): 2,
+    }
+
+
+async def test_with_quality_the_gateways_comparisons_replace_the_servers_own():
+    servers = {CounterKey("zero-layer", COMPARED, source="pod"): 900.0}
+    store = AnswerStore()
+    measured = WithAnswers(Fixed(Observations(counters=servers)), store, quality=True)
+    for answer in pair("r1", "Paris", "Lyon"):
+        store.add(answer, now=1.0)
+    seen = await measured.observe()
+    assert CounterKey("zero-layer", COMPARED, source="pod") not in seen.counters
+    assert counts(dict(seen.counters))[("zero-layer", DIFFERED, "")] == 1
+
+
+def spec(quality: dict | None) -> dict:
+    analysis = {"quality": quality} if quality is not None else {}
+    return {
+        "name": "zero-layer",
+        "variants": {
+            "baseline": {"endpoints": ["127.0.0.1:8001"]},
+            "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
+        },
+        "routing": {"weights": {"baseline": 95, "zero-layer": 5}},
+        "retries": {"fallback": "baseline"},
+        "analysis": analysis,
+    }
+
+
+def test_each_comparator_is_a_test_in_the_budget_and_without_quality_the_plan_is_as_before():
+    before = plan_for(validate_spec(spec(None)))
+    plan = plan_for(validate_spec(spec({"structure": True, "max_greedy_disagreement": 0.01})))
+    assert {SHADOW_AGREEMENT, STRUCTURE} <= set(plan.tests)
+    assert STRUCTURE not in before.tests
+    assert plan.alpha == before.alpha * len(before.tests) / len(plan.tests)
+    assert plan.max_disagreement == 0.01
+    assert (plan.max_structure_ratio, plan.structure_live) == (2.0, False)
+    assert before.key == plan_for(validate_spec(spec(None))).key != plan.key
+
+
+def structure_look(malformed: int) -> dict[str, VariantLook]:
+    return {
+        "zero-layer": VariantLook(requests=200, structure={"default": (200, malformed)}),
+        "baseline": VariantLook(requests=200, structure={"default": (200, 2)}),
+    }
+
+
+def test_a_candidate_whose_answers_stop_parsing_fails_structure_and_an_equal_one_passes():
+    plan = plan_for(validate_spec(spec({"structure": True, "capture_percent": 5})))
+    for malformed, verdict in ((2, Verdict.PASS), (30, Verdict.FAIL)):
+        evidence = tests.start(plan, "5%", 0.0)
+        for _ in range(5):
+            evidence = tests.add_look(evidence, plan, structure_look(malformed), "5%")
+        (check,) = [
+            c
+            for c in analyse(validate_spec(spec(None)).analysis, plan, evidence, (), ())
+            if c.name == STRUCTURE
+        ]
+        assert check.verdict == verdict, check.reason
+        assert f"{5 * malformed} of 1000 candidate answers malformed" in check.reason
+
+
+def test_structure_runs_live_only_where_live_answers_are_captured():
+    for capture, live in ((0, False), (10, True)):
+        plan = plan_for(validate_spec(spec({"structure": True, "capture_percent": capture})))
+        evidence = tests.start(plan, "5%", 0.0)
+        names = [c.name for c in analyse(validate_spec(spec(None)).analysis, plan, evidence, (), ())]
+        shadow = [
+            c for c in analyse(validate_spec(spec(None)).analysis, plan, evidence, (), (), shadowing=True)
+        ]
+        assert (STRUCTURE in names) == live
+        (held,) = [c for c in shadow if c.name == STRUCTURE]
+        assert held.verdict == Verdict.INCONCLUSIVE  # nothing compared yet: a hold, never a pass

@@ -32,13 +32,17 @@ from gateway.metrics.answered import WithAnswers
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
+from gateway.metrics.quality import QualityCounts
 from gateway.metrics.queries import histogram_queries
+from gateway.quality.judge import TEMPLATE, Budget, Judge
+from gateway.quality.judging import Judging
 from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.guard import ProviderFactory, ProviderUnavailable
 from gateway.rollout.state_store import StateStore
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError
+from gateway.spec.quality import Quality
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import FORGET_AFTER_S, AdsServer, start_server
 
@@ -204,7 +208,7 @@ class GatewayProcess:
             make(spec),
             self.answers,
             clients=bool(spec.routing.affinity),
-            quality=spec.analysis.quality is not None,
+            quality=quality_counts(spec.analysis.quality),
         )
 
     async def start(self) -> None:
@@ -262,3 +266,25 @@ async def serve_until_signalled(process: GatewayProcess) -> None:
         await process.wait()
     finally:
         await process.stop()
+
+
+def quality_counts(quality: Quality | None) -> QualityCounts | None:
+    """The answer-quality counts `analysis.quality` asks for, with its judge in the background (None:
+    no quality section, nothing captured)."""
+    if quality is None:
+        return None
+    judge = quality.judge
+    if judge is None:
+        return QualityCounts()
+    template = judge.template() or TEMPLATE
+    return QualityCounts(
+        Judging(
+            Judge(
+                judge.url,
+                judge.model,
+                Budget(judge.budget_per_hour),
+                template=template,
+                timeout=judge.timeout,
+            )
+        )
+    )

@@ -59,12 +59,12 @@ class WithAnswers:
         provider: MetricsProvider,
         answers: AnswerStore,
         clients: bool = False,
-        quality: bool = False,
+        quality: QualityCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
         self.answers = answers
-        self.quality = QualityCounts() if quality else None
+        self.quality = quality
         self.clock = clock
         self._cursor = answers.cursor  # the next look's samples are the answers measured after it
         self.units = ClientUnits() if clients else None
@@ -101,7 +101,8 @@ class WithAnswers:
             and not (self.quality is not None and key.signal in (COMPARED, DIFFERED))
         }
         counters = {**servers, **failed, **tokens, **units}
-        return replace(seen, counters=counters, samples=samples(observed))
+        problem = self.quality.judge_problem if self.quality is not None else None
+        return replace(seen, counters=counters, samples=samples(observed), judge_problem=problem)
 
     def _count_units(self, measured: Iterable[Answer]) -> dict[CounterKey, float]:
         """The cumulative UNITS and UNIT_ERRORS series, with this look's observations added."""

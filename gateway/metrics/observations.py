@@ -51,6 +51,11 @@ UNIT_ERRORS = "unit_errors"
 # and those with a problem (gateway/quality/structure.py), stratum: the segment
 STRUCTURED = "structured"
 MALFORMED = "malformed"
+# ... and the judge's verdicts on shadow pairs (gateway/quality/judging.py): decisive ones, of those the
+# candidate's losses, and ties
+JUDGED = "judged"
+LOST = "lost"
+TIED = "tied"
 SIGNALS = (
     REQUESTS,
     ERRORS,
@@ -65,6 +70,9 @@ SIGNALS = (
     UNIT_ERRORS,
     STRUCTURED,
     MALFORMED,
+    JUDGED,
+    LOST,
+    TIED,
 )
 
 
@@ -107,16 +115,18 @@ class SampleKey:
 @dataclass(frozen=True)
 class Observations:
     """One look. `counters`: every cumulative series read, as it stands now (see the module docstring).
-    `weight_status`: variant -> its probes' statuses; `effective_windows`: variant -> the distance past
-    which each of its model servers' bias is zero (0: no bias); `mismatches`: variant -> the reason of
-    each of its probes that finds its server did not load the checkpoint it reads
-    (`graystack_probe_server_mismatch` at 1). `samples`: exact per-request values measured since the
-    last look (not cumulative: gateway/metrics/answered.py). `error`: the provider could not measure
-    (query failed, target down); the rest is then empty."""
+        `weight_status`: variant -> its probes' statuses; `effective_windows`: variant -> the distance past
+        which each of its model servers' bias is zero (0: no bias); `mismatches`: variant -> the reason of
+        each of its probes that finds its server did not load the checkpoint it reads
+        (`graystack_probe_server_mismatch` at 1). `samples`: exact per-request values measured since the
+        last look (not cumulative: gateway/metrics/answered.py). `judge_problem`: why the judge's last call
+    gave no verdict (gateway/quality/judging.py). `error`: the provider could not measure
+        (query failed, target down); the rest is then empty."""
 
     counters: Mapping[CounterKey, float] = field(default_factory=dict)
     weight_status: Mapping[str, Sequence[str]] = field(default_factory=dict)
     effective_windows: Mapping[str, Sequence[int]] = field(default_factory=dict)
     mismatches: Mapping[str, Sequence[str]] = field(default_factory=dict)
     samples: Mapping[SampleKey, Sequence[float]] = field(default_factory=dict)
+    judge_problem: str | None = None  # why the answer-quality judge's last call gave no verdict
     error: str | None = None

@@ -8,6 +8,9 @@
   count), checked for what a client's code would trip on (gateway/quality/structure.py): STRUCTURED and
   MALFORMED per variant and segment, so the candidate's share is compared with the baseline's in the same
   segments, live (`capture_percent`) and in a shadow stage (copy against original).
+- the judge (with `quality.judge`): every pair both of whose answers can be judged goes to it in the
+  background (gateway/quality/judging.py); its verdicts so far are JUDGED (decisive), LOST (the
+  candidate's answer worse) and TIED, and `judge_problem` why its last call gave none.
 Cumulative series, as for every counter the analysis reads.
 """
 
@@ -18,7 +21,17 @@ from collections.abc import Iterable
 
 from gateway.answers.answer import Answer
 from gateway.answers.pairs import Pair, PairStore
-from gateway.metrics.observations import COMPARED, DIFFERED, MALFORMED, STRUCTURED, CounterKey
+from gateway.metrics.observations import (
+    COMPARED,
+    DIFFERED,
+    JUDGED,
+    LOST,
+    MALFORMED,
+    STRUCTURED,
+    TIED,
+    CounterKey,
+)
+from gateway.quality.judging import Judging
 from gateway.quality.structure import problems
 
 QUALITY_SOURCE = "gateway: captured answers"
@@ -47,7 +60,8 @@ def differ(pair: Pair) -> bool:
 class QualityCounts:
     """The cumulative quality series, fed each look's answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, judging: Judging | None = None) -> None:
+        self.judging = judging
         self.pairs = PairStore()
         self._counts: Counter[tuple[str, str, str]] = Counter()  # (variant, signal, segment)
 
@@ -57,6 +71,8 @@ class QualityCounts:
         """`answers`: every answer of the look (the pairs are made of them); `observed`: those the tests
         count (with cohorts, each client once: client_units.py), whose form is checked."""
         for pair in filter(None, (self.pairs.add(answer, now) for answer in answers)):
+            if self.judging is not None and judged(pair.original) and judged(pair.shadow):
+                self.judging.submit(pair)
             if greedy(pair):
                 self._counts[pair.shadow.variant, COMPARED, ""] += 1
                 self._counts[pair.shadow.variant, DIFFERED, ""] += differ(pair)
@@ -64,7 +80,26 @@ class QualityCounts:
             if judged(answer):
                 self._counts[answer.variant, STRUCTURED, answer.segment] += 1
                 self._counts[answer.variant, MALFORMED, answer.segment] += bool(problems(answer))
-        return {
+        found = {
             CounterKey(variant, signal, segment, source=QUALITY_SOURCE): float(count)
             for (variant, signal, segment), count in self._counts.items()
         }
+        return found | self._verdicts()
+
+    def _verdicts(self) -> dict[CounterKey, float]:
+        if self.judging is None:
+            return {}
+        verdicts = self.judging.verdicts
+        found: Counter[tuple[str, str]] = Counter()
+        for (variant, verdict), count in verdicts.items():
+            found[variant, JUDGED] += count if verdict != "tie" else 0
+            found[variant, LOST] += count if verdict == "worse" else 0
+            found[variant, TIED] += count if verdict == "tie" else 0
+        return {
+            CounterKey(variant, signal, source=QUALITY_SOURCE): float(count)
+            for (variant, signal), count in found.items()
+        }
+
+    @property
+    def judge_problem(self) -> str | None:
+        return self.judging.problem if self.judging is not None else None

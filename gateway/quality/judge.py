@@ -1,5 +1,5 @@
-"""The optional judge: any OpenAI-compatible chat endpoint, shown a request and two answers, asked which is
-better. Its verdicts feed a sequential test like every other check (the candidate loses more often than
+"""The optional judge: any OpenAI-compatible chat endpoint, shown two answers to one request, asked which
+is better. Its verdicts feed a sequential test like every other check (the candidate loses more often than
 `max_loss`), so a judge that is noisy costs time, not false rollbacks.
 
 Blind and fair by construction: the two answers are shown in an order drawn at random for each pair
@@ -9,6 +9,9 @@ that is not one of them is no verdict, never a guess. Spent under a budget of ca
 costs money or GPU time), and every call has a timeout: a judge that is down, slow, over budget or
 talking nonsense gives no verdict and says why, so the check stays inconclusive (never passes on
 missing evidence) and no client request waits on it.
+
+The request itself is not captured (it can hold personal data, and it is the larger half), so the
+built-in template shows the answers alone; a template may name `{request}` for callers that have it.
 """
 
 from __future__ import annotations
@@ -26,11 +29,8 @@ import httpx
 Verdict = Literal["worse", "tie", "better"]  # the candidate's answer against the baseline's
 Choice = Literal["A", "B", "TIE"]
 
-TEMPLATE = """You compare two answers to the same request. Judge which answer serves the request better: \
-correct, complete, clear. Ignore which one comes first and how long each is.
-
-Request:
-{request}
+TEMPLATE = """You compare two answers to the same request. Judge which answer is better: correct, \
+complete, clear. Ignore which one comes first and how long each is.
 
 Answer A:
 {first}
@@ -39,17 +39,20 @@ Answer B:
 {second}
 
 Reply with exactly one word: A if answer A is better, B if answer B is better, TIE if neither is."""
-PLACEHOLDERS = ("{request}", "{first}", "{second}")
+PLACEHOLDERS = ("{first}", "{second}")  # required; `{request}`, the request's text, where one is given
 _PLACEHOLDER = re.compile(r"\{(request|first|second)\}")
 _CHOICE = re.compile(r"^\W*(A|B|TIE)\b", re.IGNORECASE)
 HOUR = 3600.0
 
 
 def check_template(template: str) -> str:
-    """The template, if it names each of PLACEHOLDERS exactly once; ValueError naming what is wrong."""
+    """The template, if it names each of PLACEHOLDERS exactly once (and `{request}` at most once);
+    ValueError naming what is wrong."""
     for placeholder in PLACEHOLDERS:
         if template.count(placeholder) != 1:
             raise ValueError(f"the judge's template must contain {placeholder} exactly once")
+    if template.count("{request}") > 1:
+        raise ValueError("the judge's template may contain {request} at most once")
     return template
 
 
@@ -122,7 +125,7 @@ class Judge:
         self.rng = rng or random.Random()
         self.client = client or httpx.AsyncClient()
 
-    async def compare(self, request: str, baseline: str, candidate: str) -> Judged:
+    async def compare(self, baseline: str, candidate: str, request: str = "") -> Judged:
         """The candidate's verdict on one pair, or why there is none."""
         if not self.budget.take():
             return Judged(None, f"the judge's budget of {self.budget.per_hour} calls an hour is spent")

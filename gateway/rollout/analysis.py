@@ -19,9 +19,6 @@ a shared incident (an upstream dependency, a GPU node), not the candidate's: its
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import TypeVar
 
 from gateway.rollout.evidence import Evidence, fired
 from gateway.rollout.plan import (
@@ -30,38 +27,17 @@ from gateway.rollout.plan import (
     ERROR_RATE_CHANGE,
     ERROR_RATIO,
     ITL_VS_BASELINE,
-    SHADOW_AGREEMENT,
-    STRUCTURE,
     TTFT_P95,
     TTFT_VS_BASELINE,
     WEIGHT_STATUS,
     Plan,
 )
-from gateway.rollout.sequential import ExactShiftTest, RatioTest, ShiftTest, ThresholdTest, error_rate_bounds
+from gateway.rollout.quality_checks import judge_check, shadow_agreement, structure_check
+from gateway.rollout.sequential import ExactShiftTest, RatioTest, ShiftTest, ThresholdTest
+from gateway.rollout.verdicts import Check, Verdict, given
 from gateway.spec.strategy import Analysis
 
 __all__ = ["CHECK_NAMES", "Check", "Verdict", "analyse", "error_checks"]
-
-
-class Verdict(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    INCONCLUSIVE = "inconclusive"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: Verdict
-    value: float | None
-    samples: int
-    bound: float | None
-    threshold: float
-    reason: str
-    log_evalue: float | None = None  # a sequential test's evidence (log e-value or detector statistic)
-    log_bound: float | None = None  # ... and the bound it fires at
-    shared: bool = False  # the baseline's own traffic fires the same test: a shared incident
 
 
 def error_checks(reason: str, plan: Plan | None) -> list[Check]:
@@ -78,10 +54,12 @@ def analyse(
     effective_windows: Sequence[int],
     shadowing: bool = False,
     mismatches: Sequence[str] = (),
+    judge_problem: str | None = None,
 ) -> list[Check]:
-    """The checks for the candidate after this look; shadow agreement only in a shadow stage (after it,
-    no copy is compared, and a check left inconclusive would hold every later stage). `mismatches`: the
-    reasons of the candidate's probes that find their server did not load the checkpoint they read."""
+    """The checks for the candidate after this look; shadow agreement and the judge only in a shadow
+    stage (after it, no copy is compared, and a check left inconclusive would hold every later stage).
+    `mismatches`: the reasons of the candidate's probes that find their server did not load the
+    checkpoint they read; `judge_problem`: why the judge's last call gave no verdict."""
     checks = [_error_rate(plan, evidence), _error_change(plan, evidence)]
     if evidence.error_ratio is not None:
         checks.append(_error_ratio(plan, evidence, evidence.error_ratio))
@@ -99,21 +77,12 @@ def analyse(
     if spec.expected_weight_status is not None or spec.max_effective_window is not None:
         checks.append(_weight_status(spec, weight_status, effective_windows, mismatches))
     if evidence.disagreement is not None and shadowing:
-        checks.append(_shadow_agreement(plan, evidence.disagreement))
+        checks.append(shadow_agreement(plan, evidence.disagreement))
     if evidence.structure is not None and (shadowing or plan.structure_live):
-        checks.append(_structure(plan, evidence.structure))
+        checks.append(structure_check(plan, evidence.structure))
+    if evidence.judge is not None and shadowing:
+        checks.append(judge_check(plan, evidence.judge, evidence.judge_ties, judge_problem))
     return checks
-
-
-T = TypeVar("T")
-
-
-def _given(value: T | None, what: str) -> T:
-    """What a running test implies: evidence.start makes a test only with the plan's bound for it (the
-    SLO test with its baseline twin), and the SLO test counts first tokens only once it has its edge."""
-    if value is None:
-        raise ValueError(f"the evidence runs a test without {what}")
-    return value
 
 
 def _threshold_check(name: str, test: ThresholdTest, plan: Plan, shared: bool, reason: str) -> Check:
@@ -185,7 +154,7 @@ def _shared_reason(reason: str, shared: bool) -> str:
 
 
 def _error_ratio(plan: Plan, evidence: Evidence, test: RatioTest) -> Check:
-    most = _given(plan.max_error_ratio, "max_error_ratio")
+    most = given(plan.max_error_ratio, "max_error_ratio")
     ours, theirs = evidence.candidate_errors, evidence.baseline_errors
     ratio = None
     if ours.requests and theirs.requests and theirs.events:
@@ -220,9 +189,9 @@ def _ttft_slo(plan: Plan, evidence: Evidence, test: ThresholdTest) -> Check:
     if not test.requests:
         return Check(TTFT_P95, Verdict.PASS, None, 0, None, test.p0, _NO_LATENCY.format(what="TTFT"),
                      test.log_evalue, plan.log_bound)  # fmt: skip
-    edge = _given(evidence.ttft_edge, "the SLO's histogram edge")
-    slo = _given(plan.max_ttft_p95, "max_ttft_p95")
-    baseline = _given(evidence.baseline_ttft, "the baseline's SLO test")
+    edge = given(evidence.ttft_edge, "the SLO's histogram edge")
+    slo = given(plan.max_ttft_p95, "max_ttft_p95")
+    baseline = given(evidence.baseline_ttft, "the baseline's SLO test")
     exact = "" if abs(edge - slo) < 1e-6 * edge else f" (the histogram's next edge, {edge:g}s)"
     if plan.exact_latency:
         exact = " (each answer's exact time, as the gateway measured it)"
@@ -252,7 +221,7 @@ def _shift(
     ratio: float | None,
 ) -> Check:
     """A latency comparison: fails when its e-value or its change detector crosses its bound."""
-    threshold = _given(plan.max_latency_ratio, "max_latency_ratio")
+    threshold = given(plan.max_latency_ratio, "max_latency_ratio")
     seen = evidence.ttft_seen if name == TTFT_VS_BASELINE else evidence.itl_seen
     if missing := _measurements_missing(plan, evidence):
         return Check(name, Verdict.INCONCLUSIVE, None, 0, None, threshold, missing)
@@ -315,75 +284,6 @@ def _weight_status(
     if bound is not None:
         reason += f", effective windows {sorted(set(windows))} within {bound}"
     return Check(WEIGHT_STATUS, Verdict.PASS, 0.0, len(statuses), None, 0.0, reason)
-
-
-def _shadow_agreement(plan: Plan, test: ThresholdTest) -> Check:
-    """Disagreements tested like errors, against 1 - min_shadow_agreement. A pass needs evidence of
-    agreement: the disagreement's anytime confidence bound below the threshold."""
-    most = _given(plan.max_disagreement, "max_disagreement")
-    agreed = test.requests - test.events
-    lower, upper = error_rate_bounds(test.events, test.requests, plan.alpha, most)
-    share = agreed / test.requests if test.requests else None
-    counts = f"{agreed} of {test.requests} shadow answers equal the baseline's"
-    if fired(test.log_evalue, plan.log_bound):
-        verdict, bound, why = (
-            Verdict.FAIL,
-            1 - lower,
-            f"disagreement above {most:.1%}: log e-value {test.log_evalue:.2f}",
-        )
-    elif upper < most:
-        verdict, bound, why = (
-            Verdict.PASS,
-            1 - upper,
-            f"disagreement below {most:.1%} with {1 - plan.alpha:.1%} confidence",
-        )
-    elif not test.requests:
-        verdict, bound, why = (
-            Verdict.INCONCLUSIVE,
-            None,
-            (
-                "no shadow answer compared with the baseline's yet (greedy requests only; is the candidate "
-                "started with `serve --compare-with`?)"
-            ),
-        )
-    else:
-        verdict, bound, why = (
-            Verdict.INCONCLUSIVE,
-            1 - upper,
-            f"cannot tell the disagreement from {most:.1%} yet",
-        )
-    return Check(SHADOW_AGREEMENT, verdict, share, test.requests, bound, 1 - most, f"{counts}: {why}",
-                 test.log_evalue, plan.log_bound)  # fmt: skip
-
-
-def _structure(plan: Plan, test: RatioTest) -> Check:
-    """Malformed answers (gateway/quality/structure.py) tested like errors against the baseline's. Only
-    where answers are captured (a shadow stage, or `capture_percent` live); with none compared yet it
-    holds: a form nobody checked is no pass."""
-    most = _given(plan.max_structure_ratio, "max_structure_ratio")
-    counts = (
-        f"{test.candidate_events} of {test.candidate_requests} candidate answers malformed against "
-        f"{test.baseline_events} of {test.baseline_requests} of the baseline's"
-    )
-    if not test.candidate_requests:
-        why = "no captured answers of both variants compared yet (is `analysis.quality` capturing any?)"
-        return Check(
-            STRUCTURE, Verdict.INCONCLUSIVE, None, 0, None, most, why, test.log_evalue, plan.log_bound
-        )
-    ratio = None
-    if test.baseline_events:
-        ratio = (test.candidate_events / test.candidate_requests) / (
-            test.baseline_events / test.baseline_requests
-        )
-    failing = fired(test.log_evalue, plan.log_bound)
-    reason = (
-        f"malformed answers (empty, cut by length, JSON or tool arguments that do not parse) "
-        f"{'above' if failing else 'not shown above'} {most:g}x the baseline's: log e-value "
-        f"{test.log_evalue:.2f} vs {plan.log_bound:.2f}; {counts}"
-    )
-    verdict = Verdict.FAIL if failing else Verdict.PASS
-    return Check(STRUCTURE, verdict, ratio, test.candidate_requests, None, most, reason,
-                 test.log_evalue, plan.log_bound)  # fmt: skip
 
 
 def by_name(checks: Sequence[Check]) -> Mapping[str, Check]:

@@ -33,7 +33,9 @@ What each test sees, per look:
   strong evidence in CI and rolled it back; bench/itl_units.py measures both units);
 - shadow_agreement: the candidate's compared shadow answers and those that differed;
 - structure: the captured answers whose form was checked and the malformed ones, both variants', per
-  randomised segment both reached this look (in a shadow stage, the copies against their originals).
+  randomised segment both reached this look (in a shadow stage, the copies against their originals);
+- judge: the judge's decisive verdicts on the candidate's shadow pairs and its losses, against max_loss
+  (ties counted apart: they show the judge was asked, not that either answer was worse).
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
 counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`.
 """
@@ -96,9 +98,9 @@ class Evidence:
     answered: int = 0  # candidate answers the gateway measured, any segment (none: measurements missing)
     sent: int = 0  # candidate requests as Envoy counted them (with cohorts the error tests count clients)
     disagreement: ThresholdTest | None = None
-    structure: RatioTest | None = (
-        None  # malformed captured answers against the baseline's (quality.structure)
-    )
+    structure: RatioTest | None = None  # malformed captured answers against the baseline's
+    judge: ThresholdTest | None = None  # the candidate's losses among the judge's decisive verdicts
+    judge_ties: int = 0
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
     ttft_probed: int = 0  # of those, the probes' (servers with no TTFT histogram)
     itl_seen: int = 0
@@ -120,6 +122,7 @@ def start(plan: Plan, stage: str, now: float) -> Evidence:
         baseline_ttft=ThresholdTest.new(TTFT_SHARE) if slo else None,
         disagreement=ThresholdTest.new(plan.max_disagreement) if plan.max_disagreement is not None else None,
         structure=RatioTest.new(plan.max_structure_ratio) if plan.max_structure_ratio is not None else None,
+        judge=ThresholdTest.new(plan.max_judge_loss) if plan.max_judge_loss is not None else None,
     )
 
 
@@ -154,6 +157,9 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
             for segment in sorted(set(ours.structure) & set(theirs.structure) & plan.randomised_segments)
         ]
         evidence = replace(evidence, structure=evidence.structure.update(strata))
+    if evidence.judge is not None:
+        judge = evidence.judge.update(ours.judged, ours.lost)
+        evidence = replace(evidence, judge=judge, judge_ties=evidence.judge_ties + ours.tied)
     if plan.exact_latency:
         answered = evidence.answered + sum(map(len, ours.ttft_values.values()))
         evidence = replace(evidence, answered=answered, sent=evidence.sent + ours.requests)

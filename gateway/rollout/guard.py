@@ -38,7 +38,7 @@ class Guard:
             spec.retries.fallback,
             spec.analysis.provider,
             bool(spec.routing.affinity),
-            spec.analysis.quality is not None,
+            spec.analysis.quality,
         )
         if key != self._key:
             self._key = key

@@ -25,9 +25,12 @@ from gateway.metrics.observations import (
     GENERATED,
     ITL,
     ITL_SUM,
+    JUDGED,
+    LOST,
     MALFORMED,
     REQUESTS,
     STRUCTURED,
+    TIED,
     TTFT,
     TTFT_SUM,
     UNIT_ERRORS,
@@ -84,6 +87,10 @@ class VariantLook:
     unit_errors: int = 0
     # captured answers whose form was checked, and those malformed, by segment (metrics/quality.py)
     structure: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # the judge's verdicts on its shadow pairs: decisive ones, the candidate's losses, ties
+    judged: int = 0
+    lost: int = 0
+    tied: int = 0
 
     def counted(self, client_units: bool) -> tuple[int, int]:
         """(observations, failed ones) as the error tests count them: requests, or clients with cohorts."""
@@ -150,6 +157,9 @@ def per_variant(
             units=units,
             unit_errors=min(round(scalars[variant, UNIT_ERRORS]), units),
             structure=_forms(forms, variant),
+            judged=round(scalars[variant, JUDGED]),
+            lost=min(round(scalars[variant, LOST]), round(scalars[variant, JUDGED])),
+            tied=round(scalars[variant, TIED]),
         )
     return looks
 

@@ -101,6 +101,7 @@ def _judge(
         seen.effective_windows.get(plan.candidate, ()),
         shadowing=state.phase == Phase.SHADOW,
         mismatches=seen.mismatches.get(plan.candidate, ()),
+        judge_problem=seen.judge_problem,
     )
     return _measurable(checks, carried), replace(state, evidence=evidence), carried, started
 

@@ -31,6 +31,7 @@ from gateway.metrics.observations import UNLABELLED
 from gateway.names import DEFAULT_SEGMENT
 from gateway.rollout import sequential
 from gateway.spec.model import RolloutSpec, SpecError
+from gateway.spec.quality import Quality
 from gateway.spec.strategy import Analysis
 
 ERROR_RATE = "error_rate"
@@ -42,6 +43,7 @@ ITL_VS_BASELINE = "itl_vs_baseline"
 WEIGHT_STATUS = "weight_status"
 SHADOW_AGREEMENT = "shadow_agreement"
 STRUCTURE = "structure"
+JUDGE = "judge"
 CHECK_NAMES = (
     ERROR_RATE,
     ERROR_RATE_CHANGE,
@@ -52,6 +54,7 @@ CHECK_NAMES = (
     WEIGHT_STATUS,
     SHADOW_AGREEMENT,
     STRUCTURE,
+    JUDGE,
 )
 
 
@@ -80,6 +83,7 @@ class Plan:
     max_disagreement: float | None
     max_structure_ratio: float | None  # the structure check's bound (None: it does not run)
     structure_live: bool  # live answers are captured (capture_percent > 0): the check runs past shadow
+    max_judge_loss: float | None  # the judge check's bound on the candidate's losses (None: no judge)
     randomised_segments: frozenset[str]  # segments whose traffic is split at random between the two
     log_bound: float  # log(1/alpha): a budgeted test fires at or above it
     log_detector_bound: float  # log A of the change detector
@@ -118,6 +122,8 @@ def plan_for(spec: RolloutSpec) -> Plan:
         tests.append(SHADOW_AGREEMENT)
     if quality is not None and quality.structure:
         tests.append(STRUCTURE)
+    if quality is not None and quality.judge is not None:
+        tests.append(JUDGE)
     if analysis.expected_weight_status is None and analysis.max_effective_window is None:
         off.append((WEIGHT_STATUS, "expected_weight_status is null: no probe is required"))
     alpha = analysis.false_rollback_budget / len(tests)
@@ -136,7 +142,7 @@ def plan_for(spec: RolloutSpec) -> Plan:
         "max_ttft_p95": analysis.max_ttft_p95,
         "min_shadow_agreement": analysis.min_shadow_agreement,
         # only with a quality section, so the tests of rollouts saved before it existed go on
-        **({"quality": quality.model_dump(mode="json", exclude={"judge"})} if quality is not None else {}),
+        **({"quality": _quality_settings(quality)} if quality is not None else {}),
         "segments": sorted(randomised),
         # only for answers, so the tests of rollouts saved on histograms before the setting existed go on
         **({"latency_source": analysis.latency_source} if analysis.latency_source != "histograms" else {}),
@@ -158,6 +164,7 @@ def plan_for(spec: RolloutSpec) -> Plan:
         max_disagreement=disagreement,
         max_structure_ratio=quality.max_structure_ratio if STRUCTURE in tests and quality else None,
         structure_live=quality is not None and quality.capture_percent > 0,
+        max_judge_loss=quality.judge.max_loss if quality is not None and quality.judge is not None else None,
         randomised_segments=frozenset(randomised),
         log_bound=math.log(1 / alpha),
         # The change detectors (errors, and the two latency comparisons' own) share the stated mean
@@ -182,3 +189,13 @@ def _max_disagreement(analysis: Analysis) -> float | None:
         return quality.max_greedy_disagreement
     agreement = analysis.min_shadow_agreement
     return None if agreement is None else 1 - agreement
+
+
+def _quality_settings(quality: Quality) -> dict:
+    """What of `analysis.quality` defines the tests: the comparators' bounds, not what is captured or the
+    judge's endpoint (moving the judge keeps its verdicts' evidence)."""
+    return {
+        "max_greedy_disagreement": quality.max_greedy_disagreement,
+        "structure": quality.max_structure_ratio if quality.structure else None,
+        "judge": quality.judge.max_loss if quality.judge is not None else None,
+    }

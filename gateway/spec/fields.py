@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from gateway.errors import SpecError as SpecError  # re-exported: the spec's importers take it from here
 
@@ -36,7 +36,23 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
+def http_url(url: str) -> str:
+    """An http(s) URL with a host: what the gateway may call (a webhook, a judge)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+        raise ValueError(f"{url!r} is not an http(s) URL, e.g. http://eval:8080/check")
+    return url
+
+
+def positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be above 0")
+    return value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(positive)]
+HttpUrl = Annotated[str, AfterValidator(http_url)]
 Percent = Annotated[int, Field(ge=0, le=100)]
 
 

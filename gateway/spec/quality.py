@@ -10,9 +10,12 @@ here and carried in the spec for the comparator tests (issue 28, item 2).
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
 
-from gateway.spec.fields import SpecModel
+from pydantic import Field, field_validator
+
+from gateway.quality.judge import check_template
+from gateway.spec.fields import HttpUrl, PositiveDuration, SpecModel
 
 # The answer filter samples a request by its x-request-id modulo this (gateway/envoy/capture.py).
 PER_MILLION = 1_000_000
@@ -22,11 +25,26 @@ class Judge(SpecModel):
     """An OpenAI-compatible endpoint shown both answers in random order; `max_loss`: the largest share of
     verdicts "candidate worse" the check tolerates; `budget_per_hour`: the judge's requests per hour."""
 
-    url: str = Field(min_length=1)
+    url: HttpUrl  # its OpenAI-compatible base, e.g. http://judge:8000/v1
     model: str = Field(min_length=1)
     max_loss: float = Field(default=0.55, gt=0, lt=1)
     budget_per_hour: int = Field(default=200, ge=1)
-    prompt: str | None = None  # a template file; None: the built-in one
+    timeout: PositiveDuration = 30.0
+    prompt: str | None = None  # a template file; None: the built-in one (gateway/quality/judge.py)
+
+    @field_validator("prompt")
+    @classmethod
+    def _template_file(cls, path: str | None) -> str | None:
+        if path is not None:
+            try:
+                check_template(Path(path).read_text())
+            except OSError as error:
+                raise ValueError(f"cannot read the template {path!r}: {error.strerror}") from error
+        return path
+
+    def template(self) -> str | None:
+        """The prompt file's template (None: the built-in one); checked when the spec was read."""
+        return Path(self.prompt).read_text() if self.prompt is not None else None
 
 
 class Quality(SpecModel):

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gateway.metrics.observations import LatencySignal
 from gateway.metrics.queries import check_overrides
-from gateway.spec.fields import Duration, Percent, SpecModel
+from gateway.spec.fields import Duration, HttpUrl, Percent, PositiveDuration, SpecModel
 from gateway.spec.quality import Quality
 
 
@@ -28,24 +28,9 @@ class Webhook(SpecModel):
     """A URL called before a step is taken (an evaluation job, a load test, a change freeze): a 2xx
     answer lets the step go; anything else, a timeout included, holds it or rolls back (`on_failure`)."""
 
-    url: str
-    timeout: Duration = 10.0
+    url: HttpUrl
+    timeout: PositiveDuration = 10.0
     on_failure: Literal["hold", "rollback"] = "hold"
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, url: str) -> str:
-        scheme, sep, rest = url.partition("://")
-        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
-            raise ValueError(f"{url!r} is not an http(s) URL, e.g. http://eval:8080/check")
-        return url
-
-    @field_validator("timeout")
-    @classmethod
-    def _positive(cls, timeout: float) -> float:
-        if timeout <= 0:
-            raise ValueError("must be above 0")
-        return timeout
 
 
 class Step(SpecModel):

@@ -3,6 +3,7 @@ captured answers' form tested against the baseline's, as sequential tests in the
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from gateway.answers.answer import Answer
@@ -12,9 +13,9 @@ from gateway.metrics.answered import WithAnswers
 from gateway.metrics.observations import COMPARED, DIFFERED, MALFORMED, STRUCTURED, CounterKey, Observations
 from gateway.metrics.quality import QUALITY_SOURCE, QualityCounts
 from gateway.rollout import evidence as tests
-from gateway.rollout.analysis import Verdict, analyse
+from gateway.rollout.analysis import Check, Verdict, analyse
 from gateway.rollout.increments import VariantLook
-from gateway.rollout.plan import SHADOW_AGREEMENT, STRUCTURE, plan_for
+from gateway.rollout.plan import JUDGE, SHADOW_AGREEMENT, STRUCTURE, plan_for
 from gateway.spec.model import validate_spec
 from tests.unit.test_answers import STREAM, entry
 from tests.unit.test_answers_into_errors import Fixed
@@ -76,7 +77,7 @@ def test_the_form_of_the_answers_counted_is_checked_per_variant_and_segment():
 async def test_with_quality_the_gateways_comparisons_replace_the_servers_own():
     servers = {CounterKey("zero-layer", COMPARED, source="pod"): 900.0}
     store = AnswerStore()
-    measured = WithAnswers(Fixed(Observations(counters=servers)), store, quality=True)
+    measured = WithAnswers(Fixed(Observations(counters=servers)), store, quality=QualityCounts())
     for answer in pair("r1", "Paris", "Lyon"):
         store.add(answer, now=1.0)
     seen = await measured.observe()
@@ -142,3 +143,64 @@ def test_structure_runs_live_only_where_live_answers_are_captured():
         assert (STRUCTURE in names) == live
         (held,) = [c for c in shadow if c.name == STRUCTURE]
         assert held.verdict == Verdict.INCONCLUSIVE  # nothing compared yet: a hold, never a pass
+
+
+def test_shadow_pairs_go_to_the_judge_in_the_background_and_its_verdicts_are_counted():
+    from gateway.metrics.observations import JUDGED, LOST, TIED
+    from gateway.quality.judge import Budget, Judge
+    from gateway.quality.judging import Judging
+    from tests.support.threaded_server import served
+    from tests.unit.test_judge import judge_app
+
+    async def run(port: int) -> dict:
+        judging = Judging(Judge(f"http://127.0.0.1:{port}/v1", "judge", Budget(100), timeout=5.0))
+        quality = QualityCounts(judging)
+        answers = [
+            *pair("r1", "good: Paris", "Lyon"),  # the judge prefers the answer that says good
+            *pair("r2", "good: Paris", "Lyon", temperature=0.9),  # sampled answers are judged too
+            *pair("r3", "Paris", "good: Paris"),
+            *pair("r4", "Paris", "Paris"),
+        ]
+        quality.add(answers, [], now=0.0)  # returns at once: the verdicts come later
+        await asyncio.gather(*list(judging._tasks))  # the verdicts in flight
+        found = counts(quality.add([], [], now=1.0))
+        await judging.close()
+        return found
+
+    with served(judge_app({"mode": "fair"}), "the judge") as port:
+        found = asyncio.run(run(port))
+    assert (found[("zero-layer", JUDGED, "")], found[("zero-layer", LOST, "")]) == (3, 2)
+    assert found[("zero-layer", TIED, "")] == 1
+
+
+def judge_spec(**judge: object) -> dict:
+    return spec({"judge": {"url": "http://judge:8000/v1", "model": "judge", **judge}})
+
+
+def test_the_judge_is_a_test_in_the_budget_whose_endpoint_can_move():
+    plan = plan_for(validate_spec(judge_spec()))
+    assert JUDGE in plan.tests
+    assert plan.max_judge_loss == 0.55
+    assert plan_for(validate_spec(judge_spec(url="http://other:9000/v1"))).key == plan.key
+    assert plan_for(validate_spec(judge_spec(max_loss=0.6))).key != plan.key
+
+
+def judge_after(decisive: int, lost: int, tied: int) -> Check:
+    plan = plan_for(validate_spec(judge_spec()))
+    evidence = tests.start(plan, "shadow", 0.0)
+    look = {"zero-layer": VariantLook(judged=decisive, lost=lost, tied=tied)}
+    evidence = tests.add_look(evidence, plan, look, "shadow")
+    checks = analyse(
+        validate_spec(spec(None)).analysis, plan, evidence, (), (), shadowing=True, judge_problem="HTTP 503"
+    )
+    (check,) = [c for c in checks if c.name == JUDGE]
+    return check
+
+
+def test_the_judge_check_fails_on_losses_holds_without_verdicts_and_passes_on_ties():
+    assert judge_after(60, 50, 0).verdict == Verdict.FAIL
+    held = judge_after(3, 1, 2)
+    assert held.verdict == Verdict.INCONCLUSIVE
+    assert "5 of the 20 verdicts a pass needs; the judge's last call: HTTP 503" in held.reason
+    assert judge_after(0, 0, 25).verdict == Verdict.PASS  # identical answers: ties, no loss
+    assert judge_after(30, 15, 0).verdict == Verdict.PASS

@@ -51,6 +51,7 @@ UNIT_ERRORS = "unit_errors"
 # and those with a problem (gateway/quality/structure.py), stratum: the segment
 STRUCTURED = "structured"
 MALFORMED = "malformed"
+CUT = "cut"  # ... and those cut at the request's token limit (shown, not tested)
 # ... and the judge's verdicts on shadow pairs (gateway/quality/judging.py): decisive ones, of those the
 # candidate's losses, and ties
 JUDGED = "judged"
@@ -70,6 +71,7 @@ SIGNALS = (
     UNIT_ERRORS,
     STRUCTURED,
     MALFORMED,
+    CUT,
     JUDGED,
     LOST,
     TIED,

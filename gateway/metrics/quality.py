@@ -5,8 +5,8 @@
   candidate, and DIFFERED where the two answers' text or tool calls differ. These replace the servers'
   own counters (`graystack serve --compare-with`): one way to compare answers, for any server.
 - structure: every captured answer a variant's server gave whole (a failure is the error tests' to
-  count), checked for what a client's code would trip on (gateway/quality/structure.py): STRUCTURED and
-  MALFORMED per variant and segment, so the candidate's share is compared with the baseline's in the same
+  count), checked for what a client's code would trip on (gateway/quality/structure.py): STRUCTURED,
+  MALFORMED and CUT (at the token limit) per variant and segment, so the candidate's share is compared with the baseline's in the same
   segments, live (`capture_percent`) and in a shadow stage (copy against original).
 - the judge (with `quality.judge`): every pair both of whose answers can be judged goes to it in the
   background (gateway/quality/judging.py); its verdicts so far are JUDGED (decisive), LOST (the
@@ -23,6 +23,7 @@ from gateway.answers.answer import Answer
 from gateway.answers.pairs import Pair, PairStore
 from gateway.metrics.observations import (
     COMPARED,
+    CUT,
     DIFFERED,
     JUDGED,
     LOST,
@@ -32,7 +33,7 @@ from gateway.metrics.observations import (
     CounterKey,
 )
 from gateway.quality.judging import Judging
-from gateway.quality.structure import problems
+from gateway.quality.structure import malformed, problems
 
 QUALITY_SOURCE = "gateway: captured answers"
 
@@ -79,7 +80,9 @@ class QualityCounts:
         for answer in observed:
             if judged(answer):
                 self._counts[answer.variant, STRUCTURED, answer.segment] += 1
-                self._counts[answer.variant, MALFORMED, answer.segment] += bool(problems(answer))
+                kinds = problems(answer)
+                self._counts[answer.variant, MALFORMED, answer.segment] += malformed(kinds)
+                self._counts[answer.variant, CUT, answer.segment] += "cut_by_length" in kinds
         found = {
             CounterKey(variant, signal, segment, source=QUALITY_SOURCE): float(count)
             for (variant, signal, segment), count in self._counts.items()

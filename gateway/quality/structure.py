@@ -8,6 +8,11 @@ and the candidate's share of such answers is tested against the baseline's in th
                             and the text does not parse
     invalid_tool_arguments  a tool call whose arguments do not parse as a JSON object
 
+An answer cut at the limit is counted and shown, not tested: servers stop at the client's own
+`max_tokens`, which many clients set low, so such cuts can be the rule on both sides, and an answer
+counted malformed for that could hide every other problem behind it (a JSON-mode answer cut short is
+invalid JSON anyway). `malformed` is any of the other problems.
+
 Judged on what the answer filter captured (gateway/answers/capture.py): the text, the tool calls'
 arguments one after another, and the request's `response_format` type. Not yet: whether the JSON matches
 the schema the request gave (the filter keeps only that one was given, not the schema).
@@ -38,6 +43,11 @@ def problems(answer: Answer) -> frozenset[Problem]:
     if calls.strip() and not _objects(calls):
         found.add("invalid_tool_arguments")
     return frozenset(found)
+
+
+def malformed(found: frozenset[Problem]) -> bool:
+    """A problem of the answer's form, which the `structure` check tests (a length cut alone is not)."""
+    return bool(found - {"cut_by_length"})
 
 
 def _parses(text: str) -> bool:

@@ -79,7 +79,7 @@ def analyse(
     if evidence.disagreement is not None and shadowing:
         checks.append(shadow_agreement(plan, evidence.disagreement))
     if evidence.structure is not None and (shadowing or plan.structure_live):
-        checks.append(structure_check(plan, evidence.structure))
+        checks.append(structure_check(plan, evidence.structure, evidence.length_cuts))
     if evidence.judge is not None and shadowing:
         checks.append(judge_check(plan, evidence.judge, evidence.judge_ties, judge_problem))
     return checks

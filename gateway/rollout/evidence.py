@@ -99,6 +99,7 @@ class Evidence:
     sent: int = 0  # candidate requests as Envoy counted them (with cohorts the error tests count clients)
     disagreement: ThresholdTest | None = None
     structure: RatioTest | None = None  # malformed captured answers against the baseline's
+    length_cuts: tuple[int, int, int, int] = (0, 0, 0, 0)  # checked and cut: candidate's, baseline's
     judge: ThresholdTest | None = None  # the candidate's losses among the judge's decisive verdicts
     judge_ties: int = 0
     ttft_seen: int = 0  # candidate first tokens seen in randomised strata (does the server export any?)
@@ -153,10 +154,13 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
         evidence = replace(evidence, disagreement=evidence.disagreement.update(ours.compared, ours.differed))
     if evidence.structure is not None:
         strata = [
-            (*ours.structure[segment], *theirs.structure[segment])
+            (*ours.structure[segment][:2], *theirs.structure[segment][:2])
             for segment in sorted(set(ours.structure) & set(theirs.structure) & plan.randomised_segments)
         ]
-        evidence = replace(evidence, structure=evidence.structure.update(strata))
+        (n_ours, cut_ours), (n_theirs, cut_theirs) = _cuts(ours), _cuts(theirs)
+        before = evidence.length_cuts
+        length_cuts = (before[0] + n_ours, before[1] + cut_ours, before[2] + n_theirs, before[3] + cut_theirs)
+        evidence = replace(evidence, structure=evidence.structure.update(strata), length_cuts=length_cuts)
     if evidence.judge is not None:
         judge = evidence.judge.update(ours.judged, ours.lost)
         evidence = replace(evidence, judge=judge, judge_ties=evidence.judge_ties + ours.tied)
@@ -165,6 +169,11 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
         evidence = replace(evidence, answered=answered, sent=evidence.sent + ours.requests)
     evidence = _ttft_slo(evidence, plan, ours, theirs)
     return _shifts(evidence, plan, ours, theirs)
+
+
+def _cuts(look: VariantLook) -> tuple[int, int]:
+    """(answers checked, cut at the token limit) over every segment: shown beside the structure test."""
+    return sum(n for n, _, _ in look.structure.values()), sum(c for _, _, c in look.structure.values())
 
 
 def _stage_counts(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from gateway.metrics.observations import (
     COMPARED,
+    CUT,
     DIFFERED,
     ERRORS,
     GENERATED,
@@ -85,8 +86,9 @@ class VariantLook:
     # with cohorts, the observations the error tests count: each client once (metrics/client_units.py)
     units: int = 0
     unit_errors: int = 0
-    # captured answers whose form was checked, and those malformed, by segment (metrics/quality.py)
-    structure: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # captured answers whose form was checked, those malformed and those cut at the token limit, by
+    # segment (metrics/quality.py)
+    structure: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
     # the judge's verdicts on its shadow pairs: decisive ones, the candidate's losses, ties
     judged: int = 0
     lost: int = 0
@@ -120,7 +122,7 @@ def per_variant(
             buckets[variant, signal, stratum][le] = value
         elif signal in (TTFT_SUM, ITL_SUM):
             sums[variant, signal.removesuffix("_sum"), stratum] += value
-        elif signal in (STRUCTURED, MALFORMED):
+        elif signal in (STRUCTURED, MALFORMED, CUT):
             forms[variant, signal, stratum] += value
         else:
             scalars[variant, signal] += value
@@ -164,13 +166,17 @@ def per_variant(
     return looks
 
 
-def _forms(forms: Mapping[tuple[str, str, str], float], variant: str) -> dict[str, tuple[int, int]]:
-    """Per segment, (answers checked, malformed ones) for `variant`, where it had any."""
+def _forms(forms: Mapping[tuple[str, str, str], float], variant: str) -> dict[str, tuple[int, int, int]]:
+    """Per segment, (answers checked, malformed ones, cut ones) for `variant`, where it had any."""
     checked = {
         segment: round(n) for (v, signal, segment), n in forms.items() if (v, signal) == (variant, STRUCTURED)
     }
     return {
-        segment: (n, min(n, round(forms.get((variant, MALFORMED, segment), 0.0))))
+        segment: (
+            n,
+            min(n, round(forms.get((variant, MALFORMED, segment), 0.0))),
+            min(n, round(forms.get((variant, CUT, segment), 0.0))),
+        )
         for segment, n in checked.items()
         if n > 0
     }

@@ -57,14 +57,16 @@ def shadow_agreement(plan: Plan, test: ThresholdTest) -> Check:
                  test.log_evalue, plan.log_bound)  # fmt: skip
 
 
-def structure_check(plan: Plan, test: RatioTest) -> Check:
+def structure_check(plan: Plan, test: RatioTest, cuts: tuple[int, int, int, int]) -> Check:
     """Malformed answers (gateway/quality/structure.py) tested like errors against the baseline's. Only
     where answers are captured (a shadow stage, or `capture_percent` live); with none compared yet it
     holds: a form nobody checked is no pass."""
     most = given(plan.max_structure_ratio, "max_structure_ratio")
+    ours, ours_cut, theirs, theirs_cut = cuts
     counts = (
         f"{test.candidate_events} of {test.candidate_requests} candidate answers malformed against "
-        f"{test.baseline_events} of {test.baseline_requests} of the baseline's"
+        f"{test.baseline_events} of {test.baseline_requests} of the baseline's; cut at the token limit: "
+        f"{ours_cut} of {ours} against {theirs_cut} of {theirs} (shown, not tested)"
     )
     if not test.candidate_requests:
         why = "no captured answers of both variants compared yet (is `analysis.quality` capturing any?)"
@@ -78,7 +80,7 @@ def structure_check(plan: Plan, test: RatioTest) -> Check:
         )
     failing = fired(test.log_evalue, plan.log_bound)
     reason = (
-        f"malformed answers (empty, cut by length, JSON or tool arguments that do not parse) "
+        f"malformed answers (empty, JSON or tool arguments that do not parse) "
         f"{'above' if failing else 'not shown above'} {most:g}x the baseline's: log e-value "
         f"{test.log_evalue:.2f} vs {plan.log_bound:.2f}; {counts}"
     )

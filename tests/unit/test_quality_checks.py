@@ -10,7 +10,15 @@ from gateway.answers.answer import Answer
 from gateway.answers.entries import answer_from
 from gateway.answers.store import AnswerStore
 from gateway.metrics.answered import WithAnswers
-from gateway.metrics.observations import COMPARED, DIFFERED, MALFORMED, STRUCTURED, CounterKey, Observations
+from gateway.metrics.observations import (
+    COMPARED,
+    CUT,
+    DIFFERED,
+    MALFORMED,
+    STRUCTURED,
+    CounterKey,
+    Observations,
+)
 from gateway.metrics.quality import QUALITY_SOURCE, QualityCounts
 from gateway.rollout import evidence as tests
 from gateway.rollout.analysis import Check, Verdict, analyse
@@ -62,15 +70,18 @@ def test_the_form_of_the_answers_counted_is_checked_per_variant_and_segment():
         captured("baseline", "a", '{"ok": 1}', response_format="json_object"),
         captured("zero-layer", "b", '{"ok": ', response_format="json_object"),
         captured("zero-layer", "c", "", segment="mobile"),
+        captured("baseline", "f", "Paris is the", finish="length"),  # cut: shown, not malformed
         captured("zero-layer", "d", "fine", status=503),  # failed: the error tests' to count
         replace(captured("zero-layer", "e", "fine"), captured=False),
     ]
     found = counts(quality.add([], observed, now=0.0))
     assert found == {
-        ("baseline", STRUCTURED, "mobile"): 1,
+        ("baseline", STRUCTURED, "mobile"): 2,
         ("baseline", MALFORMED, "mobile"): 0,
+        ("baseline", CUT, "mobile"): 1,
         ("zero-layer", STRUCTURED, "mobile"): 2,
         ("zero-layer", MALFORMED, "mobile"): 2,
+        ("zero-layer", CUT, "mobile"): 0,
     }
 
 
@@ -112,8 +123,8 @@ def test_each_comparator_is_a_test_in_the_budget_and_without_quality_the_plan_is
 
 def structure_look(malformed: int) -> dict[str, VariantLook]:
     return {
-        "zero-layer": VariantLook(requests=200, structure={"default": (200, malformed)}),
-        "baseline": VariantLook(requests=200, structure={"default": (200, 2)}),
+        "zero-layer": VariantLook(requests=200, structure={"default": (200, malformed, 150)}),
+        "baseline": VariantLook(requests=200, structure={"default": (200, 2, 150)}),
     }
 
 
@@ -130,6 +141,7 @@ def test_a_candidate_whose_answers_stop_parsing_fails_structure_and_an_equal_one
         ]
         assert check.verdict == verdict, check.reason
         assert f"{5 * malformed} of 1000 candidate answers malformed" in check.reason
+        assert "cut at the token limit: 750 of 1000 against 750 of 1000 (shown, not tested)" in check.reason
 
 
 def test_structure_runs_live_only_where_live_answers_are_captured():

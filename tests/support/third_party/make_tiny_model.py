@@ -3,7 +3,10 @@
 Run inside the `transformers` venv (`make third-party`), not graystack's: it needs torch, transformers
 and sentencepiece. `python make_tiny_model.py HF_DIR GGUF` writes HF_DIR (save_pretrained: config,
 model.safetensors, a SentencePiece tokenizer and a ChatML chat template) and GGUF (llama.cpp's converter
-on HF_DIR). SentencePiece, not a home-trained byte-level BPE: the GGUF converter only accepts BPE
+on HF_DIR). With a third argument SCALE, the same model with every weight perturbed by Gaussian noise of
+SCALE times that tensor's own spread (seeded): another checkpoint of the same architecture, whose greedy
+answers differ from the original's (the candidate a shadow stage must stop). SentencePiece, not a
+home-trained byte-level BPE: the GGUF converter only accepts BPE
 tokenizers whose pre-tokenizer hash it knows, and takes a `tokenizer.model` without one. head_dim 32 is
 the smallest vLLM's CPU attention takes, so one model serves all three servers.
 """
@@ -74,7 +77,15 @@ def silence_unprintable(model: LlamaForCausalLM, tokenizer: spm.SentencePiecePro
         model.lm_head.weight[rows] = 0
 
 
-def main(hf: Path, gguf: Path) -> None:
+def perturb(model: LlamaForCausalLM, scale: float) -> None:
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for weight in model.parameters():
+            noise = torch.randn(weight.shape, generator=generator) * weight.std().clamp(min=1e-3) * scale
+            weight.add_(noise)
+
+
+def main(hf: Path, gguf: Path, scale: float = 0.0) -> None:
     hf.mkdir(parents=True, exist_ok=True)
     train_tokenizer(hf)
     tokenizer = LlamaTokenizer.from_pretrained(hf)  # converts tokenizer.model to tokenizer.json
@@ -94,6 +105,8 @@ def main(hf: Path, gguf: Path) -> None:
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config)
+    if scale:
+        perturb(model, scale)
     silence_unprintable(model, spm.SentencePieceProcessor(model_file=str(hf / "tokenizer.model")))
     model.save_pretrained(hf)
     GenerationConfig(bos_token_id=1, eos_token_id=2).save_pretrained(hf)
@@ -106,4 +119,4 @@ def main(hf: Path, gguf: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)

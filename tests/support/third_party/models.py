@@ -50,9 +50,13 @@ class TinyModel:
         return self.directory / f"{MODEL_NAME}.gguf"
 
 
-def tiny_model(cache: Path = MODELS) -> TinyModel:
-    """The cached model for the current make_tiny_model.py, made first if absent."""
-    model = TinyModel(cache / hashlib.sha256(SCRIPT.read_bytes()).hexdigest()[:16])
+def tiny_model(cache: Path = MODELS, perturbed: float = 0.0) -> TinyModel:
+    """The cached model for the current make_tiny_model.py, made first if absent; `perturbed`: the same
+    model with its weights perturbed by that much noise (make_tiny_model.py's SCALE)."""
+    key = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()[:16] + (
+        f"-perturbed-{perturbed:g}" if perturbed else ""
+    )
+    model = TinyModel(cache / key)
     if model.gguf.exists():
         return model
     python = venv_bin("transformers", "python")
@@ -60,7 +64,13 @@ def tiny_model(cache: Path = MODELS) -> TinyModel:
     scratch = TinyModel(Path(tempfile.mkdtemp(dir=cache, prefix=".making-")))
     try:
         made = subprocess.run(
-            [str(python), str(SCRIPT), str(scratch.hf), str(scratch.gguf)],
+            [
+                str(python),
+                str(SCRIPT),
+                str(scratch.hf),
+                str(scratch.gguf),
+                *([f"{perturbed:g}"] if perturbed else []),
+            ],
             capture_output=True,
             text=True,
             timeout=300,

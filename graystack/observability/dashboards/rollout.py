@@ -38,6 +38,8 @@ CHECKS = {
     "ttft_vs_baseline": "none",
     "weight_status": "none",
     "shadow_agreement": "percentunit",
+    "structure": "none",
+    "judge": "percentunit",
 }
 # What a check's panel needs said beyond its value and threshold.
 CHECK_NOTES = {
@@ -45,8 +47,12 @@ CHECK_NOTES = {
     "ttft_p95": " The share of first tokens above the SLO (max_ttft_p95), against 5 %.",
     "ttft_vs_baseline": " The candidate's mean TTFT over the baseline's this stage (the shadow gate's "
     "ratio); the test itself compares the distributions against max_latency_ratio.",
-    "shadow_agreement": " Only with analysis.min_shadow_agreement set, in a shadow stage: its threshold "
-    "is a floor (below it fails).",
+    "shadow_agreement": " Only with analysis.min_shadow_agreement or quality.max_greedy_disagreement set, "
+    "in a shadow stage: its threshold is a floor (below it fails).",
+    "structure": " Only with analysis.quality.structure: the candidate's share of malformed answers over "
+    "the baseline's, against max_structure_ratio.",
+    "judge": " Only with analysis.quality.judge, in a shadow stage: the candidate's losses among the "
+    "judge's decisive verdicts, against max_loss.",
 }
 
 

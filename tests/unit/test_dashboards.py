@@ -111,7 +111,7 @@ def test_each_dashboard_filters_by_namespace_rollout_and_variant(name):
 
 
 def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
-    every_check = validate_spec(  # no header rules (error_ratio runs), shadow agreement asked for
+    every_check = validate_spec(  # no header rules (error_ratio runs), every answer-quality check asked for
         {
             "name": "zero-layer",
             "variants": {
@@ -119,7 +119,10 @@ def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
                 "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
             },
             "routing": {"weights": {"baseline": 100, "zero-layer": 0}},
-            "analysis": {"min_shadow_agreement": 0.9},
+            "analysis": {
+                "min_shadow_agreement": 0.9,
+                "quality": {"structure": True, "judge": {"url": "http://judge:8000/v1", "model": "judge"}},
+            },
         }
     )
     plan = plan_for(every_check)

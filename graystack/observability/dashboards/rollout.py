@@ -37,9 +37,9 @@ CHECKS = {
     "ttft_p95": "percentunit",
     "ttft_vs_baseline": "none",
     "weight_status": "none",
-    "shadow_agreement": "percentunit",
     "structure": "none",
     "judge": "percentunit",
+    "shadow_agreement": "percentunit",  # last: its own panel of compared answers sits beside it
 }
 # What a check's panel needs said beyond its value and threshold.
 CHECK_NOTES = {

@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 
 from gateway.metrics.observations import PROBED, segment_of
 from gateway.rollout.increments import Histogram, VariantLook
+from gateway.rollout.not_worse import NotWorse, start_tests, with_look
 from gateway.rollout.plan import Plan
 from gateway.rollout.sequential import (
     ExactShiftTest,
@@ -104,6 +105,7 @@ class Evidence:
     itl_seen: int = 0
     busier_looks: int = 0  # looks with candidate requests left out of the latency comparisons (busier pods)
     load: tuple[float, float] = (0.0, 0.0)  # candidate's and baseline's requests, decayed sums
+    not_worse: NotWorse | None = None  # an evidence gate's tests (gateway/rollout/not_worse.py)
 
 
 def start(plan: Plan, stage: str, now: float) -> Evidence:
@@ -120,6 +122,7 @@ def start(plan: Plan, stage: str, now: float) -> Evidence:
         baseline_ttft=ThresholdTest.new(TTFT_SHARE) if slo else None,
         disagreement=ThresholdTest.new(plan.max_disagreement) if plan.max_disagreement is not None else None,
         structure=RatioTest.new(plan.max_structure_ratio) if plan.max_structure_ratio is not None else None,
+        not_worse=start_tests(plan),
     )
 
 
@@ -158,6 +161,7 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
         answered = evidence.answered + sum(map(len, ours.ttft_values.values()))
         evidence = replace(evidence, answered=answered, sent=evidence.sent + ours.requests)
     evidence = _ttft_slo(evidence, plan, ours, theirs)
+    evidence = replace(evidence, not_worse=with_look(evidence.not_worse, plan, ours, theirs))
     return _shifts(evidence, plan, ours, theirs)
 
 

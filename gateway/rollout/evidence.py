@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 
 from gateway.metrics.observations import PROBED, segment_of
 from gateway.rollout.increments import Histogram, VariantLook
+from gateway.rollout.not_worse import NotWorse, start_tests, with_look
 from gateway.rollout.plan import Plan
 from gateway.rollout.sequential import (
     ExactShiftTest,
@@ -107,6 +108,7 @@ class Evidence:
     itl_seen: int = 0
     busier_looks: int = 0  # looks with candidate requests left out of the latency comparisons (busier pods)
     load: tuple[float, float] = (0.0, 0.0)  # candidate's and baseline's requests, decayed sums
+    not_worse: NotWorse | None = None  # an evidence gate's tests (gateway/rollout/not_worse.py)
 
 
 def start(plan: Plan, stage: str, now: float) -> Evidence:
@@ -124,6 +126,7 @@ def start(plan: Plan, stage: str, now: float) -> Evidence:
         disagreement=ThresholdTest.new(plan.max_disagreement) if plan.max_disagreement is not None else None,
         structure=RatioTest.new(plan.max_structure_ratio) if plan.max_structure_ratio is not None else None,
         judge=ThresholdTest.new(plan.max_judge_loss) if plan.max_judge_loss is not None else None,
+        not_worse=start_tests(plan),
     )
 
 
@@ -168,6 +171,7 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
         answered = evidence.answered + sum(map(len, ours.ttft_values.values()))
         evidence = replace(evidence, answered=answered, sent=evidence.sent + ours.requests)
     evidence = _ttft_slo(evidence, plan, ours, theirs)
+    evidence = replace(evidence, not_worse=with_look(evidence.not_worse, plan, ours, theirs))
     return _shifts(evidence, plan, ours, theirs)
 
 

@@ -8,7 +8,9 @@ machine (gateway/rollout/machine.py) that asks them.
   for the stage). A 2xx from each lets the step go; a failure holds (and is called again after
   `WEBHOOK_RETRY`) or, with `on_failure: rollback`, rolls back. Then its `approval: manual`: the stage
   holds, awaiting `approve` (`state.awaiting`), which takes the step at once: the approver saw the last
-  look's checks pass. An operator `promote` passes every gate (the operator's override, as it passes
+  look's checks pass. `approval: evidence` lets the step go by itself once the candidate is shown not
+  worse than the baseline by the spec's margin (gateway/rollout/not_worse.py); until then it awaits
+  `approve` as a manual gate does, its reason saying how far each part of the evidence stands. An operator `promote` passes every gate (the operator's override, as it passes
   the capacity gate).
 """
 
@@ -17,9 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gateway.rollout.analysis import Check, by_name
-from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE
+from gateway.rollout.not_worse import Judgement, judge
+from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE, plan_for
 from gateway.rollout.rollout_state import ADVANCING, Action, CallWebhooks, Phase, RolloutState, WebhookOutcome
-from gateway.spec.model import RolloutSpec
+from gateway.spec.approval import EvidenceApproval
+from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.strategy import Gate
 
 WEBHOOK_RETRY = 30.0  # seconds a failed webhook holds the step before it is called again
@@ -66,10 +70,29 @@ def step_gate(
             if answer.rollback:
                 return state, Shut("rollback", rollback=cause)
             return state, Shut(f"hold: {cause} (called again every {WEBHOOK_RETRY:.0f}s)")
-    if target.approval == "manual":
-        outcome = f"hold: awaiting approval of step {index} (weight {target.weight}%): graystack approve"
-        return replace(state, awaiting=index), Shut(outcome)
-    return state, None
+    if target.approval is None:
+        return state, None
+    shown = ""
+    if isinstance(target.approval, EvidenceApproval):
+        judgement = evidence_judgement(spec, state)
+        if judgement is not None and judgement.shown:
+            return state, None
+        shown = f": not yet shown not worse: {judgement.summary() if judgement else 'no evidence yet'}"
+    outcome = f"hold: awaiting approval of step {index} (weight {target.weight}%): graystack approve{shown}"
+    return replace(state, awaiting=index), Shut(outcome)
+
+
+def evidence_judgement(spec: RolloutSpec, state: RolloutState) -> Judgement | None:
+    """How far the candidate is shown not worse, for an evidence gate (None: no such gate, or no
+    tests of the spec's plan yet)."""
+    evidence = state.evidence
+    try:
+        plan = plan_for(spec)
+    except SpecError:
+        return None
+    if evidence is None or evidence.plan != plan.key:
+        return None
+    return judge(plan, evidence.not_worse, evidence.candidate_errors)
 
 
 def approval_problem(state: RolloutState) -> str | None:

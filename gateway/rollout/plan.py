@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from gateway.metrics.observations import UNLABELLED
 from gateway.names import DEFAULT_SEGMENT
 from gateway.rollout import sequential
+from gateway.spec.approval import Margin
+from gateway.spec.evidence_gates import evidence_margin
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.quality import Quality
 from gateway.spec.strategy import Analysis
@@ -44,6 +46,9 @@ WEIGHT_STATUS = "weight_status"
 SHADOW_AGREEMENT = "shadow_agreement"
 STRUCTURE = "structure"
 JUDGE = "judge"
+NOT_WORSE = (
+    "not_worse"  # the evidence gate's non-inferiority test, not a check (gateway/rollout/not_worse.py)
+)
 CHECK_NAMES = (
     ERROR_RATE,
     ERROR_RATE_CHANGE,
@@ -89,6 +94,7 @@ class Plan:
     log_detector_bound: float  # log A of the change detector
     stage_requests: int  # candidate requests a stage needs before it may end
     key: str  # identity of the tests: another key starts new ones
+    not_worse: Margin | None = None  # an evidence gate's margin, max_error_rate resolved (None: no such gate)
 
     def runs(self, check: str) -> bool:
         return check in self.tests or check == ERROR_RATE_CHANGE
@@ -126,6 +132,9 @@ def plan_for(spec: RolloutSpec) -> Plan:
         tests.append(JUDGE)
     if analysis.expected_weight_status is None and analysis.max_effective_window is None:
         off.append((WEIGHT_STATUS, "expected_weight_status is null: no probe is required"))
+    margin = evidence_margin(spec.strategy)
+    if margin is not None:  # approval: evidence spends a share too (its false approvals)
+        tests.append(NOT_WORSE)
     alpha = analysis.false_rollback_budget / len(tests)
     randomised = {DEFAULT_SEGMENT} | {rule.value for rule in spec.routing.rules if rule.weights is not None}
     if not spec.routing.rules:
@@ -147,6 +156,7 @@ def plan_for(spec: RolloutSpec) -> Plan:
         # only for answers, so the tests of rollouts saved on histograms before the setting existed go on
         **({"latency_source": analysis.latency_source} if analysis.latency_source != "histograms" else {}),
         **({"client_units": True} if spec.routing.affinity else {}),  # likewise: absent without cohorts
+        **({"not_worse": margin.model_dump(mode="json")} if margin is not None else {}),  # likewise
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     return Plan(
@@ -177,6 +187,9 @@ def plan_for(spec: RolloutSpec) -> Plan:
             analysis.max_error_rate, analysis.min_detectable_error_rate, alpha
         ),
         key=key,
+        not_worse=None
+        if margin is None
+        else margin.model_copy(update={"max_error_rate": margin.max_error_rate or analysis.max_error_rate}),
     )
 
 

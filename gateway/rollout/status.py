@@ -101,6 +101,22 @@ class CapacityStatus(_Answer):
     candidate_ready: int | None = None
 
 
+class NotWorsePart(_Answer):
+    """One part of an evidence gate's judgement (gateway/rollout/not_worse.py): ttft, itl or errors."""
+
+    name: str
+    log_evalue: float
+    samples: int
+    shown: bool
+
+
+class NotWorseStatus(_Answer):
+    """An evidence gate's evidence: approved by itself once every part reaches `log_bound`."""
+
+    log_bound: float
+    parts: list[NotWorsePart]
+
+
 class GateStatus(_Answer):
     """The next step's gates (gateway/rollout/gates.py): the step awaiting `approve` (None: none), and
     its webhooks' last answer (None: not called this stage; "" when every one answered 2xx)."""
@@ -110,6 +126,7 @@ class GateStatus(_Answer):
     awaiting_approval: bool
     webhook_ok: bool | None
     webhook_reason: str | None
+    not_worse: NotWorseStatus | None = None  # an evidence gate's evidence (None: a manual gate)
 
 
 class RolloutStatus(_Answer):

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gateway.rollout.analysis import Check
+from gateway.rollout.gates import evidence_judgement
 from gateway.rollout.machine import hold_needed
 from gateway.rollout.plan import plan_for, roles
 from gateway.rollout.rollout_state import ADVANCING, Phase, RolloutState
@@ -25,6 +26,8 @@ from gateway.rollout.status import (
     EvidenceStatus,
     GateStatus,
     HoldStatus,
+    NotWorsePart,
+    NotWorseStatus,
     RolloutStatus,
     TransitionStatus,
 )
@@ -120,7 +123,17 @@ def gate_status(spec: RolloutSpec, state: RolloutState) -> GateStatus | None:
         awaiting_approval=state.awaiting is not None,
         webhook_ok=None if answer is None else answer.ok,
         webhook_reason=None if answer is None else answer.reason,
+        not_worse=_not_worse(spec, state) if state.awaiting is not None else None,
     )
+
+
+def _not_worse(spec: RolloutSpec, state: RolloutState) -> NotWorseStatus | None:
+    """What an awaiting evidence gate has shown so far (None: a manual gate)."""
+    judgement = evidence_judgement(spec, state)
+    if judgement is None:
+        return None
+    parts = [NotWorsePart(**asdict(part)) for part in judgement.parts]
+    return NotWorseStatus(log_bound=judgement.log_bound, parts=parts)
 
 
 def evidence_status(

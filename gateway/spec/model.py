@@ -23,6 +23,7 @@ from pydantic import (
 
 from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.apis import PROTECTED, Apis, reaches
+from gateway.spec.evidence_gates import check_evidence_gates
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
 from gateway.spec.strategy import Analysis, Strategy
 
@@ -253,6 +254,7 @@ class RolloutSpec(SpecModel):
             raise ValueError(f"retries.fallback: unknown variant {self.retries.fallback!r}")
         if self.timeouts.first_byte is not None and self.timeouts.first_byte == 0:
             raise ValueError("timeouts.first_byte: must be above 0 (omit it for none)")
+        check_evidence_gates(self.strategy, self.analysis)
         for entry in self.apis.table():
             for path in self.protected_paths():
                 if reaches(entry.path, path):

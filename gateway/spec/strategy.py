@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gateway.metrics.observations import LatencySignal
 from gateway.metrics.queries import check_overrides
+from gateway.spec.approval import EvidenceApproval
 from gateway.spec.fields import Duration, HttpUrl, Percent, PositiveDuration, SpecModel
 from gateway.spec.quality import Quality
 
@@ -39,7 +40,8 @@ class Step(SpecModel):
 
     weight: Percent
     hold: Duration = 0.0
-    approval: Literal["manual"] | None = None  # manual: wait for `graystack approve`
+    # manual: wait for `graystack approve`; evidence: approved once shown not worse (gateway/spec/approval.py)
+    approval: Literal["manual"] | EvidenceApproval | None = None
     webhooks: list[Webhook] = []
 
 

@@ -158,7 +158,7 @@ ROLLOUT_COMMANDS = {
     "resume": "Continue a paused (or frozen) rollout.",
     "rollback": "Send all traffic, every header segment included, to the baseline now.",
     "retry": "Start a rolled-back rollout again from its first stage.",
-    "approve": "Take the step awaiting its manual approval gate (`graystack status` shows the evidence).",
+    "approve": "Take the step awaiting its approval gate, manual or evidence (`graystack status` shows the evidence).",
 }
 
 

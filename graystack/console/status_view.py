@@ -191,4 +191,11 @@ def _gate_lines(gate: GateStatus) -> list[str]:
             f"approval  the step to {gate.weight}% AWAITS `graystack approve`: "
             "its hold and checks passed (the analysis below)"
         )
+    if gate.not_worse is not None:
+        for part in gate.not_worse.parts:
+            state = "shown" if part.shown else "not yet shown"
+            lines.append(
+                f"  not worse: {part.name:<6} {state}: log e-value {part.log_evalue:.2f} vs "
+                f"{gate.not_worse.log_bound:.2f}, {part.samples} samples (approved by itself once all are shown)"
+            )
     return lines

@@ -124,6 +124,7 @@ async def test_a_manual_gate_holds_until_approve_and_the_story_is_told_once(tmp_
         "awaiting_approval": True,
         "webhook_ok": None,
         "webhook_reason": None,
+        "not_worse": None,
     }
 
     await controller.command(Command.PAUSE)

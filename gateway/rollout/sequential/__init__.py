@@ -39,9 +39,11 @@ from gateway.rollout.sequential.errors import (
 )
 from gateway.rollout.sequential.exact import ExactShiftTest, by_stratum, pooled_ranks, rank_increments
 from gateway.rollout.sequential.latency import ShiftTest, edge_pairs, shift_look
+from gateway.rollout.sequential.noninferior import NotSlowerTest, faster_ranks
 
 __all__ = [
     "ExactShiftTest",
+    "NotSlowerTest",
     "RatioTest",
     "ShiftTest",
     "ThresholdTest",
@@ -51,6 +53,7 @@ __all__ = [
     "detector_log_threshold",
     "edge_pairs",
     "error_rate_bounds",
+    "faster_ranks",
     "kl_bernoulli",
     "mixture",
     "pooled_ranks",

@@ -42,7 +42,12 @@ __all__ = ["CHECK_NAMES", "Check", "Verdict", "analyse", "error_checks"]
 
 def error_checks(reason: str, plan: Plan | None) -> list[Check]:
     """Every check of the plan as an ERROR: the metrics could not be read this look."""
-    names = CHECK_NAMES if plan is None else (*plan.tests, ERROR_RATE_CHANGE, WEIGHT_STATUS)
+    # the plan's tests that are checks (the evidence gate's `not_worse` is not: it never fails a look)
+    names = (
+        CHECK_NAMES
+        if plan is None
+        else [*(t for t in plan.tests if t in CHECK_NAMES), ERROR_RATE_CHANGE, WEIGHT_STATUS]
+    )
     return [Check(name, Verdict.ERROR, None, 0, None, 0.0, reason) for name in names]
 
 

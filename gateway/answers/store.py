@@ -4,8 +4,9 @@ through with a cursor, so two readers (the analysis, a dashboard) never take ans
     batch = store.since(cursor)     answers kept after `cursor`, oldest first; batch.cursor for next time
     batch.missed                    answers evicted (the store was full) before this reader saw them
 
-Bounded by `capacity` answers (the oldest go first and are counted as evicted), so a reader that stops
-reading costs memory up to the bound, not more. `counts` tells "no traffic" (nothing received) from
+Bounded by `capacity` answers and by `text_budget` bytes of captured text (`analysis.quality`: an answer
+can carry up to its `max_answer_bytes`), the oldest going first and counted as evicted, so a reader that
+stops reading costs memory up to the bound, not more. `counts` tells "no traffic" (nothing received) from
 "measurements missing" (Envoy sent requests, nothing arrived: compare with Envoy's request counters and
 its `access_logs.grpc_access_log.logs_dropped`).
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from gateway.answers.answer import Answer
 
 CAPACITY = 200_000  # answers; ~100 B each as a frozen dataclass plus its strings: tens of MB at most
+TEXT_BUDGET = 128 * 1024 * 1024  # bytes of captured answer text (characters, counted as bytes) kept
 
 
 @dataclass
@@ -52,6 +54,7 @@ class AnswerStore:
     the share of requests with a key)."""
 
     capacity: int = CAPACITY
+    text_budget: int = TEXT_BUDGET
     counts: Counts = field(default_factory=Counts)
     failed_after_start: Counter[str] = field(default_factory=Counter)
     output_tokens: Counter[str] = field(default_factory=Counter)
@@ -59,9 +62,11 @@ class AnswerStore:
     keyed: Counter[str] = field(default_factory=Counter)
     _answers: deque[Answer] = field(default_factory=deque)
     _first: int = 0  # the sequence number of _answers[0]; answers are numbered from 0 as they arrive
+    _text: int = 0  # captured text held by _answers
 
     def add(self, answer: Answer, now: float) -> None:
         self._answers.append(answer)
+        self._text += _text_size(answer)
         self.counts.kept += 1
         self.counts.last_at = now
         if answer.failed_after_start:
@@ -72,8 +77,8 @@ class AnswerStore:
             self.routed += 1
             if answer.affinity is not None:
                 self.keyed[answer.affinity] += 1
-        while len(self._answers) > self.capacity:
-            self._answers.popleft()
+        while len(self._answers) > self.capacity or self._text > self.text_budget:
+            self._text -= _text_size(self._answers.popleft())
             self._first += 1
             self.counts.evicted += 1
 
@@ -93,3 +98,7 @@ class AnswerStore:
         start = max(cursor, self._first)
         taken = tuple(self._answers[i - self._first] for i in range(start, self.cursor))
         return Batch(answers=taken, cursor=self.cursor, missed=start - cursor if cursor < start else 0)
+
+
+def _text_size(answer: Answer) -> int:
+    return len(answer.text or "") + len(answer.calls or "")

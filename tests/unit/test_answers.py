@@ -162,6 +162,20 @@ def test_the_store_pages_by_cursor_and_counts_what_it_evicts():
     assert (store.counts.kept, store.counts.evicted, store.cursor) == (5, 2, 5)
 
 
+def test_the_store_holds_at_most_its_budget_of_captured_text():
+    from dataclasses import replace
+
+    one = answer_from(entry(STREAM))
+    assert one is not None
+    store = AnswerStore(text_budget=1000)
+    for _ in range(5):
+        store.add(replace(one, captured=True, text="x" * 300), now=1.0)
+    kept = store.since(0)
+    assert (len(kept.answers), kept.missed, store.counts.evicted) == (3, 2, 2)  # 900 bytes held
+    store.add(one, now=1.0)  # no text: costs none
+    assert len(store.since(0).answers) == 4
+
+
 async def messages(*items: als_pb2.StreamAccessLogsMessage) -> AsyncIterator[als_pb2.StreamAccessLogsMessage]:
     for item in items:
         yield item

@@ -202,6 +202,10 @@ class GatewayProcess:
         leadership = self.leadership()
         return leadership is None or leadership.leading
 
+    def _digests_only(self) -> bool:
+        quality = self.gateway.live.analysis.quality
+        return quality is not None and quality.keep == "digest"
+
     def _measured(self, make: ProviderFactory) -> ProviderFactory:
         """Each provider's looks with the answers this gateway measured added (gateway/metrics/answered.py)."""
         return lambda spec: WithAnswers(
@@ -216,7 +220,7 @@ class GatewayProcess:
             self.ads,
             self.options.xds_host,
             self.options.xds_port,
-            also=[AnswerReceiver(self.answers, self._leading).register],
+            also=[AnswerReceiver(self.answers, self._leading, self._digests_only).register],
         )
         self._admin_task = asyncio.create_task(self.admin.serve())
         self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self.driver.background())]

@@ -5,14 +5,18 @@ A stream's fragments arrive as the server escaped them inside its JSON strings, 
 raw, its first `max_answer_bytes`: parsed as JSON where it is whole, and its text taken the way each API
 puts it (chat `message.content` and `tool_calls`, completions `text`, Messages `text` and `tool_use`
 blocks, Responses `output_text` and `function_call` items); a body cut at the cap is read up to the cut.
+Where only equality is needed (`analysis.quality.keep: digest`), the receiver keeps digests (`digested`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from gateway.answers.answer import Answer
 
 _PARTIAL_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{0,3})?$")
 _FIRST_TEXT = re.compile(r'"(?:content|text|output_text)"\s*:\s*"')
@@ -119,3 +123,13 @@ def captured(fields: dict) -> Captured:
         return Captured(None, None, truncated, True)
     text_, calls_ = unescape(text, truncated), unescape(calls, truncated)
     return Captured(text_, calls_, truncated, text_ is None or calls_ is None)
+
+
+def digested(answer: Answer) -> Answer:
+    """The answer with its text and tool calls replaced by their SHA-256 digests: what comparing greedy
+    answers for equality needs, and no more (`analysis.quality.keep: digest`)."""
+    return replace(answer, text=_digest(answer.text), calls=_digest(answer.calls))
+
+
+def _digest(content: str | None) -> str | None:
+    return None if content is None else hashlib.sha256(content.encode()).hexdigest()

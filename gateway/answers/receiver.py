@@ -24,6 +24,7 @@ from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
 from gateway import names
 from gateway.answers import telemetry
+from gateway.answers.capture import digested
 from gateway.answers.entries import answer_from
 from gateway.answers.store import AnswerStore
 
@@ -34,9 +35,15 @@ FOLLOWING = "this gateway replica does not lead the rollout: answers go to the l
 
 
 class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
-    def __init__(self, store: AnswerStore, leading: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        store: AnswerStore,
+        leading: Callable[[], bool] = lambda: True,
+        digests_only: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.store = store
         self.leading = leading
+        self.digests_only = digests_only  # `analysis.quality.keep: digest`: no captured text is kept
 
     def register(self, server: grpc.aio.Server) -> None:
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self, server)
@@ -72,6 +79,8 @@ class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
             self.store.ignore(now)
             telemetry.RECEIVED.labels("ignored").inc()
             return
+        if answer.captured and self.digests_only():
+            answer = digested(answer)
         evicted = self.store.counts.evicted
         self.store.add(answer, now)
         telemetry.RECEIVED.labels("kept").inc()

@@ -11,8 +11,9 @@ here and carried in the spec for the comparator tests (issue 28, item 2).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.quality.judge import check_template
 from gateway.spec.fields import HttpUrl, PositiveDuration, SpecModel
@@ -54,9 +55,19 @@ class Quality(SpecModel):
     max_answer_bytes: int = Field(default=16_384, ge=1, le=1_048_576)
     shadow: bool = True
     max_greedy_disagreement: float | None = Field(default=None, gt=0, lt=1)
+    keep: Literal["text", "digest"] = "text"  # digest: only a SHA-256 of each answer stays in the gateway
     structure: bool = False
     max_structure_ratio: float = Field(default=2.0, ge=1)  # malformed answers vs the baseline's share
     judge: Judge | None = None
+
+    @model_validator(mode="after")
+    def _text_where_needed(self) -> Quality:
+        if self.keep == "digest" and (self.structure or self.judge is not None):
+            needs = "structure" if self.structure else "judge"
+            raise ValueError(
+                f"keep: digest keeps no text, and `{needs}` judges the text: keep: text, or drop {needs}"
+            )
+        return self
 
     @property
     def live_per_million(self) -> int:

@@ -216,3 +216,36 @@ def test_the_judge_check_fails_on_losses_holds_without_verdicts_and_passes_on_ti
     assert "5 of the 20 verdicts a pass needs; the judge's last call: HTTP 503" in held.reason
     assert judge_after(0, 0, 25).verdict == Verdict.PASS  # identical answers: ties, no loss
     assert judge_after(30, 15, 0).verdict == Verdict.PASS
+
+
+def test_keep_digest_keeps_no_answer_text_and_greedy_pairs_still_compare():
+    from gateway.answers.capture import digested
+
+    kept = [digested(answer) for answer in (*pair("r1", "Paris", "Paris"), *pair("r2", "Paris", "Lyon"))]
+    assert all(len(answer.text or "") == 64 and "Paris" not in (answer.text or "") for answer in kept)
+    found = counts(QualityCounts().add(kept, [], now=0.0))
+    assert (found[("zero-layer", COMPARED, "")], found[("zero-layer", DIFFERED, "")]) == (2, 1)
+
+
+def test_keep_digest_is_refused_with_a_check_that_reads_the_text():
+    import pytest
+
+    from gateway.spec.model import SpecError
+
+    validate_spec(spec({"keep": "digest", "max_greedy_disagreement": 0.02}))
+    for needs in ({"structure": True}, {"judge": {"url": "http://judge:8000/v1", "model": "judge"}}):
+        with pytest.raises(SpecError, match="keep: digest keeps no text"):
+            validate_spec(spec({"keep": "digest", **needs}))
+
+
+def test_the_receiver_keeps_digests_where_the_spec_says_so():
+    from gateway.answers.receiver import AnswerReceiver
+
+    logged = entry({**STREAM, "capture": {"text": "Paris is lovely"}})
+    for digests_only, expected in ((False, "Paris is lovely"), (True, None)):
+        store = AnswerStore()
+        AnswerReceiver(store, digests_only=lambda digests_only=digests_only: digests_only).take(logged)
+        (kept,) = store.since(0).answers
+        assert kept.captured
+        assert (kept.text == "Paris is lovely") == (expected is not None)
+        assert digests_only == (len(kept.text or "") == 64)

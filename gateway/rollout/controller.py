@@ -37,6 +37,7 @@ from gateway.metrics.observations import Observations
 from gateway.rollout import telemetry
 from gateway.rollout.analysis import Verdict
 from gateway.rollout.capacity import CapacityEdge, per_million_tokens
+from gateway.rollout.facts import Fact, Looked, RollbackAcked, RollbackConfirmedLate, Watcher
 from gateway.rollout.fleet import Proxies, RollbackConfirmation
 from gateway.rollout.guard import Guard, ProviderFactory
 from gateway.rollout.look import Carried, look
@@ -107,6 +108,10 @@ class RolloutController:
         self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
         self.rollback = RollbackConfirmation(
             proxies, lambda: self.state, self._rollback_acked, self._lock, clock, self._alert
+        )
+        self.watchers: list[Watcher] = []  # told every look and rollback confirmation (notifications)
+        self.rollback.confirmed_late = lambda nodes: self._tell(
+            RollbackConfirmedLate(self.spec, tuple(nodes), self._clock())
         )
 
     @property
@@ -212,10 +217,12 @@ class RolloutController:
             self.guard.new_count()  # with cohorts, each client counts once per stage (client_units.py)
         self._carried = done.carried
         ignored = None
+        decision = None
         for action in done.actions:
             if isinstance(action, Alert):
                 self._alert(action.message, now)
             elif isinstance(action, RecordDecision):
+                decision = action
                 self._record(spec, action, state, now)
             elif isinstance(action, Ignored):
                 ignored = action.reason
@@ -230,6 +237,7 @@ class RolloutController:
             telemetry.ROLLOUT_PHASE.labels(spec.name, phase.value).set(1 if phase == state.phase else 0)
         if state.rollback_started is not None and before.rollback_started != state.rollback_started:
             self.rollback.start(self.ack_deadline)
+        self._tell(Looked(spec, before, state, decision, now))
         return ignored
 
     def _push(self, spec: RolloutSpec, state: RolloutState) -> None:
@@ -241,6 +249,14 @@ class RolloutController:
             self._alert(
                 f"cannot apply the rollout's split ({state.label()}), retrying next interval: {error}"
             )
+
+    def _tell(self, fact: Fact) -> None:
+        """Each watcher queues what it makes of `fact`; one that fails is logged, never the look's end."""
+        for watcher in self.watchers:
+            try:
+                watcher(fact)
+            except Exception:
+                log.exception("rollout %s: a watcher failed on %s", self.spec.name, type(fact).__name__)
 
     def _alert(self, message: str, now: float | None = None) -> None:
         log.warning("rollout %s: ALERT: %s", self.spec.name, message)
@@ -267,6 +283,8 @@ class RolloutController:
         telemetry.ROLLBACK_SECONDS.labels(self.spec.name).observe(seconds)
         proxies = len(self.proxies.streams())
         log.info("rollout %s: rollback ACKed by all %d proxies, %.3fs on", self.spec.name, proxies, seconds)
+        pending = tuple(proxy.node for proxy in self.proxies.disconnected())
+        self._tell(RollbackAcked(self.spec, state, seconds, pending, now))
         await self.saved.save(self.state)
 
     # -- reading ----------------------------------------------------------------------------------

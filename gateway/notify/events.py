@@ -74,14 +74,15 @@ def _looked(fact: Looked, memory: Memory, inconclusive_after: float) -> tuple[li
         failing = [c for c in fact.decision.checks if c.verdict == Verdict.FAIL] if fact.decision else []
         events.append(_rolled_back(spec, after, failing, now))
     elif after.phase == Phase.PROMOTED and before.phase != Phase.PROMOTED:
-        events.append(_event("promoted", spec, after, now, "promoted to 100 %", "nothing to do."))
+        events.append(_event("promoted", spec, after, now, f"promoted: {after.reason}", "nothing to do."))
     elif stage_of(after) != stage_of(before) and after.phase in ADVANCING:
-        text = f"moved from {before.label()} to {after.label()}"
+        text = f"moved from {before.label()} to {after.label()}: {after.reason}"
         events.append(
             _event("step_taken", spec, after, now, text, f"{STATUS_HINT}.", {"from": before.label()})
         )
     if after.paused and not before.paused:
-        events.append(_event("paused", spec, after, now, "paused", "`graystack resume` continues it."))
+        what = f"paused: {after.reason}"
+        events.append(_event("paused", spec, after, now, what, "`graystack resume` continues it."))
     if fact.decision is not None:
         held, memory = _holding(spec, after, fact.decision.outcome, fact.decision.checks, memory, now)
         events += held
@@ -109,11 +110,11 @@ def _holding(
     why = outcome.split(":", 1)[1].strip()
     fields = {"hold_reason": why, **_evidence(spec, state, checks)}
     if capacity:
-        text = f"waits for the candidate's pods: {why}"
+        text = f"the stage waits for the candidate's pods: {why}"
         return [_event("capacity_not_ready", spec, state, now, text, "check its pods.", fields)], memory
     needed = fields["requests_still_needed"]
     more = f" ({needed} more candidate requests needed)" if needed else ""
-    text = f"is holding: {why}{more}"
+    text = f"the stage is holding: {why}{more}"
     return [_event("stage_holding", spec, state, now, text, f"{STATUS_HINT}.", fields)], memory
 
 
@@ -140,7 +141,9 @@ def _inconclusive(
     if memory.inconclusive_told or now - since < after:
         return [], memory
     waiting = [c.name for c in decision.checks if c.verdict != Verdict.PASS]
-    text = f"has been inconclusive for {(now - since) / 60:.0f} min (waiting on {', '.join(waiting)})"
+    text = (
+        f"the stage has been inconclusive for {(now - since) / 60:.0f} min (waiting on {', '.join(waiting)})"
+    )
     action = "send it more traffic, or decide with `graystack promote` or `graystack rollback`."
     fields = {"inconclusive_seconds": round(now - since, 3), **_evidence(spec, state, decision.checks)}
     event = _event("inconclusive_too_long", spec, state, now, text, action, fields)
@@ -183,13 +186,13 @@ def _event(
     action: str,
     extra: Mapping[str, Any] | None = None,
 ) -> Event:
-    """`<rollout>: <candidate> at <stage> (<weight> %) <what>; <action>` with the state's fields."""
+    """`<rollout>: <what> (<candidate> at <stage>, <weight> %); <action>` with the state's fields."""
     try:
         baseline, candidate = roles(spec)
     except SpecError:
         baseline = candidate = ""
     weight = "" if state.weight is None else f", {state.weight} % of traffic"
-    text = f"{spec.name}: {candidate} at {state.label()}{weight} {what}; {action}"
+    text = f"{spec.name}: {what} ({candidate} at {state.label()}{weight}); {action}"
     fields = {
         "baseline": baseline,
         "candidate": candidate,

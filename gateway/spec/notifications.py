@@ -40,7 +40,7 @@ class Receiver(SpecModel):
 
     url: str
     format: Literal["json", "slack"] = "json"
-    events: list[str] | None = None
+    events: tuple[str, ...] | None = None  # a tuple: a receiver is hashable (gateway/notify keeps its queue)
     secret_file: str | None = None
     secret_env: str | None = None
 
@@ -55,7 +55,7 @@ class Receiver(SpecModel):
 
     @field_validator("events")
     @classmethod
-    def _known(cls, events: list[str] | None) -> list[str] | None:
+    def _known(cls, events: tuple[str, ...] | None) -> tuple[str, ...] | None:
         unknown = sorted(set(events or ()) - set(EVENTS))
         if unknown:
             raise ValueError(f"unknown event(s) {unknown}; the events are {list(EVENTS)}")

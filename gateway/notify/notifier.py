@@ -97,6 +97,8 @@ class Notifier:
         for gone in self.outboxes:
             if gone not in outboxes:
                 gone.cancel()
+        for outbox in outboxes:
+            outbox.start()  # ready before its first message: a rollback's waits on nothing
         self.outboxes, self._settings = outboxes, settings
         return settings
 

@@ -79,7 +79,7 @@ def use_receiver(stack: RolloutStack, which: str, ports: dict[str, int], secret:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="fault-and-rollback cycles per receiver")
+    parser.add_argument("--runs", type=int, default=4, help="fault-and-rollback cycles per receiver")
     parser.add_argument("--rate", type=float, default=40.0, help="client requests per second, in all")
     parser.add_argument("--error-rate", type=float, default=0.3, help="zero-layer's injected error rate")
     args = parser.parse_args()
@@ -107,12 +107,15 @@ def main() -> None:
             )
         finally:
             stack.stop()
+    # A run whose rollback came before its fault was rolled back by the previous fault's last errors,
+    # counted by the tests that `retry` started (bench.rollback_time's cycle): kept, left out of the stats.
+    valid = {which: [run for run in runs[which] if run["onset_to_decision_s"] >= 0] for which in RECEIVERS}
     results = {
         which: {
-            key: summarize([run[key] for run in runs[which]])
+            key: summarize([run[key] for run in valid[which]])
             for key in ("onset_to_ack_s", "onset_to_decision_s", "decision_to_ack_s")
         }
-        | {"runs": runs[which]}
+        | {"runs": runs[which], "left_out": len(runs[which]) - len(valid[which])}
         for which in RECEIVERS
     }
     results["healthy_receiver_got"] = _Hook.received
@@ -123,7 +126,8 @@ def main() -> None:
         stats = results[which]
         print(
             f"{which:>10}: onset -> ACK median {stats['onset_to_ack_s']['p50']:.3f} s, "
-            f"decision -> ACK median {stats['decision_to_ack_s']['p50'] * 1000:.1f} ms"
+            f"decision -> ACK median {stats['decision_to_ack_s']['p50'] * 1000:.1f} ms "
+            f"({stats['left_out']} run(s) left out)"
         )
     print(f"healthy receiver got {_Hook.received} messages; wrote {path}")
 

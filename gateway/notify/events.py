@@ -152,7 +152,7 @@ def _inconclusive(
 
 def _rolled_back(spec: RolloutSpec, state: RolloutState, failing: list[Check], now: float) -> Event:
     fields = {"failing_checks": [_check(c) for c in failing]} if failing else {}
-    text = f"rolled back to the baseline: {state.reason}"
+    text = f"rolled back to the baseline: {state.reason.removeprefix('rolled back: ')}"
     return _event("rolled_back", spec, state, now, text, "fix the candidate, then `graystack retry`.", fields)
 
 

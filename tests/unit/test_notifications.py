@@ -9,14 +9,17 @@ import hashlib
 import hmac
 import json
 
+import httpx
 import pytest
+from fastapi.testclient import TestClient
 
-from gateway.admin.api import full_status
+from gateway.admin.api import create_admin_app
 from gateway.notify.delivery import Delivery
 from gateway.notify.notifier import Notifier
 from gateway.rollout.rollout_state import Command
 from gateway.spec.model import load_yaml, validate_spec
 from gateway.xds.server import AdsServer
+from graystack.admin_client import AdminClient
 from graystack.console.status_view import render_status
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.webhook_receiver import Recorder, blackhole, recording
@@ -192,9 +195,17 @@ async def test_a_blackholed_receiver_delays_no_look_and_its_failures_show(tmp_pa
         assert why == "ReadTimeout"
         assert metric("graystack_notifications_total", receiver=name, event=event, outcome="failed") >= 1
         assert metric("graystack_notification_queue_dropped_total", receiver=name) >= 1
-        shown = full_status(gateway, AdsServer(gateway.cache), controller, notifications=notifier.status())
+        app = create_admin_app(
+            gateway, AdsServer(gateway.cache), controller=controller, notifications=notifier.status
+        )
+        with TestClient(app) as admin:
+            answer = admin.get("/v1/status").json()
+        transport = httpx.MockTransport(lambda request: httpx.Response(200, json=answer))
+        with AdminClient("http://gateway", transport=transport) as client:
+            shown = client.status()  # the CLI parses the section back
         assert shown.notifications.receivers[0].receiver == name
         assert f"NOTIFY    {name}: " in render_status(shown)
+        assert "/hook" not in json.dumps(answer)  # by host only
         await notifier.stop()
 
 

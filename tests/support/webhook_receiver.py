@@ -27,9 +27,11 @@ class Received:
 
 @dataclass
 class Recorder:
-    """Every request, in order; `status` is what it answers."""
+    """Every request, in order; it answers `failing` to the first `fail_first` requests, `status` after."""
 
     status: int = 200
+    fail_first: int = 0
+    failing: int = 503
     received: list[Received] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -38,7 +40,8 @@ class Recorder:
             body = await request.body()
             with self._lock:
                 self.received.append(Received(request.url.path, dict(request.headers), body))
-            return Response(status_code=self.status)
+                failed = len(self.received) <= self.fail_first
+            return Response(status_code=self.failing if failed else self.status)
 
         return Starlette(routes=[Route("/{path:path}", hook, methods=["POST"])])
 
@@ -48,8 +51,8 @@ class Recorder:
 
 
 @contextmanager
-def recording(status: int = 200) -> Iterator[tuple[Recorder, int]]:
-    recorder = Recorder(status)
+def recording(status: int = 200, fail_first: int = 0) -> Iterator[tuple[Recorder, int]]:
+    recorder = Recorder(status, fail_first)
     with served(recorder.app(), "the webhook receiver") as port:
         yield recorder, port
 

@@ -230,3 +230,17 @@ async def test_a_rollback_pending_on_a_proxy_cut_off_is_told_then_its_late_confi
     assert (acked["event"], acked["pending_proxies"]) == ("rollback_acked", ["envoy-3"])
     assert "still pending on envoy-3" in acked["text"]
     assert (late["event"], late["proxies"]) == ("rollback_confirmed_late", ["envoy-3"])
+
+
+async def test_a_message_answered_503_is_sent_again_and_counted_once_delivered(tmp_path):
+    clock = Clock()
+    with recording(fail_first=1) as (hooks, port):
+        gateway = new_gateway(spec_data(notifications=[{"url": f"http://127.0.0.1:{port}/"}]))
+        controller, notifier = notified(gateway, tmp_path, clock, CountingProvider(HEALTHY))
+        await controller.command(Command.PAUSE)
+        await until(lambda: notifier.status().receivers[0].delivered == 1, "the second attempt delivered")
+        await notifier.stop()
+    first, second = hooks.snapshot()
+    assert first.body == second.body
+    receiver = notifier.status().receivers[0]
+    assert (receiver.failed, receiver.last_error) == (0, "paused: answered 503")

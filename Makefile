@@ -124,6 +124,7 @@ bench: install third-party  ## writes JSON under bench/results/, quoted in BENCH
 	$(BIN)/python -m bench.inference_throughput
 	$(BIN)/python -m bench.inference_interference
 	$(BIN)/python -m bench.rollback_time
+	$(BIN)/python -m bench.notify_rollback
 	$(BIN)/python -m bench.third_party
 	$(BIN)/python -m bench.weight_check
 	$(BIN)/python -m bench.capacity_week

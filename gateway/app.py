@@ -34,6 +34,7 @@ from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
 from gateway.metrics.quality import QualityCounts
 from gateway.metrics.queries import histogram_queries
+from gateway.notify.notifier import Notifier
 from gateway.quality.judge import TEMPLATE, Budget, Judge
 from gateway.quality.judging import Judging
 from gateway.rollout.capacity import CapacityEdge
@@ -174,8 +175,13 @@ class GatewayProcess:
             parts.store,
             capacity=parts.capacity,
         )
-        self.controller.restore()
+        # Notifications (gateway/notify/): told every look and refusal, by the leader only (a follower
+        # follows the leader's state, and would tell every step again); they queue, never wait.
         self.leadership = parts.leadership
+        self.notifier = Notifier(lambda: self.gateway.spec, leading=self._leading)
+        self.controller.watchers.append(self.notifier.on_fact)
+        self.gateway.on_refused.append(self.notifier.on_refused)
+        self.controller.restore()
         self.driver = parts.driver(self.gateway, self.controller)
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
@@ -187,6 +193,7 @@ class GatewayProcess:
                     parts.leadership,
                     fault_refusal,
                     self.answers,
+                    self.notifier.status,
                 ),
                 host=options.admin_host,
                 port=options.admin_port,
@@ -224,6 +231,7 @@ class GatewayProcess:
         )
         self._admin_task = asyncio.create_task(self.admin.serve())
         self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self.driver.background())]
+        self.notifier.start()  # what restore() told before the event loop ran
         while not self.admin.started:
             if self._admin_task.done():
                 self._admin_task.result()
@@ -255,6 +263,7 @@ class GatewayProcess:
             if task is not self._admin_task:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.notifier.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         log.info("gateway stopped")

@@ -43,6 +43,11 @@ ANALYSIS_ERROR_RATE_BOUND = "graystack_analysis_error_rate_bound"
 VARIANT_REPLICAS = "graystack_variant_replicas"
 VARIANT_COST_PER_HOUR = "graystack_variant_cost_per_hour"
 
+# The rollout's notifications (gateway/notify/telemetry.py)
+NOTIFICATIONS = "graystack_notifications_total"
+NOTIFICATION_QUEUE_DROPPED = "graystack_notification_queue_dropped_total"
+NOTIFICATION_QUEUE_DEPTH = "graystack_notification_queue_depth"
+
 # Envoy's, read as Envoy's /stats/prometheus names them (a counter without `_total`; prometheus_client's
 # parser appends one). `upstream_rq` carries `envoy_response_code`; `upstream_rq_total` counts every
 # attempt. Label: `envoy_cluster_name`.

@@ -29,6 +29,7 @@ from gateway.errors import NotFound, Refused
 from gateway.rollout import telemetry
 from gateway.sources.endpoints import static_endpoints
 from gateway.spec.model import RolloutSpec, SpecError, complete_split
+from gateway.spec.notifications import secret_problems
 from gateway.spec.overrides import Overrides, Segment, apply_overrides, surviving_overrides
 from gateway.spec.split import RolloutSplit
 from gateway.spec.status import (
@@ -76,6 +77,7 @@ class Gateway:
         self.generation = 0
         self.faults: dict[str, Fault] = {}
         self._nodes: dict[str, ListenerAddress] = {}
+        self.on_refused: list[Callable[[str], None]] = []  # told each refusal's message (notifications)
 
     @property
     def spec(self) -> RolloutSpec:
@@ -98,6 +100,9 @@ class Gateway:
         overrides = surviving_overrides(self.file.spec, spec, self.overrides) if self.file else {}
         faults = {variant: fault for variant, fault in self.faults.items() if variant in spec.variants}
         try:
+            problems = secret_problems(spec.notifications)  # the secrets live here, not where the CLI runs
+            if problems:
+                raise SpecError("; ".join(problems))
             self._go_live(self._compose(spec, overrides, self.rollout), faults)
         except (SpecError, ValueError) as error:
             self.refuse(SpecError(f"{self.spec_path}: {error}"))
@@ -114,6 +119,8 @@ class Gateway:
     def refuse(self, error: SpecError) -> None:
         self.last_error = {"message": str(error), "at": self._clock()}
         telemetry.SPEC_RELOADS.labels("refused").inc()
+        for told in self.on_refused:
+            told(str(error))
 
     def set_split(self, weights: Mapping[str, int], segment: Segment = None) -> RolloutSpec:
         """An operator flip; SpecError (and nothing changed) if the split is not valid, or the rollout

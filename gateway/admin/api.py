@@ -40,6 +40,7 @@ from gateway.admin.protocol import (
 from gateway.answers.store import AnswerStore
 from gateway.envoy.faults import MAX_LATENCY_MS, Fault
 from gateway.errors import Conflict, GatewayError, NotFound, Refused, SpecError, Unreachable
+from gateway.notify.status import NotificationsStatus
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import Command
 from gateway.service import Gateway, fault_status
@@ -115,9 +116,11 @@ def full_status(
     fault_injection: bool = False,
     leadership: Leadership | None = None,
     answers: AnswerStore | None = None,
+    notifications: NotificationsStatus | None = None,
 ) -> Status:
     """GET /v1/status; `leadership`: None where this process alone drives the rollout (no leader fields);
-    `answers`: the measured answers, whose keyed share the cohorts section gives (None: no section)."""
+    `answers`: the measured answers, whose keyed share the cohorts section gives (None: no section);
+    `notifications`: the receivers' deliveries (None: no section)."""
     own = gateway.status()
     rollout: RolloutSection | RolloutName = (
         RolloutSection(name=own.rollout, **dict(controller.status()))
@@ -142,6 +145,8 @@ def full_status(
     if answers is not None and sources:
         cohorts = CohortStatus(sources=sources, answers=answers.routed, keyed=dict(answers.keyed))
         status = status.model_copy(update={"cohorts": cohorts})
+    if notifications is not None:
+        status = status.model_copy(update={"notifications": notifications})
     if leadership is None:
         return status
     leader = {
@@ -160,10 +165,12 @@ def create_admin_app(
     leadership: Callable[[], Leadership | None] = lambda: None,
     fault_refusal: str | None = FAULTS_OFF,
     answers: AnswerStore | None = None,
+    notifications: Callable[[], NotificationsStatus | None] = lambda: None,
 ) -> FastAPI:
     """`leadership()`: asked at every call; None where this process alone drives the rollout (local).
     `fault_refusal`: why faults are refused (fault_injection_refusal), None to take them. `answers`: the
-    measured answers, for the cohorts' keyed share in the status."""
+    measured answers, for the cohorts' keyed share in the status. `notifications()`: the receivers'
+    deliveries, asked at every status call."""
 
     def authorized(authorization: str | None = Header(default=None)) -> None:
         if token is None:
@@ -202,7 +209,9 @@ def create_admin_app(
 
     @app.get("/v1/status", dependencies=[v1], response_model=Status, response_model_exclude_unset=True)
     def status() -> Status:
-        return full_status(gateway, ads, controller, fault_refusal is None, leadership(), answers)
+        return full_status(
+            gateway, ads, controller, fault_refusal is None, leadership(), answers, notifications()
+        )
 
     @app.put(
         "/v1/weights",

@@ -8,7 +8,7 @@
     POST   /v1/rollout/{command}   CommandResult
 
 Each section's model lives beside its builder, on its own floor (gateway/spec/status.py,
-gateway/rollout/status.py, gateway/xds/status.py); this module composes them and names them all.
+gateway/notify/status.py, gateway/rollout/status.py, gateway/xds/status.py); this module composes them and names them all.
 Pydantic only, so importing it loads no part of the gateway. Extra fields are refused on both sides.
 
 A few fields exist only sometimes, absent rather than null: the leader fields (Kubernetes mode), the
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from gateway.notify.status import NotificationsStatus, ReceiverStatus
 from gateway.rollout.status import (
     AlertStatus,
     CapacityStatus,
@@ -61,7 +62,9 @@ __all__ = [
     "LastError",
     "MirrorStatus",
     "NackStatus",
+    "NotificationsStatus",
     "ProxyStatus",
+    "ReceiverStatus",
     "RolloutName",
     "RolloutSection",
     "RolloutSplitStatus",
@@ -124,6 +127,7 @@ class Status(_Answer):
     xds: XdsStatus
     fault_injection: bool
     cohorts: CohortStatus | None = None  # only where the spec names `routing.affinity` sources
+    notifications: NotificationsStatus | None = None  # only where the spec names receivers
     leader: bool | None = None
     identity: str | None = None
     leader_identity: str | None = None  # None: no replica holds the Lease right now

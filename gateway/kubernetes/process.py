@@ -47,7 +47,7 @@ from gateway.rollout.capacity import CapacitySettings
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import RolloutState
 from gateway.rollout.state_store import decode_state
-from gateway.rollout.story import RolloutEvent
+from gateway.rollout.story import RolloutEvent, storyteller
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError
 
@@ -150,7 +150,7 @@ class ClusterDriver:
             gateway.file.sha256 if gateway.file else None,
         )
         self._state_object: dict | None = None  # the state ConfigMap as last watched: the Events' object
-        controller.listeners.append(self._on_rollout_event)
+        controller.watchers.append(storyteller(self._on_rollout_event))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._controller_task: asyncio.Task | None = None
         self._background_tasks: set[asyncio.Task] = set()

@@ -18,8 +18,8 @@ cluster. Capacity (Kubernetes mode, opt-in): each look first asks the capacity e
 (gateway/rollout/capacity.py) to scale the variants for the live split, and whether the candidate's
 pods for the next weight are ready; the machine waits for them before it advances. Step webhooks:
 called in the background when the machine asks (gateway/rollout/webhooks.py), their answer handed to
-the next look. Each decision is also told, once, to the `listeners` as a `RolloutEvent`
-(gateway/rollout/story.py: Kubernetes Events, in Kubernetes mode).
+the next look. Each look and rollback confirmation is told to the `watchers` (gateway/rollout/facts.py):
+notifications (gateway/notify/) and, in Kubernetes mode, Events (gateway/rollout/story.py).
 
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
 guard is off (gateway/rollout/guard.py), and says so in status: no analysis runs, the strategy moves
@@ -40,6 +40,7 @@ from gateway.metrics.observations import Observations
 from gateway.rollout import telemetry
 from gateway.rollout.analysis import Verdict
 from gateway.rollout.capacity import CapacityEdge, per_million_tokens
+from gateway.rollout.facts import Fact, Looked, RollbackAcked, RollbackConfirmedLate, Watcher
 from gateway.rollout.fleet import Proxies, RollbackConfirmation
 from gateway.rollout.guard import Guard, ProviderFactory
 from gateway.rollout.look import Carried, look
@@ -59,7 +60,6 @@ from gateway.rollout.rollout_state import (
 )
 from gateway.rollout.state_store import SavedState, StateStore
 from gateway.rollout.status import RolloutStatus
-from gateway.rollout.story import RolloutEvent, Story
 from gateway.rollout.views import check_dict, rollout_split, rollout_status, stage_of
 from gateway.rollout.webhooks import WebhookCalls
 from gateway.spec.model import RolloutSpec, SpecError
@@ -116,8 +116,10 @@ class RolloutController:
             proxies, lambda: self.state, self._rollback_acked, self._lock, clock, self._alert
         )
         self.webhooks = WebhookCalls(clock)
-        self.story = Story()
-        self.listeners: list[Callable[[RolloutEvent], None]] = []  # each decision, told once
+        self.watchers: list[Watcher] = []  # told every look and rollback confirmation (notifications)
+        self.rollback.confirmed_late = lambda nodes: self._tell(
+            RollbackConfirmedLate(self.spec, tuple(nodes), self._clock())
+        )
 
     @property
     def spec(self) -> RolloutSpec:
@@ -233,10 +235,12 @@ class RolloutController:
             self.guard.new_count()  # with cohorts, each client counts once per stage (client_units.py)
         self._carried = done.carried
         ignored = None
+        decision = None
         for action in done.actions:
             if isinstance(action, Alert):
                 self._alert(action.message, now)
             elif isinstance(action, RecordDecision):
+                decision = action
                 self._record(spec, action, state, now)
             elif isinstance(action, Ignored):
                 ignored = action.reason
@@ -246,7 +250,6 @@ class RolloutController:
             elif isinstance(action, CallWebhooks):
                 self.webhooks.start(spec, action.step)
         self.state = state
-        self._tell(before, state, done.actions)
         if state.label() != before.label():
             log.info("rollout %s: %s -> %s: %s", spec.name, before.label(), state.label(), state.reason)
         self._push(spec, state)
@@ -254,6 +257,7 @@ class RolloutController:
             telemetry.ROLLOUT_PHASE.labels(spec.name, phase.value).set(1 if phase == state.phase else 0)
         if state.rollback_started is not None and before.rollback_started != state.rollback_started:
             self.rollback.start(self.ack_deadline)
+        self._tell(Looked(spec, before, state, decision, now, done.actions))
         return ignored
 
     def _push(self, spec: RolloutSpec, state: RolloutState) -> None:
@@ -266,10 +270,13 @@ class RolloutController:
                 f"cannot apply the rollout's split ({state.label()}), retrying next interval: {error}"
             )
 
-    def _tell(self, before: RolloutState, state: RolloutState, actions: tuple) -> None:
-        for event in self.story.tell(before, state, actions):
-            for listener in self.listeners:
-                listener(event)
+    def _tell(self, fact: Fact) -> None:
+        """Each watcher queues what it makes of `fact`; one that fails is logged, never the look's end."""
+        for watcher in self.watchers:
+            try:
+                watcher(fact)
+            except Exception:
+                log.exception("rollout %s: a watcher failed on %s", self.spec.name, type(fact).__name__)
 
     def _alert(self, message: str, now: float | None = None) -> None:
         log.warning("rollout %s: ALERT: %s", self.spec.name, message)
@@ -296,6 +303,8 @@ class RolloutController:
         telemetry.ROLLBACK_SECONDS.labels(self.spec.name).observe(seconds)
         proxies = len(self.proxies.streams())
         log.info("rollout %s: rollback ACKed by all %d proxies, %.3fs on", self.spec.name, proxies, seconds)
+        pending = tuple(proxy.node for proxy in self.proxies.disconnected())
+        self._tell(RollbackAcked(self.spec, state, seconds, pending, now))
         await self.saved.save(self.state)
 
     # -- reading ----------------------------------------------------------------------------------

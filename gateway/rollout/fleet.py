@@ -104,22 +104,27 @@ class CutOff:
         still_wanted: Callable[[], bool],
         alert: Callable[[str], None],
         now: float,
-    ) -> None:
+    ) -> list[str]:
         """Once the connected proxies ACKed: alert on those cut off, and wait (`deadline` at a time) until
-        they are back and ACKed, forgotten, or `still_wanted()` is false (a retry made it moot)."""
+        they are back and ACKed, forgotten, or `still_wanted()` is false (a retry made it moot); returns
+        the proxies it waited on."""
         gone = proxies.disconnected()
         if not gone:
-            return
+            return []
         alert(pending_message(len(proxies.streams()), gone, now))
         while gone and still_wanted():
             self.pending = [proxy.describe() for proxy in gone]
             if await proxies.wait_converged(deadline, everywhere=True):
                 break
             gone = proxies.disconnected()
-        if self.pending:
-            names = ", ".join(proxy.node for proxy in self.pending)
-            log.info("the proxies cut off (%s) are back or forgotten: the rollback is live everywhere", names)
+        waited = [proxy.node for proxy in self.pending]
+        if waited:
+            log.info(
+                "the proxies cut off (%s) are back or forgotten: the rollback is live everywhere",
+                ", ".join(waited),
+            )
         self.pending = []
+        return waited
 
 
 class RollbackConfirmation:
@@ -146,6 +151,7 @@ class RollbackConfirmation:
         self._alert = alert
         self.cut_off = CutOff()
         self.last_seconds: float | None = None  # graystack_rollback_seconds of the last one ACKed
+        self.confirmed_late: Callable[[list[str]], None] | None = None  # told who came back (notifications)
         self.task: asyncio.Task | None = None
 
     def start(self, deadline: float) -> None:
@@ -174,4 +180,8 @@ class RollbackConfirmation:
                 gone = self.proxies.disconnected()
                 self._alert(ack_timeout_message(since, self.proxies.streams(), gone, now), now)
         rolled_back = lambda: self._state().phase == Phase.ROLLED_BACK  # noqa: E731
-        await self.cut_off.await_return(self.proxies, deadline, rolled_back, self._alert, self._clock())
+        waited = await self.cut_off.await_return(
+            self.proxies, deadline, rolled_back, self._alert, self._clock()
+        )
+        if waited and self.confirmed_late is not None:
+            self.confirmed_late(waited)

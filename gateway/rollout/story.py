@@ -1,8 +1,9 @@
 """The rollout's decisions as a story of events, one per change: a step taken, an approval, a
 promotion, a rollback, a pause or resume, a change in why the stage holds (a webhook failure
-included), an alert. Pure: the controller hands each look's before and after states and actions to
-`Story.tell` and gives what comes back to its listeners (in Kubernetes mode, Events on the state
-ConfigMap: gateway/kubernetes/process.py), so `kubectl get events` tells the story.
+included), an alert. Pure: `storyteller` makes a watcher of the controller's looks (gateway/rollout/facts.py) that
+hands each look's before and after states and actions to `Story.tell` and what comes back to a listener
+(in Kubernetes mode, Events on the state ConfigMap: gateway/kubernetes/process.py), so `kubectl get
+events` tells the story. (Notifications, gateway/notify/, read the same looks for their own audience.)
 
 A hold is told when its kind changes, not at every look: the kind is the outcome's first two parts
 with the numbers taken out ("hold: 12s of 600s held" and "hold: 13s of 600s held" are one kind), and
@@ -12,9 +13,10 @@ a new stage starts the telling afresh.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.rollout.facts import Fact, Looked, Watcher
 from gateway.rollout.rollout_state import Action, Alert, Phase, RecordDecision, RolledBack, RolloutState
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -64,6 +66,18 @@ class Story:
         if why.startswith("awaiting approval"):
             return [RolloutEvent("AwaitingApproval", f"Holding, {why}.", True)]
         return [RolloutEvent("Holding", f"Holding: {why}.")]
+
+
+def storyteller(listener: Callable[[RolloutEvent], None]) -> Watcher:
+    """A watcher that tells `listener` each look's events (one per change)."""
+    story = Story()
+
+    def watch(fact: Fact) -> None:
+        if isinstance(fact, Looked):
+            for event in story.tell(fact.before, fact.after, fact.actions):
+                listener(event)
+
+    return watch
 
 
 def _transition(before: RolloutState, after: RolloutState, actions: Sequence[Action]) -> list[RolloutEvent]:

@@ -25,6 +25,7 @@ from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.apis import PROTECTED, Apis, reaches
 from gateway.spec.evidence_gates import check_evidence_gates
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
+from gateway.spec.notifications import Notifications
 from gateway.spec.strategy import Analysis, Strategy
 
 # RFC 9110 token: what Envoy accepts as a header name.
@@ -230,6 +231,7 @@ class RolloutSpec(SpecModel):
     strategy: Strategy | None = None
     analysis: Analysis = Analysis()
     apis: Apis = Apis()
+    notifications: Notifications = Notifications()  # where the rollout's events go (gateway/notify/)
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutSpec:

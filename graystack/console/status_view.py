@@ -49,6 +49,11 @@ def render_status(status: Status) -> str:
         lines.append(f"FAULT     {variant} {fault.summary} (injected: `graystack fault {variant} --clear`)")
     if isinstance(rollout, RolloutStatus):  # the gateway runs a rollout controller
         lines.extend(_rollout_lines(rollout))
+    for receiver in status.notifications.failing if status.notifications else []:
+        lines.append(
+            f"NOTIFY    {receiver.receiver}: {receiver.failed} failed, {receiver.dropped} dropped, "
+            f"{receiver.pending} pending; last error: {receiver.last_error}"
+        )
     xds = status.xds
     proxies = xds.proxies
     state = "converged" if xds.converged else "NOT converged"

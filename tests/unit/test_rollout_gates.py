@@ -17,7 +17,7 @@ from gateway.admin.api import create_admin_app
 from gateway.admin.protocol import Status
 from gateway.rollout.gates import WEBHOOK_RETRY
 from gateway.rollout.rollout_state import Command
-from gateway.rollout.story import RolloutEvent
+from gateway.rollout.story import RolloutEvent, storyteller
 from gateway.spec.model import SpecError, validate_spec
 from gateway.xds.server import AdsServer
 from graystack.console.status_view import render_status
@@ -103,7 +103,7 @@ async def test_a_manual_gate_holds_until_approve_and_the_story_is_told_once(tmp_
     gateway = new_gateway(gated(approval="manual"))
     controller = new_controller(gateway, tmp_path, clock)
     told: list[RolloutEvent] = []
-    controller.listeners.append(told.append)
+    controller.watchers.append(storyteller(told.append))
 
     early = await controller.command(Command.APPROVE)
     assert not early["applied"]
@@ -157,7 +157,7 @@ async def test_a_step_webhook_answering_500_holds_the_step_naming_it_and_200_let
     gateway = new_gateway(gated(webhooks=[{"url": hook.url, "timeout": "2s"}]))
     controller = new_controller(gateway, tmp_path, clock)
     told: list[RolloutEvent] = []
-    controller.listeners.append(told.append)
+    controller.watchers.append(storyteller(told.append))
 
     await past_the_hold(controller, clock)
     assert controller.status().last_decision.outcome == "hold: calling the webhooks of step 1"

@@ -132,7 +132,7 @@ def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
     plotted = {m for _, expr in dashboards.queries(board) for m in re.findall(r'check="(\w+)"', expr)}
     assert plotted == set(dashboards.CHECKS)
     # without a value (or without one most of the time): drawn on the evidence panel only
-    assert ran == plotted | {"error_rate_change", "error_ratio", "itl_vs_baseline"}
+    assert ran == plotted | {"error_rate_change", "error_ratio", "itl_vs_baseline", "structure", "judge"}
     evidence_panel = [
         expr for _, expr in dashboards.queries(board) if "graystack_analysis_log_evalue" in expr
     ]

@@ -30,15 +30,14 @@ from inference.families import SHADOW_COMPARISONS
 
 # The rollout analysis' checks that carry a value (gateway/rollout/plan.py CHECK_NAMES), and its unit.
 # The others are drawn on the evidence panel only: error_rate_change and itl_vs_baseline have no value,
-# and error_ratio's (the candidate's error rate over the baseline's) has none while the baseline has
-# no error, which is most of the time.
+# error_ratio's (the candidate's error rate over the baseline's) and structure's (its malformed share
+# over the baseline's) have none while the baseline has none, which is most of the time, and the
+# judge's (its loss share) none while every verdict is a tie.
 CHECKS = {
     "error_rate": "percentunit",
     "ttft_p95": "percentunit",
     "ttft_vs_baseline": "none",
     "weight_status": "none",
-    "structure": "none",
-    "judge": "percentunit",
     "shadow_agreement": "percentunit",  # last: its own panel of compared answers sits beside it
 }
 # What a check's panel needs said beyond its value and threshold.
@@ -49,10 +48,6 @@ CHECK_NOTES = {
     "ratio); the test itself compares the distributions against max_latency_ratio.",
     "shadow_agreement": " Only with analysis.min_shadow_agreement or quality.max_greedy_disagreement set, "
     "in a shadow stage: its threshold is a floor (below it fails).",
-    "structure": " Only with analysis.quality.structure: the candidate's share of malformed answers over "
-    "the baseline's, against max_structure_ratio.",
-    "judge": " Only with analysis.quality.judge, in a shadow stage: the candidate's losses among the "
-    "judge's decisive verdicts, against max_loss.",
 }
 
 

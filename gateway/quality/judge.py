@@ -115,7 +115,6 @@ class Judge:
         template: str = TEMPLATE,
         timeout: float = 30.0,
         rng: random.Random | None = None,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         self.endpoint = f"{url.rstrip('/')}/chat/completions"
         self.model = model
@@ -123,7 +122,6 @@ class Judge:
         self.template = check_template(template)
         self.timeout = timeout
         self.rng = rng or random.Random()
-        self.client = client or httpx.AsyncClient()
 
     async def compare(self, baseline: str, candidate: str, request: str = "") -> Judged:
         """The candidate's verdict on one pair, or why there is none."""
@@ -138,7 +136,10 @@ class Judge:
             "temperature": 0,
         }
         try:
-            response = await self.client.post(self.endpoint, json=body, timeout=self.timeout)
+            # a client per call: a judge is called at most `budget_per_hour` times an hour, and nothing
+            # is left open when the guard replaces its provider (a spec change)
+            async with httpx.AsyncClient() as client:
+                response = await client.post(self.endpoint, json=body, timeout=self.timeout)
         except httpx.TimeoutException:
             return Judged(None, f"the judge did not answer within {self.timeout:g} s")
         except httpx.HTTPError as error:
@@ -152,9 +153,6 @@ class Judge:
         if choice is None:
             return Judged(None, f"the judge's reply is not A, B or TIE: {reply[:80]!r}")
         return Judged(verdict_of(choice, candidate_first))
-
-    async def close(self) -> None:
-        await self.client.aclose()
 
 
 def _reply(response: httpx.Response) -> str | None:

@@ -43,12 +43,6 @@ class Judging:
         self.problem = None
         self.verdicts[pair.shadow.variant, judged.verdict] += 1
 
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.judge.close()
-
 
 def _content(answer: Answer) -> str:
     """An answer as the judge sees it: its text, then its tool calls' arguments where it made any."""

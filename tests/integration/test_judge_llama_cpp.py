@@ -20,10 +20,7 @@ def test_the_judge_speaks_to_llama_cpp(llama_cpp):
     async def ask() -> list:
         template = "Q: {request}\nA: {first}\nB: {second}\nBetter (A, B or TIE):"
         judge = Judge(f"{llama_cpp.url}/v1", "judge", Budget(10), template=template, timeout=60.0)
-        try:
-            return [await judge.compare("4", "5", "What is 2+2?") for _ in range(3)]
-        finally:
-            await judge.close()
+        return [await judge.compare("4", "5", "What is 2+2?") for _ in range(3)]
 
     for judged in asyncio.run(ask()):
         assert judged.verdict is not None or "not A, B or TIE" in judged.why, judged

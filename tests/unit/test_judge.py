@@ -49,10 +49,7 @@ def judging(port: int, per_hour: int = 1000, timeout: float = 5.0, seed: int = 1
 
 
 async def verdicts(judge: Judge, pairs: list[tuple[str, str]]) -> list:
-    try:
-        return [await judge.compare(baseline, candidate, "What is 2+2?") for baseline, candidate in pairs]
-    finally:
-        await judge.close()
+    return [await judge.compare(baseline, candidate, "What is 2+2?") for baseline, candidate in pairs]
 
 
 def test_verdicts_are_the_candidates_whichever_order_the_answers_were_shown_in():

@@ -176,7 +176,6 @@ def test_shadow_pairs_go_to_the_judge_in_the_background_and_its_verdicts_are_cou
         quality.add(answers, [], now=0.0)  # returns at once: the verdicts come later
         await asyncio.gather(*list(judging._tasks))  # the verdicts in flight
         found = counts(quality.add([], [], now=1.0))
-        await judging.close()
         return found
 
     with served(judge_app({"mode": "fair"}), "the judge") as port:

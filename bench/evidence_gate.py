@@ -31,7 +31,7 @@ import numpy as np
 from bench._common import write_result
 from bench.decision_rules import TTFT_SIGMA
 from bench.exact_rules import CANDIDATE_RPS, candidate_ranks
-from bench.shipped_rules import LOOK_SECONDS
+from bench.shipped_rules import LOOK_SECONDS, seed_spec
 from gateway.rollout.not_worse import below_log_evalue
 from gateway.rollout.plan import Plan, plan_for
 from gateway.rollout.sequential import NotSlowerTest, mixture, rank_increments
@@ -45,23 +45,8 @@ PARTS = ("ttft", "itl", "errors")
 
 def gate_plan() -> Plan:
     """The seed spec's plan with `approval: evidence` before 100 %."""
-    return plan_for(
-        validate_spec(
-            {
-                "name": "zero-layer",
-                "variants": {
-                    "baseline": {"endpoints": ["127.0.0.1:8001"]},
-                    "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
-                },
-                "routing": {"weights": {"baseline": 95, "zero-layer": 5}},
-                "retries": {"fallback": "baseline"},
-                "strategy": {
-                    "steps": [{"weight": 5}, {"weight": 20}, {"weight": 100, "approval": "evidence"}]
-                },
-                "analysis": {"interval": f"{LOOK_SECONDS:g}s"},
-            }
-        )
-    )
+    steps = [{"weight": 5}, {"weight": 20}, {"weight": 100, "approval": "evidence"}]
+    return plan_for(validate_spec(seed_spec(strategy={"steps": steps})))
 
 
 class Latency:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,22 +34,26 @@ from gateway.spec.model import validate_spec
 LOOK_SECONDS = 5.0
 
 
+def seed_spec(**changes: Any) -> dict:
+    """The seed's rollout spec (the spec's defaults, one randomised default split, a look every
+    LOOK_SECONDS), with `changes`' top-level fields over it (`analysis` merged field by field)."""
+    analysis = {"interval": f"{LOOK_SECONDS:g}s", **changes.pop("analysis", {})}
+    return {
+        "name": "zero-layer",
+        "variants": {
+            "baseline": {"endpoints": ["127.0.0.1:8001"]},
+            "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
+        },
+        "routing": {"weights": {"baseline": 95, "zero-layer": 5}},
+        "retries": {"fallback": "baseline"},
+        "analysis": analysis,
+        **changes,
+    }
+
+
 def seed_plan(max_error_rate: float = 0.003) -> Plan:
-    """The plan of the seed's rollout spec (the spec's defaults, one randomised default split)."""
-    return plan_for(
-        validate_spec(
-            {
-                "name": "zero-layer",
-                "variants": {
-                    "baseline": {"endpoints": ["127.0.0.1:8001"]},
-                    "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
-                },
-                "routing": {"weights": {"baseline": 95, "zero-layer": 5}},
-                "retries": {"fallback": "baseline"},
-                "analysis": {"interval": f"{LOOK_SECONDS:g}s", "max_error_rate": max_error_rate},
-            }
-        )
-    )
+    """The plan of the seed's rollout spec."""
+    return plan_for(validate_spec(seed_spec(analysis={"max_error_rate": max_error_rate})))
 
 
 @dataclass

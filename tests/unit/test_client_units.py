@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from bench.shipped_rules import seed_spec
 from gateway.answers.answer import Answer
 from gateway.answers.entries import answer_from, client_digest
 from gateway.answers.store import AnswerStore
@@ -94,18 +95,8 @@ async def test_without_cohorts_no_unit_series_is_reported():
 
 
 def spec(affinity: list | None = None) -> dict:
-    return {
-        "name": "zero-layer",
-        "variants": {
-            "baseline": {"endpoints": ["127.0.0.1:8001"]},
-            "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
-        },
-        "routing": {
-            "weights": {"baseline": 95, "zero-layer": 5},
-            **({"affinity": affinity} if affinity else {}),
-        },
-        "retries": {"fallback": "baseline"},
-    }
+    routing = {"weights": {"baseline": 95, "zero-layer": 5}, **({"affinity": affinity} if affinity else {})}
+    return seed_spec(routing=routing)
 
 
 def test_with_cohorts_the_error_tests_count_clients_and_start_anew_when_cohorts_are_turned_on():

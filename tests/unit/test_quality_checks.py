@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from bench.shipped_rules import seed_spec
 from gateway.answers.answer import Answer
 from gateway.answers.entries import answer_from
 from gateway.answers.store import AnswerStore
@@ -97,17 +98,7 @@ async def test_with_quality_the_gateways_comparisons_replace_the_servers_own():
 
 
 def spec(quality: dict | None) -> dict:
-    analysis = {"quality": quality} if quality is not None else {}
-    return {
-        "name": "zero-layer",
-        "variants": {
-            "baseline": {"endpoints": ["127.0.0.1:8001"]},
-            "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
-        },
-        "routing": {"weights": {"baseline": 95, "zero-layer": 5}},
-        "retries": {"fallback": "baseline"},
-        "analysis": analysis,
-    }
+    return seed_spec(analysis={"quality": quality} if quality is not None else {})
 
 
 def test_each_comparator_is_a_test_in_the_budget_and_without_quality_the_plan_is_as_before():

@@ -13,7 +13,7 @@ before it would read it as the candidate's slowdown.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +78,35 @@ def by_stratum(ours: Mapping[str, Values], theirs: Mapping[str, Values]) -> list
     ]
 
 
+Ranker = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+
+
+def ranked_look(
+    strata: Sequence[tuple[Values, Values]],
+    rank: Ranker,
+    max_slowdown: float,
+    alternatives: Sequence[float],
+    levels: Sequence[float],
+) -> tuple[np.ndarray, int, int] | None:
+    """One look of a rank test (ExactShiftTest's `pooled_ranks`, NotSlowerTest's `faster_ranks`): the
+    log-factor increments over the strata both sides reached, and the candidate's and the baseline's
+    values counted; None where no stratum was reached by both."""
+    rows = []
+    for i, stratum in enumerate(strata):
+        require(len(stratum) == 2, f"strata[{i}]", "expected (candidate values, baseline values)")
+        pair = tuple(_values(f"strata[{i}].{side}", v) for side, v in zip(_SIDES, stratum, strict=True))
+        if len(pair[0]) and len(pair[1]):  # a stratum one side did not reach has nothing to compare
+            rows.append(pair)
+    if not rows:
+        return None
+    ranks = np.zeros((len(rows), max(len(c) for c, _ in rows)))
+    for i, (candidate, baseline) in enumerate(rows):
+        ranks[i, : len(candidate)] = rank(candidate, baseline, max_slowdown)
+    pooled = np.array([len(c) + len(b) for c, b in rows])
+    inc = rank_increments(np.asarray(alternatives), np.asarray(levels), ranks, pooled)
+    return inc, sum(len(c) for c, _ in rows), sum(len(b) for _, b in rows)
+
+
 def _values(name: str, values: Values) -> np.ndarray:
     array = np.asarray(values, dtype=float)
     require(array.ndim == 1, name, f"expected a sequence of seconds, got shape {array.shape}")
@@ -120,22 +149,10 @@ class ExactShiftTest(MixedEvidence, Detector, State):
 
     def update(self, strata: Sequence[tuple[Values, Values]]) -> ExactShiftTest:
         """One look: per stratum (prompt-size bucket, segment), the candidate's and the baseline's values."""
-        checked = []
-        for i, stratum in enumerate(strata):
-            require(len(stratum) == 2, f"strata[{i}]", "expected (candidate values, baseline values)")
-            checked.append(
-                tuple(_values(f"strata[{i}].{side}", v) for side, v in zip(_SIDES, stratum, strict=True))
-            )
-        # a stratum one side did not reach has nothing to compare
-        rows = [(c, b) for c, b in checked if len(c) and len(b)]
-        if not rows:
+        look = ranked_look(strata, pooled_ranks, self.max_slowdown, self.alternatives, self.levels)
+        if look is None:
             return self
-        width = max(len(c) for c, _ in rows)
-        ranks = np.zeros((len(rows), width))
-        for i, (candidate, baseline) in enumerate(rows):
-            ranks[i, : len(candidate)] = pooled_ranks(candidate, baseline, self.max_slowdown)
-        pooled = np.array([len(c) + len(b) for c, b in rows])
-        inc = rank_increments(np.asarray(self.alternatives), np.asarray(self.levels), ranks, pooled)
+        inc, candidates, baselines = look
         shape = inc.shape
         log_sr = shiryaev_roberts_step(
             np.asarray(self.log_sr).reshape(shape), np.asarray(self.steps > 0), np.asarray(True), inc
@@ -146,8 +163,8 @@ class ExactShiftTest(MixedEvidence, Detector, State):
             self.alternatives,
             tuple((np.asarray(self.log_lr).reshape(shape) + inc).ravel().tolist()),
             tuple(log_sr.ravel().tolist()),
-            self.candidate_requests + sum(len(c) for c, _ in rows),
-            self.baseline_requests + sum(len(b) for _, b in rows),
+            self.candidate_requests + candidates,
+            self.baseline_requests + baselines,
             self.steps + 1,
         )
 

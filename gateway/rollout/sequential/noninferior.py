@@ -18,9 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.rollout.sequential._state import MixedEvidence, State, require
-from gateway.rollout.sequential.exact import BET_SIZES, RANK_LEVELS, Values, pooled_ranks, rank_increments
-
-_SIDES = ("candidate", "baseline")
+from gateway.rollout.sequential.exact import BET_SIZES, RANK_LEVELS, Values, pooled_ranks, ranked_look
 
 
 def faster_ranks(candidate: np.ndarray, baseline: np.ndarray, max_slowdown: float) -> np.ndarray:
@@ -31,14 +29,6 @@ def faster_ranks(candidate: np.ndarray, baseline: np.ndarray, max_slowdown: floa
     milliseconds) can only lower the evidence for approval.
     """
     return pooled_ranks(-np.asarray(candidate, dtype=float), -np.asarray(baseline, dtype=float), max_slowdown)
-
-
-def _values(name: str, values: Values) -> np.ndarray:
-    array = np.asarray(values, dtype=float)
-    require(array.ndim == 1, name, f"expected a sequence of seconds, got shape {array.shape}")
-    require(bool(np.all(np.isfinite(array))), name, "values must be finite (no NaN or inf)")
-    require(bool(np.all(array >= 0)), name, "values must be >= 0 seconds")
-    return array
 
 
 @dataclass(frozen=True)
@@ -74,27 +64,17 @@ class NotSlowerTest(MixedEvidence, State):
 
     def update(self, strata: Sequence[tuple[Values, Values]]) -> NotSlowerTest:
         """One look: per stratum (prompt-size bucket, segment), the candidate's and the baseline's values."""
-        rows = []
-        for i, stratum in enumerate(strata):
-            require(len(stratum) == 2, f"strata[{i}]", "expected (candidate values, baseline values)")
-            pair = tuple(_values(f"strata[{i}].{side}", v) for side, v in zip(_SIDES, stratum, strict=True))
-            if len(pair[0]) and len(pair[1]):  # a stratum one side did not reach has nothing to compare
-                rows.append(pair)
-        if not rows:
+        look = ranked_look(strata, faster_ranks, self.max_slowdown, self.alternatives, self.levels)
+        if look is None:
             return self
-        width = max(len(c) for c, _ in rows)
-        ranks = np.zeros((len(rows), width))
-        for i, (candidate, baseline) in enumerate(rows):
-            ranks[i, : len(candidate)] = faster_ranks(candidate, baseline, self.max_slowdown)
-        pooled = np.array([len(c) + len(b) for c, b in rows])
-        inc = rank_increments(np.asarray(self.alternatives), np.asarray(self.levels), ranks, pooled)
+        inc, candidates, baselines = look
         return NotSlowerTest(
             self.max_slowdown,
             self.levels,
             self.alternatives,
             tuple((np.asarray(self.log_lr) + inc.ravel()).tolist()),
-            self.candidate_requests + sum(len(c) for c, _ in rows),
-            self.baseline_requests + sum(len(b) for _, b in rows),
+            self.candidate_requests + candidates,
+            self.baseline_requests + baselines,
             self.looks + 1,
         )
 

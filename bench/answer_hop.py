@@ -21,8 +21,9 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -195,6 +196,48 @@ def interleaved(
             if name != reference
         },
     }
+
+
+Bootstrap = Callable[[int, int, int, int], str]  # (listen, admin, upstream, receiver port) -> Envoy's YAML
+
+
+def side_by_side(
+    prefix: str,
+    bootstraps: Mapping[str, Bootstrap],
+    request: Callable[[int], dict],
+    args: Any,
+    reference: str,
+) -> dict:
+    """Each named configuration in an Envoy of its own, in front of one stand-in upstream, each logging
+    its answers to one receiver process; `interleaved`'s results for the same requests through each
+    (`args`: n, block, warmup). The harness of bench.cohort_hop and bench.capture_hop."""
+    receiver_port, upstream = free_port(), free_port()
+    with tempfile.TemporaryDirectory(prefix=f"bench-{prefix}-") as workdir:
+        logs = Path(workdir)
+        processes = []
+        try:
+            standin = [sys.executable, "-m", "graystack.local.standin", "--name", "baseline"]
+            processes.append(start_process("standin", [*standin, "--port", str(upstream)], logs))
+            receive = [sys.executable, "-m", "bench.answer_hop", "--receive", str(receiver_port)]
+            receiver = start_process("receiver", [*receive, "--out", str(logs / "heard.json")], logs)
+            processes.append(receiver)
+            wait_until(functools.partial(answers_200, f"http://127.0.0.1:{upstream}/readyz"), 30, "stand-in")
+            urls, pids = {}, {}
+            for index, (name, make) in enumerate(bootstraps.items()):
+                listen, admin = free_port(), free_port()
+                path = logs / f"envoy-{index}.yaml"
+                path.write_text(make(listen, admin, upstream, receiver_port))
+                envoy = start_process(f"envoy-{index}", envoy_argv(envoy_binary(), path), logs)
+                processes.append(envoy)
+                ready = functools.partial(answers_200, f"http://127.0.0.1:{admin}/ready")
+                wait_until(ready, 30, f"Envoy {name}")
+                urls[name], pids[name] = f"http://127.0.0.1:{listen}", envoy.pid
+            results = interleaved(urls, pids, request, args.n, args.block, args.warmup, reference=reference)
+            receiver.popen.send_signal(signal.SIGTERM)
+        finally:
+            for process in processes:
+                process.stop()
+    return results
 
 
 def receiver_rate(entries: list, seconds: float = 2.0) -> float:

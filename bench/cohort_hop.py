@@ -13,15 +13,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import signal
-import sys
-import tempfile
-from pathlib import Path
 
-from bench._common import brief, envoy_binary, write_result
-from bench.answer_hop import answers_200, bootstrap, interleaved
-from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
-from graystack.local.processes import free_port, start_process, wait_until
+from bench._common import brief, write_result
+from bench.answer_hop import bootstrap, side_by_side
+from graystack.local.gateway_stack import INFERENCE_PATH
 
 CLIENTS = 500
 SPLIT = {"weights": {"baseline": 50, "candidate": 50}}
@@ -44,32 +39,10 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=200)
     args = parser.parse_args()
-    receiver_port, upstream = free_port(), free_port()
-    with tempfile.TemporaryDirectory(prefix="bench-cohort-hop-") as workdir:
-        logs = Path(workdir)
-        processes = []
-        try:
-            standin = [sys.executable, "-m", "graystack.local.standin", "--name", "baseline"]
-            processes.append(start_process("standin", [*standin, "--port", str(upstream)], logs))
-            receive = [sys.executable, "-m", "bench.answer_hop", "--receive", str(receiver_port)]
-            receiver = start_process("receiver", [*receive, "--out", str(logs / "heard.json")], logs)
-            processes.append(receiver)
-            wait_until(functools.partial(answers_200, f"http://127.0.0.1:{upstream}/readyz"), 30, "stand-in")
-            urls, pids = {}, {}
-            for name, routing in CONFIGS.items():
-                listen, admin = free_port(), free_port()
-                path = logs / f"envoy-{name}.yaml"
-                path.write_text(bootstrap(listen, admin, upstream, receiver_port, True, routing))
-                envoy = start_process(f"envoy-{name}", envoy_argv(envoy_binary(), path), logs)
-                processes.append(envoy)
-                ready = functools.partial(answers_200, f"http://127.0.0.1:{admin}/ready")
-                wait_until(ready, 30, f"Envoy {name}")
-                urls[name], pids[name] = f"http://127.0.0.1:{listen}", envoy.pid
-            results = interleaved(urls, pids, request, args.n, args.block, args.warmup, reference="none")
-            receiver.popen.send_signal(signal.SIGTERM)
-        finally:
-            for process in processes:
-                process.stop()
+    bootstraps = {
+        name: functools.partial(bootstrap, measure=True, routing=routing) for name, routing in CONFIGS.items()
+    }
+    results = side_by_side("cohort-hop", bootstraps, request, args, reference="none")
     for name in CONFIGS:
         print(
             f"{name:6s}: {brief(results[name]['latency_ms'])}  Envoy CPU {results[name]['envoy_cpu_s_per_1000']} s/1000"

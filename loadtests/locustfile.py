@@ -130,6 +130,7 @@ def _run() -> Run:
 def _init(environment: Environment, **_: object) -> None:
     global RUN
     RUN = Run(environment)
+    RUN.start()
     runner = RUN.runner
     if not isinstance(runner, WorkerRunner):
         gevent.signal_handler(signal.SIGTERM, lambda: _end_early(runner))

@@ -49,34 +49,42 @@ class Run:
         if options.expected_weights and not options.admin_url:
             self.static = {"weights": config.parse_mix(options.expected_weights, "expected weights")}
             self.tracker.observe(0.0, 0.0, self.static)
-        self.poller = None
+        self.poller: gevent.Greenlet | None = None
         self.gateway_at_start: measured.Readings | None = None
+        self.admin: AdminClient | None = None
         if options.admin_url and not isinstance(runner, WorkerRunner):
             self.admin = AdminClient(options.admin_url, options.admin_token or None, timeout=5)
-            self.gateway_at_start = self.read_gateway()
-            self.poller = gevent.spawn(self._poll_forever)
 
-    def read_gateway(self) -> measured.Readings | None:
+    def start(self) -> None:
+        """Reads the gateway and starts polling it (master or local, with an admin URL). Kept out of
+        __init__: this I/O lets gevent run the master's listener, and a worker's report that arrives
+        then must find the Run already in place (else Locust fails the init event and exits 1)."""
+        if self.admin is not None:
+            self.gateway_at_start = self.read_gateway(self.admin)
+            self.poller = gevent.spawn(self._poll_forever, self.admin)
+
+    @staticmethod
+    def read_gateway(admin: AdminClient) -> measured.Readings | None:
         """The gateway's measurement of every answer so far (None: unreadable, said in the log)."""
         try:
-            return measured.read(self.admin.metrics())
+            return measured.read(admin.metrics())
         except AdminError as error:
             log.warning("cannot read what the gateway measured: %s", error)
             return None
 
-    def poll(self) -> None:
+    def poll(self, admin: AdminClient) -> None:
         sent = time.time()
         try:
-            live = self.admin.status().routing
+            live = admin.status().routing
         except AdminError as error:
             log.warning("cannot read the configured weights: %s", error)
             live = None
         routing = live.model_dump() if live else None  # any change to it starts a new period
         self.tracker.observe(sent, time.time(), routing)
 
-    def _poll_forever(self) -> None:
+    def _poll_forever(self, admin: AdminClient) -> None:
         while True:
-            self.poll()
+            self.poll(admin)
             self.absorb(self.drain())
             gevent.sleep(self.options.weights_poll)
 
@@ -87,9 +95,9 @@ class Run:
         self.tracker.add(report_bins(report), report["oldest_running"], source)
 
     def finish(self) -> summary.Summary:
-        if self.poller is not None:
+        if self.poller is not None and self.admin is not None:
             self.poller.kill(block=True)
-            self.poll()  # confirms the period of the last requests
+            self.poll(self.admin)  # confirms the period of the last requests
         self.absorb(self.drain())
         checked = bool(self.options.admin_url or self.static)
         o = self.options
@@ -100,7 +108,7 @@ class Run:
             split_required=checked,
         )
         stats = self.runner.stats
-        at_end = self.read_gateway() if self.gateway_at_start is not None else None
+        at_end = self.read_gateway(self.admin) if self.gateway_at_start and self.admin else None
         gateway = (
             measured.measured(self.gateway_at_start, at_end) if self.gateway_at_start and at_end else None
         )

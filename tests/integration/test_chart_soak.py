@@ -61,21 +61,24 @@ def test_the_charts_master_and_workers_run_a_soak_through_envoy_and_the_master_e
         "gs-graystack-loadtest-master": "127.0.0.1",
         "0.0.0.0": "127.0.0.1",
     }
-    argv, env = _local(master_pod, rewrite)
-    master = start_process("master", argv, tmp_path, env=env)
-    workers = []
+    # In a cluster the worker Deployment is often up before the master Job: the workers start first here,
+    # so their reports reach the master while its init event runs (once an exit 1 with no summary)
+    argv, env = _local(worker_pod, rewrite)
+    workers = [start_process(f"worker-{n}", argv, tmp_path, env=env) for n in range(WORKERS)]
+    master = None
     try:
-        for n in range(WORKERS):
-            argv, env = _local(worker_pod, rewrite)
-            workers.append(start_process(f"worker-{n}", argv, tmp_path, env=env))
+        for worker in workers:
+            wait_until(lambda w=worker: "Starting Locust" in w.log(), 60, f"{worker.name} to start")
+        argv, env = _local(master_pod, rewrite)
+        master = start_process("master", argv, tmp_path, env=env)
         probe = worker_pod["readinessProbe"]["exec"]["command"]
         assert probe[0] == "python"
-        wait_until(
-            lambda: subprocess.run([sys.executable, *probe[1:]], timeout=30).returncode == 0,
-            60,
-            "the worker readiness probe to see the master connection",
-            interval=0.5,
-        )
+
+        def connected() -> bool:
+            assert master.alive(), master.log()[-3000:]
+            return subprocess.run([sys.executable, *probe[1:]], timeout=30).returncode == 0
+
+        wait_until(connected, 60, "the worker readiness probe to see the master connection", interval=0.5)
         code = wait_for(master, timeout=240)
         # A worker quits on the master's quit message or, should that be lost, on missing the master's
         # heartbeat for locust's MASTER_HEARTBEAT_TIMEOUT (60 s); either way it must not linger.
@@ -84,7 +87,7 @@ def test_the_charts_master_and_workers_run_a_soak_through_envoy_and_the_master_e
         except TimeoutError as error:
             raise AssertionError("\n".join(w.log()[-2000:] for w in workers)) from error
     finally:
-        for process in (master, *workers):
+        for process in (*workers, *([master] if master else [])):
             process.stop()
     summary = json.loads((results / "summary.json").read_text())
     assert code == 0, (results / "summary.txt").read_text() + master.log()[-3000:]

@@ -6,20 +6,17 @@ through the Gateway, alerts are logged at WARNING and counted, decisions feed th
 `graystack status`, new tests are logged with why, and the state is saved whenever it changed, so a
 restarted gateway resumes the same stage, hold and evidence.
 
-A step is done when its state is saved (`SavedState`, gateway/rollout/state_store.py): `tick` and
-`command` return after the save, off the event loop, under the controller's lock (saves keep the
-steps' order). The split is pushed first, so a rollback reaches Envoy without waiting for a disk or
-the API server; a failed save stops nothing. A rollback is then confirmed proxy by proxy
-(`RollbackConfirmation`, gateway/rollout/fleet.py: `ack_deadline` at a time, alerting past each).
+A step is done when its state is saved (gateway/rollout/state_store.py), under the controller's lock
+(saves keep the steps' order). The split is pushed first, so a rollback reaches Envoy without waiting
+for a disk or the API server; a failed save stops nothing. A rollback is then confirmed proxy by proxy
+(gateway/rollout/fleet.py: `ack_deadline` at a time, alerting past each).
 
-The split it wants and what status shows: gateway/rollout/views.py. Shadow: the machine's shadow
-percent becomes Envoy request mirroring (`routing.mirror`) to the candidate's `<candidate>-shadow`
-cluster. Capacity (Kubernetes mode, opt-in): each look first asks the capacity edge
-(gateway/rollout/capacity.py) to scale the variants for the live split, and whether the candidate's
-pods for the next weight are ready; the machine waits for them before it advances. Step webhooks:
-called in the background when the machine asks (gateway/rollout/webhooks.py), their answer handed to
-the next look. Each look and rollback confirmation is told to the `watchers` (gateway/rollout/facts.py):
-notifications (gateway/notify/) and, in Kubernetes mode, Events (gateway/rollout/story.py).
+The split it wants and what status shows: gateway/rollout/views.py; alerts, the last decision and
+why the tests started: gateway/rollout/journal.py. Capacity (Kubernetes mode, opt-in): each look first
+asks the capacity edge (gateway/rollout/capacity.py) to scale the variants for the live split, and
+whether the candidate's next pods are ready. Step webhooks run in the background
+(gateway/rollout/webhooks.py), their answer handed to the next look. Each look and rollback
+confirmation is told to the `watchers` (gateway/rollout/facts.py): notifications, Kubernetes Events.
 
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
 guard is off (gateway/rollout/guard.py), and says so in status: no analysis runs, the strategy moves
@@ -31,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
@@ -40,9 +36,10 @@ from gateway.metrics.observations import Observations
 from gateway.rollout import telemetry
 from gateway.rollout.analysis import Verdict
 from gateway.rollout.capacity import CapacityEdge, per_million_tokens
-from gateway.rollout.facts import Fact, Looked, RollbackAcked, RollbackConfirmedLate, Watcher
+from gateway.rollout.facts import Looked, RollbackAcked, RollbackConfirmedLate, Watcher, tell
 from gateway.rollout.fleet import Proxies, RollbackConfirmation
 from gateway.rollout.guard import Guard, ProviderFactory
+from gateway.rollout.journal import Journal
 from gateway.rollout.look import Carried, look
 from gateway.rollout.machine import initial_state, rollback_acked
 from gateway.rollout.plan import CHECK_NAMES
@@ -60,7 +57,7 @@ from gateway.rollout.rollout_state import (
 )
 from gateway.rollout.state_store import SavedState, StateStore
 from gateway.rollout.status import RolloutStatus
-from gateway.rollout.views import check_dict, rollout_split, rollout_status, stage_of
+from gateway.rollout.views import rollout_split, rollout_status, stage_of
 from gateway.rollout.webhooks import WebhookCalls
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
@@ -68,7 +65,6 @@ from gateway.spec.split import RolloutSplit
 log = logging.getLogger(__name__)
 
 ACK_DEADLINE = 10.0  # seconds for every proxy to ACK a rollback before the controller alerts
-ALERTS_KEPT = 10  # recent alerts shown in status
 
 
 class SplitTarget(Protocol):
@@ -107,18 +103,16 @@ class RolloutController:
         self.capacity = capacity
         self._lock = asyncio.Lock()
         self._state: RolloutState | None = None  # restore() or resume() sets the first
-        self.saved = SavedState(store, lambda: self.spec.name, self._alert)
+        self.journal = Journal(lambda: self.spec.name, clock)
+        self.saved = SavedState(store, lambda: self.spec.name, self.journal.alert)
         self._carried = Carried()  # what the last look left the next
-        self.tests_started: str | None = None  # why the current tests started (a new test is logged)
-        self.last_decision: dict | None = None
-        self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
         self.rollback = RollbackConfirmation(
-            proxies, lambda: self.state, self._rollback_acked, self._lock, clock, self._alert
+            proxies, lambda: self.state, self._rollback_acked, self._lock, clock, self.journal.alert
         )
         self.webhooks = WebhookCalls(clock)
         self.watchers: list[Watcher] = []  # told every look and rollback confirmation (notifications)
-        self.rollback.confirmed_late = lambda nodes: self._tell(
-            RollbackConfirmedLate(self.spec, tuple(nodes), self._clock())
+        self.rollback.confirmed_late = lambda nodes: tell(
+            self.watchers, RollbackConfirmedLate(self.spec, tuple(nodes), self._clock())
         )
 
     @property
@@ -228,8 +222,7 @@ class RolloutController:
             webhook=webhook,
         )
         if done.tests_started is not None:
-            self.tests_started = done.tests_started
-            log.warning("rollout %s: new sequential tests: %s", spec.name, done.tests_started)
+            self.journal.new_tests(done.tests_started)
         before, state = self.state, done.state
         if done.tests_started is not None or stage_of(state) != stage_of(before):
             self.guard.new_count()  # with cohorts, each client counts once per stage (client_units.py)
@@ -238,10 +231,10 @@ class RolloutController:
         decision = None
         for action in done.actions:
             if isinstance(action, Alert):
-                self._alert(action.message, now)
+                self.journal.alert(action.message, now)
             elif isinstance(action, RecordDecision):
                 decision = action
-                self._record(spec, action, state, now)
+                self.journal.decision(action, state, now)
             elif isinstance(action, Ignored):
                 ignored = action.reason
                 log.info("rollout %s: %s ignored: %s", spec.name, action.command.value, action.reason)
@@ -253,11 +246,10 @@ class RolloutController:
         if state.label() != before.label():
             log.info("rollout %s: %s -> %s: %s", spec.name, before.label(), state.label(), state.reason)
         self._push(spec, state)
-        for phase in Phase:
-            telemetry.ROLLOUT_PHASE.labels(spec.name, phase.value).set(1 if phase == state.phase else 0)
+        telemetry.record_phase(spec.name, state.phase.value, [phase.value for phase in Phase])
         if state.rollback_started is not None and before.rollback_started != state.rollback_started:
             self.rollback.start(self.ack_deadline)
-        self._tell(Looked(spec, before, state, decision, now, done.actions))
+        tell(self.watchers, Looked(spec, before, state, decision, now, done.actions))
         return ignored
 
     def _push(self, spec: RolloutSpec, state: RolloutState) -> None:
@@ -266,31 +258,9 @@ class RolloutController:
             if wanted != self.gateway.rollout:
                 self.gateway.set_rollout_split(wanted)
         except SpecError as error:
-            self._alert(
+            self.journal.alert(
                 f"cannot apply the rollout's split ({state.label()}), retrying next interval: {error}"
             )
-
-    def _tell(self, fact: Fact) -> None:
-        """Each watcher queues what it makes of `fact`; one that fails is logged, never the look's end."""
-        for watcher in self.watchers:
-            try:
-                watcher(fact)
-            except Exception:
-                log.exception("rollout %s: a watcher failed on %s", self.spec.name, type(fact).__name__)
-
-    def _alert(self, message: str, now: float | None = None) -> None:
-        log.warning("rollout %s: ALERT: %s", self.spec.name, message)
-        telemetry.ALERTS.labels(self.spec.name).inc()
-        self.alerts.append({"at": self._clock() if now is None else now, "message": message})
-
-    def _record(self, spec: RolloutSpec, decision: RecordDecision, state: RolloutState, now: float) -> None:
-        ran = {check.name for check in decision.checks}
-        if self.last_decision is not None:
-            telemetry.forget_checks(spec.name, {c["name"] for c in self.last_decision["checks"]} - ran)
-        evidence = state.evidence
-        telemetry.record_checks(spec.name, decision.checks, evidence.error_bounds if evidence else None)
-        checks = [check_dict(c) for c in decision.checks]
-        self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
 
     # -- rollback ACK -----------------------------------------------------------------------------
 
@@ -304,7 +274,7 @@ class RolloutController:
         proxies = len(self.proxies.streams())
         log.info("rollout %s: rollback ACKed by all %d proxies, %.3fs on", self.spec.name, proxies, seconds)
         pending = tuple(proxy.node for proxy in self.proxies.disconnected())
-        self._tell(RollbackAcked(self.spec, state, seconds, pending, now))
+        tell(self.watchers, RollbackAcked(self.spec, state, seconds, pending, now))
         await self.saved.save(self.state)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -315,9 +285,9 @@ class RolloutController:
             self._clock(),
             guard_off=self.guard.off,
             last_rollback_seconds=self.rollback.last_seconds,
-            last_decision=self.last_decision,
-            alerts=list(self.alerts),
-            tests_started=self.tests_started,
+            last_decision=self.journal.last_decision,
+            alerts=list(self.journal.alerts),
+            tests_started=self.journal.tests_started,
             store=self.saved.store.where,
             save_error=self.saved.error,
             rollback_pending=self.rollback.cut_off.pending,

@@ -5,11 +5,14 @@ loop under the controller's lock, so it must only queue work, never wait on it."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway.rollout.rollout_state import Action, RecordDecision, RolloutState
 from gateway.spec.model import RolloutSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,3 +51,12 @@ class RollbackConfirmedLate:
 
 Fact = Looked | RollbackAcked | RollbackConfirmedLate
 Watcher = Callable[[Fact], None]
+
+
+def tell(watchers: Iterable[Watcher], fact: Fact) -> None:
+    """Each watcher queues what it makes of `fact`; one that fails is logged, never the caller's end."""
+    for watcher in watchers:
+        try:
+            watcher(fact)
+        except Exception:
+            log.exception("rollout %s: a watcher failed on %s", fact.spec.name, type(fact).__name__)

@@ -138,6 +138,12 @@ def zero_rollout_series(rollout: str, checks: Iterable[str], verdicts: Iterable[
     ROLLBACK_SECONDS.labels(rollout)
 
 
+def record_phase(rollout: str, phase: str, phases: Iterable[str]) -> None:
+    """1 on the rollout's phase, 0 on every other, so a dashboard can sum or pick one."""
+    for each in phases:
+        ROLLOUT_PHASE.labels(rollout, each).set(1 if each == phase else 0)
+
+
 def forget_checks(rollout: str, checks: Iterable[str]) -> None:
     """Drop the last value, threshold and samples of checks that no longer run (shadow_agreement after
     the shadow stage): a gauge left at its last value would read as a current measurement."""

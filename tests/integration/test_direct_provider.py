@@ -1,7 +1,7 @@
 """The `direct` metrics provider against a real Envoy (stand-in upstreams, then real model servers and
 probes): the series it reports are what the rollout decides on, by their increments between looks, so
 a variant whose failures are hidden by the fallback retry must still show them
-(shared/research/envoy_fallback_retry.md), and each series must stay its own."""
+(docs/spec-and-routing.md, "How failures behave"), and each series must stay its own."""
 
 from __future__ import annotations
 

@@ -284,10 +284,10 @@ async def test_a_step_waits_for_its_pods_says_so_and_alerts_when_they_never_come
 
     await rollout.at(STEP_0_HOLD + 60)
     assert rollout.weight() == 5
-    assert not rollout.controller.alerts
+    assert not rollout.controller.journal.alerts
     await rollout.at(STEP_0_HOLD + 120)  # readyTimeout: the step is never taken, an alert says why
     assert rollout.weight() == 5
-    [alert] = [a["message"] for a in rollout.controller.alerts]
+    [alert] = [a["message"] for a in rollout.controller.journal.alerts]
     assert alert == (
         "capacity not ready after 120s: waiting for 2 ready zero-layer pods, 1 ready; weights frozen at 5%"
     )

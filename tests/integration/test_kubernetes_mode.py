@@ -539,7 +539,7 @@ async def test_a_new_leader_continues_the_same_evidence_from_the_configmap(api):
     store = ConfigMapStateStore(client, NS, STATE_CM)  # the successor's own client and store
     successor = new_controller(new_gateway(), None, clock, provider, store=store)
     assert successor.state.evidence == before
-    assert successor.tests_started is None  # no "new sequential tests" logged
+    assert successor.journal.tests_started is None  # no "new sequential tests" logged
     for _ in range(2):  # its first look sets where its counters start
         clock.now += 1
         await successor.tick()

@@ -577,7 +577,7 @@ async def test_a_restarted_gateway_continues_the_same_evidence(tmp_path, clock):
 
     restarted = new_controller(new_gateway(), tmp_path, clock, provider)
     assert restarted.state.evidence == before  # the statistic does not restart
-    assert restarted.tests_started is None
+    assert restarted.journal.tests_started is None
     clock.now += 1
     await restarted.tick()  # a new process: this look sets its starting point, and adds nothing
     clock.now += 1

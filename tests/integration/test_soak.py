@@ -38,6 +38,10 @@ CI_MIX = {
     **LOCAL_MIX,
     "LOADTEST_WEIGHTS_POLL": "0.25",
     "LOADTEST_MAX_ERROR_RATE": "0",  # the verdict itself demands zero failed requests
+    # The split check's family-wise false alarm rate: the users' default 1 % would fail one correct CI run
+    # in a hundred; a flip that reaches Envoy late still fails at any alpha (its 0 and 100 % periods
+    # admit no stray request)
+    "LOADTEST_SPLIT_ALPHA": "0.001",
 }
 
 

@@ -82,12 +82,14 @@ def test_a_slower_first_token_is_rolled_back_against_the_baseline(start):
 @pytest.mark.parametrize(("policy", "phase"), [("rollback", "rolled_back"), ("hold", "progressing")])
 def test_both_variants_failing_is_a_shared_incident_under_either_policy(start, policy, phase):
     stack = start(
-        # the baseline carries four times the candidate's traffic, so its own test crosses first
-        spec(weight=20, on_shared_incident=policy, max_error_rate=0.01, min_detectable_error_rate=0.05),
+        # The baseline's test must cross first, which its larger traffic makes likely, not sure: as the
+        # errors are counted, the candidate's crosses first in about 4 % of such incidents at 20 %, 0.5 %
+        # at 10 %, 0.05 % at 5 % (bench.shared_incident; runs here lost the race at 20 %)
+        spec(weight=5, on_shared_incident=policy, max_error_rate=0.01, min_detectable_error_rate=0.05),
         server_faults=("baseline", "zero-layer"),
     )
     with Traffic(stack.client.base_url, RATE, segment_share=0):
-        wait_until(lambda: stack.rollout()["evidence"]["stage_requests"] > 50, 60, "clean traffic")
+        wait_until(lambda: stack.rollout()["evidence"]["stage_requests"] > 10, 60, "clean traffic")
         for variant in ("baseline", "zero-layer"):  # an upstream both depend on fails 20 % of requests
             stack.set_fault(0.2, variant=variant)
         rollout = wait_until(
@@ -103,10 +105,10 @@ def test_both_variants_failing_is_a_shared_incident_under_either_policy(start, p
         shared = {"rollout": "zero-layer", "reason": "shared_incident"}
         assert gateway_metric(stack, "graystack_rollout_rollbacks_total", shared) == 1
     else:
-        assert rollout["weight"] == 20  # the weights held
+        assert rollout["weight"] == 5  # the weights held
         assert "shared incident" in rollout["evidence"]["incident"]
-        assert any("shared incident, weights held at 20%" in a["message"] for a in rollout["alerts"])
-        assert stack.status()["routing"]["weights"] == {"baseline": 80, "zero-layer": 20}
+        assert any("shared incident, weights held at 5%" in a["message"] for a in rollout["alerts"])
+        assert stack.status()["routing"]["weights"] == {"baseline": 95, "zero-layer": 5}
 
 
 def test_a_restarted_gateway_continues_the_same_evidence(start):

@@ -65,20 +65,24 @@ def test_the_charts_master_and_workers_run_a_soak_through_envoy_and_the_master_e
     # so their reports reach the master while its init event runs (once an exit 1 with no summary)
     argv, env = _local(worker_pod, rewrite)
     workers = [start_process(f"worker-{n}", argv, tmp_path, env=env) for n in range(WORKERS)]
-    master = None
+    started = list(workers)
     try:
         for worker in workers:
             wait_until(lambda w=worker: "Starting Locust" in w.log(), 60, f"{worker.name} to start")
         argv, env = _local(master_pod, rewrite)
         master = start_process("master", argv, tmp_path, env=env)
+        started.append(master)
         probe = worker_pod["readinessProbe"]["exec"]["command"]
         assert probe[0] == "python"
-
-        def connected() -> bool:
-            assert master.alive(), master.log()[-3000:]
-            return subprocess.run([sys.executable, *probe[1:]], timeout=30).returncode == 0
-
-        wait_until(connected, 60, "the worker readiness probe to see the master connection", interval=0.5)
+        wait_until(
+            lambda: (
+                not master.alive() or subprocess.run([sys.executable, *probe[1:]], timeout=30).returncode == 0
+            ),
+            60,
+            "the worker readiness probe to see the master connection",
+            interval=0.5,
+        )
+        assert master.alive(), master.log()[-3000:]  # a master that exits during its start says why
         code = wait_for(master, timeout=240)
         # A worker quits on the master's quit message or, should that be lost, on missing the master's
         # heartbeat for locust's MASTER_HEARTBEAT_TIMEOUT (60 s); either way it must not linger.
@@ -87,7 +91,7 @@ def test_the_charts_master_and_workers_run_a_soak_through_envoy_and_the_master_e
         except TimeoutError as error:
             raise AssertionError("\n".join(w.log()[-2000:] for w in workers)) from error
     finally:
-        for process in (*workers, *([master] if master else [])):
+        for process in started:
             process.stop()
     summary = json.loads((results / "summary.json").read_text())
     assert code == 0, (results / "summary.txt").read_text() + master.log()[-3000:]

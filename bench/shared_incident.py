@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bench._common import write_result
-from bench.shipped_rules import LOOK_SECONDS, seed_spec
+from bench.shipped_rules import LOOK_SECONDS, seed_plan, seed_spec
 from gateway.rollout.evidence import fired
 from gateway.rollout.plan import Plan, plan_for
 from gateway.rollout.sequential.errors import ThresholdTest
@@ -35,7 +35,8 @@ SEED_CASES = ((80.0, 0.01), (80.0, 0.05), (20.0, 0.05))  # (total req/s, inciden
 TEST_CASE = (30.0, 0.2)  # tests/integration/test_rollout_decisions.py's shared-incident test
 
 
-def test_plan() -> Plan:
+def integration_test_plan() -> Plan:
+    """The shared-incident integration test's: the seed spec at its analysis settings, a look a second."""
     analysis = {"interval": "1s", "max_error_rate": 0.01, "min_detectable_error_rate": 0.05}
     return plan_for(validate_spec(seed_spec(analysis=analysis)))
 
@@ -92,18 +93,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     started = time.perf_counter()
-    seed_plan = plan_for(validate_spec(seed_spec(analysis={"max_error_rate": 0.003})))
+    seed, test = seed_plan(), integration_test_plan()
     results: dict = {}
     for counting, as_counted in (("as counted", True), ("once each", False)):
         for rps, incident in SEED_CASES:
             for weight in WEIGHTS:
                 key = f"seed, {counting}: {rps:g} req/s, {incident:.0%} errors, weight {weight}"
-                results[key] = race(seed_plan, LOOK_SECONDS, rps, weight, incident, args.runs, as_counted)
+                results[key] = race(seed, LOOK_SECONDS, rps, weight, incident, args.runs, as_counted)
                 print(key, results[key], flush=True)
         rps, incident = TEST_CASE
         for weight in WEIGHTS:
             key = f"test, {counting}: {rps:g} req/s, {incident:.0%} errors, weight {weight}"
-            results[key] = race(test_plan(), 1.0, rps, weight, incident, args.runs, as_counted)
+            results[key] = race(test, 1.0, rps, weight, incident, args.runs, as_counted)
             print(key, results[key], flush=True)
     parameters = {
         "weights": WEIGHTS,

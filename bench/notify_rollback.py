@@ -12,10 +12,7 @@ receiver's messages wait out their 5 s attempts in its queue meanwhile.
 from __future__ import annotations
 
 import argparse
-import http.server
-import socket
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,40 +21,16 @@ from bench._common import envoy_binary, summarize, write_result
 from bench.rollback_time import one_run, rollout
 from graystack.local.processes import wait_until
 from graystack.local.rollout_stack import RolloutStack, Traffic
+from tests.support.webhook_receiver import Recorder, blackhole, recording
 
 RECEIVERS = ("none", "healthy", "blackholed")
 
 
-class _Hook(http.server.BaseHTTPRequestHandler):
-    received = 0
-    lock = threading.Lock()
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        with _Hook.lock:
-            _Hook.received += 1
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        """Quiet: the bench prints its own lines."""
-
-
 @contextmanager
-def receivers() -> Iterator[dict[str, int]]:
-    """A healthy receiver and a blackholed one on loopback ports, stopped after the block."""
-    healthy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    thread = threading.Thread(target=healthy.serve_forever, daemon=True)
-    thread.start()
-    hole = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(64)  # never accepted: the kernel completes handshakes, nobody answers
-        yield {"healthy": healthy.server_address[1], "blackholed": hole.getsockname()[1]}
-    finally:
-        hole.close()
-        healthy.shutdown()
-        thread.join(timeout=10)
+def receivers() -> Iterator[tuple[Recorder, dict[str, int]]]:
+    """A healthy receiver (answering 204) and a blackholed one on loopback ports, stopped after the block."""
+    with recording(status=204) as (healthy, healthy_port), blackhole() as hole_port:
+        yield healthy, {"healthy": healthy_port, "blackholed": hole_port}
 
 
 def use_receiver(stack: RolloutStack, which: str, ports: dict[str, int], secret: Path) -> None:
@@ -85,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     envoy = envoy_binary()
     runs: dict[str, list[dict]] = {which: [] for which in RECEIVERS}
-    with tempfile.TemporaryDirectory(prefix="notify-rollback-") as workdir, receivers() as ports:
+    with tempfile.TemporaryDirectory(prefix="notify-rollback-") as workdir, receivers() as (healthy, ports):
         secret = Path(workdir) / "hook-secret"
         secret.write_text("bench-secret\n")
         stack = RolloutStack(Path(workdir), envoy, rollout(20))
@@ -118,7 +91,7 @@ def main() -> None:
         | {"runs": runs[which], "left_out": len(runs[which]) - len(valid[which])}
         for which in RECEIVERS
     }
-    results["healthy_receiver_got"] = _Hook.received
+    results["healthy_receiver_got"] = len(healthy.snapshot())
     results["last_receiver_status"] = status
     parameters = {"runs": args.runs, "rate": args.rate, "error_rate": args.error_rate, "rollout": rollout(20)}
     path = write_result("notify_rollback", parameters, results)
@@ -129,7 +102,7 @@ def main() -> None:
             f"decision -> ACK median {stats['decision_to_ack_s']['p50'] * 1000:.1f} ms "
             f"({stats['left_out']} run(s) left out)"
         )
-    print(f"healthy receiver got {_Hook.received} messages; wrote {path}")
+    print(f"healthy receiver got {results['healthy_receiver_got']} messages; wrote {path}")
 
 
 if __name__ == "__main__":

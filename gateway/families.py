@@ -19,6 +19,7 @@ XDS_ACK_SECONDS = "graystack_xds_ack_seconds"
 ANSWERS_RECEIVED = "graystack_answers_received_total"
 ANSWERS_EVICTED = "graystack_answers_evicted_total"
 ANSWERS = "graystack_answers_total"
+ANSWERS_MISNAMED = "graystack_answers_misnamed_total"
 # ... named after the OpenTelemetry GenAI semantic conventions (gen_ai.server.time_to_first_token,
 # gen_ai.server.time_per_output_token, gen_ai.client.token.usage), as Prometheus names them
 GEN_AI_TTFT = "gen_ai_server_time_to_first_token_seconds"

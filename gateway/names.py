@@ -59,8 +59,13 @@ SHADOW_LOG = "graystack-shadow-answers"  # the same, for mirrored copies (no cli
 # the dynamic-metadata namespace json_to_metadata writes the request's fields under.
 CAPTURE_KEY = "capture"
 CAPTURE_REQUEST_METADATA = "graystack.request"
-# The header naming the variant on every answer (gateway/envoy/variant_header.py).
+# The header naming the variant on every answer, as Envoy routed it, and the one that passes on the name a
+# server gave itself in VARIANT_HEADER, where it gave one (gateway/envoy/variant_header.py).
 VARIANT_HEADER = "x-graystack-variant"
+SERVER_VARIANT_HEADER = "x-graystack-server-variant"
+# The request header naming the variant the split chose (gateway/envoy/routes.py), which the answer log
+# carries: after a fallback retry the access log's upstream cluster is the fallback's, not the aggregate.
+ROUTED_HEADER = "x-graystack-routed"
 
 # Cohorts (gateway/envoy/affinity_filter.py): the request header the affinity filter writes the client's key
 # into (any a client sent is dropped first), which the routes' hash policy reads; the dynamic-metadata

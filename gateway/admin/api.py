@@ -32,6 +32,7 @@ from gateway.admin.protocol import (
     CommandResult,
     FaultResult,
     FlipResult,
+    MisnamedStatus,
     RolloutName,
     RolloutSection,
     Status,
@@ -119,7 +120,8 @@ def full_status(
     notifications: NotificationsStatus | None = None,
 ) -> Status:
     """GET /v1/status; `leadership`: None where this process alone drives the rollout (no leader fields);
-    `answers`: the measured answers, whose keyed share the cohorts section gives (None: no section);
+    `answers`: the measured answers, whose keyed share the cohorts section gives (None: no section), and
+    the servers that named themselves otherwise than their variant;
     `notifications`: the receivers' deliveries (None: no section)."""
     own = gateway.status()
     rollout: RolloutSection | RolloutName = (
@@ -145,6 +147,12 @@ def full_status(
     if answers is not None and sources:
         cohorts = CohortStatus(sources=sources, answers=answers.routed, keyed=dict(answers.keyed))
         status = status.model_copy(update={"cohorts": cohorts})
+    if answers is not None and answers.misnamed:
+        misnamed = [
+            MisnamedStatus(variant=variant, named=named, answers=n)
+            for (variant, named), n in sorted(answers.misnamed.items())
+        ]
+        status = status.model_copy(update={"misnamed": misnamed})
     if notifications is not None:
         status = status.model_copy(update={"notifications": notifications})
     if leadership is None:

@@ -116,6 +116,17 @@ class CohortStatus(_Answer):
         return sum(self.keyed.values()) / self.answers if self.answers else None
 
 
+class MisnamedStatus(_Answer):
+    """Answers whose server named itself (`x-graystack-variant`) other than the variant Envoy sent them to,
+    since the gateway started: expected where the variants are named otherwise than the servers' forms
+    (an A/A run, `v1` and `v2`), else a deployment mix-up (a pod behind the other variant's Service). The
+    answers count as the variant Envoy sent them to all the same."""
+
+    variant: str
+    named: str
+    answers: int
+
+
 class Status(_Answer):
     """GET /v1/status. The leader fields exist only where several replicas elect a leader."""
 
@@ -128,6 +139,7 @@ class Status(_Answer):
     fault_injection: bool
     cohorts: CohortStatus | None = None  # only where the spec names `routing.affinity` sources
     notifications: NotificationsStatus | None = None  # only where the spec names receivers
+    misnamed: list[MisnamedStatus] = []  # servers that named themselves otherwise than their variant
     leader: bool | None = None
     identity: str | None = None
     leader_identity: str | None = None  # None: no replica holds the Lease right now

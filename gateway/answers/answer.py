@@ -51,8 +51,11 @@ def finish_of(raw: str | None, ending: Ending) -> str | None:
 class Answer:
     """One routed request. Times in seconds; `started_at` since the epoch (Envoy's request start).
 
-    `variant`: the variant the split chose (its fallback aggregate resolved); `answered_by`: the variant
-    named on the answer (`x-graystack-variant`), the fallback after a fallback retry. `prompt_bucket`:
+    `variant`: the variant the split chose (its fallback aggregate resolved); `answered_by`: the variant of
+    the host that answered, as Envoy knew it (its endpoint's metadata, gateway/envoy/variant_header.py),
+    the fallback after a fallback retry. `named`: the variant the server named itself, where it did (a
+    graystack server names its model form): information only, never what the answer is counted as; where
+    it differs from `answered_by`, a deployment mix-up worth telling (`misnamed`). `prompt_bucket`:
     the servers' `prompt_bucket` ranges applied to the request body's bytes, which every server has (a
     token count comes only where a server sends `usage`), so both variants' answers to like prompts share
     a stratum. `ttft`: to the first event carrying generated content (a non-streamed answer: its first
@@ -104,6 +107,7 @@ class Answer:
     response_format: str | None = None
     schema_given: bool = False
     tools: bool = False
+    named: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -117,5 +121,15 @@ class Answer:
 
     @property
     def server(self) -> str:
-        """The variant whose server answered: `answered_by`, else the split's choice."""
+        """The variant whose host answered: `answered_by`, else the split's choice."""
         return self.answered_by or self.variant
+
+    @property
+    def fell_back(self) -> bool:
+        """A fallback retry moved the answer to another variant's host: its times are not its variant's."""
+        return self.server != self.variant
+
+    @property
+    def misnamed(self) -> str | None:
+        """The name the server gave itself, where it is not the variant of the host Envoy sent it to."""
+        return self.named if self.named not in (None, self.server) else None

@@ -102,7 +102,10 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
     kind, checks = names.api_of_route(common.route_name) or _EVERY_CHECK
     if not cluster or "errors" not in checks:
         return None
-    variant = cluster.removesuffix(_SHADOW_SUFFIX) if shadow else variant_of(cluster)
+    # A mirrored copy carries its original's choice in x-graystack-routed; its cluster is `<variant>-shadow`.
+    # After a fallback retry, the logged cluster is the fallback's; the split's choice is in the header.
+    routed = entry.request.request_headers.get(names.ROUTED_HEADER)
+    variant = cluster.removesuffix(_SHADOW_SUFFIX) if shadow else routed or variant_of(cluster)
     latency = "latency" in checks
     measured = common.metadata.filter_metadata.get(names.ANSWER_METADATA)
     fields = json_format.MessageToDict(measured) if measured is not None else {}
@@ -133,9 +136,11 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
     error_type = end.get("error")
     # the key the affinity filter wrote (it drops any a client sent); a mirrored copy carries it too
     key = entry.request.request_headers.get(names.AFFINITY_HEADER)
+    headers = entry.response.response_headers
     return Answer(
         variant=variant,
-        answered_by=entry.response.response_headers.get(names.VARIANT_HEADER) or None,
+        answered_by=headers.get(names.VARIANT_HEADER) or None,
+        named=headers.get(names.SERVER_VARIANT_HEADER) or None,
         segment=entry.request.request_headers.get(names.SEGMENT_HEADER, names.DEFAULT_SEGMENT),
         api=_APIS.get(kind, "other"),
         streamed=streamed,

@@ -51,7 +51,9 @@ class AnswerStore:
     `output_tokens`, the tokens they carried (the servers' `usage`, else content events counted).
     `routed`: the answers that went to a client (not a mirrored copy's), and `keyed`: those whose request
     carried a cohort key, by the `routing.affinity` source that gave it (cumulative too: their ratio is
-    the share of requests with a key)."""
+    the share of requests with a key). `misnamed`: the answers whose server named itself other than the
+    variant Envoy sent them to, by (that variant, the server's name): a deployment mix-up to tell, which
+    changes no count (an A/A run's two graystack servers both name themselves `baseline`)."""
 
     capacity: int = CAPACITY
     text_budget: int = TEXT_BUDGET
@@ -60,6 +62,7 @@ class AnswerStore:
     output_tokens: Counter[str] = field(default_factory=Counter)
     routed: int = 0
     keyed: Counter[str] = field(default_factory=Counter)
+    misnamed: Counter[tuple[str, str]] = field(default_factory=Counter)
     _answers: deque[Answer] = field(default_factory=deque)
     _first: int = 0  # the sequence number of _answers[0]; answers are numbered from 0 as they arrive
     _text: int = 0  # captured text held by _answers
@@ -73,6 +76,8 @@ class AnswerStore:
             self.failed_after_start[answer.server] += 1
         if answer.output_tokens:
             self.output_tokens[answer.server] += answer.output_tokens
+        if (named := answer.misnamed) is not None:
+            self.misnamed[answer.server, named] += 1
         if not answer.shadow:
             self.routed += 1
             if answer.affinity is not None:

@@ -30,6 +30,12 @@ ANSWERS = Counter(
     "error, cut, client_gone) and its finish reason (stop, length, tool_call, filter, other, error, none)",
     ["variant", "segment", "api", "ending", "finish"],
 )
+MISNAMED = Counter(
+    families.ANSWERS_MISNAMED,
+    "Answers whose server named itself (x-graystack-variant) other than the variant Envoy sent them to, "
+    "by that variant and the server's name: a deployment mix-up; the answer still counts as the variant's",
+    ["variant", "named"],
+)
 TTFT = Histogram(
     families.GEN_AI_TTFT,
     "Time from the request to the first event carrying generated content (a non-streamed answer: its "
@@ -54,6 +60,8 @@ TOKEN_USAGE = Histogram(
 def record(answer: Answer) -> None:
     variant, segment = answer.server, answer.segment
     ANSWERS.labels(variant, segment, answer.api, answer.ending, answer.finish or "none").inc()
+    if (named := answer.misnamed) is not None:
+        MISNAMED.labels(variant, named).inc()
     if answer.ttft is not None:
         TTFT.labels(variant, segment, answer.prompt_bucket).observe(answer.ttft)
     if answer.tpot is not None:

@@ -43,7 +43,7 @@ from gateway.envoy.api_routes import (
 )
 from gateway.envoy.capture import capture_metadata
 from gateway.envoy.common import any_proto, duration
-from gateway.envoy.variant_header import served_header
+from gateway.envoy.variant_header import served_headers
 from gateway.spec.model import RolloutSpec
 
 
@@ -87,7 +87,9 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
         weighted_clusters=route_components_pb2.WeightedCluster(
             clusters=[
                 route_components_pb2.WeightedCluster.ClusterWeight(
-                    name=cluster_for(spec, variant), weight=wrappers_pb2.UInt32Value(value=weight)
+                    name=cluster_for(spec, variant),
+                    weight=wrappers_pb2.UInt32Value(value=weight),
+                    request_headers_to_add=[_overwrite(names.ROUTED_HEADER, variant)],
                 )
                 for variant, weight in nested_order(split, baseline_variant(spec))
             ],
@@ -120,12 +122,15 @@ def _retry_policy(spec: RolloutSpec) -> route_components_pb2.RetryPolicy:
     return policy
 
 
-def _segment_header(segment: str) -> base_pb2.HeaderValueOption:
-    """`x-graystack-segment: <segment>` on every request a route forwards (and its mirrored copy),
-    replacing any a client sent: the model servers label their latency histograms with it, so the
-    rollout compares variants only on segments split at random (gateway/rollout/plan.py)."""
+def _overwrite(header: str, value: str) -> base_pb2.HeaderValueOption:
+    """`header: value` on the forwarded request, replacing any a client sent.
+
+    On every route: `x-graystack-segment`, which the model servers label their latency histograms with, so
+    the rollout compares variants only on segments split at random (gateway/rollout/plan.py). On each
+    weighted cluster: `x-graystack-routed`, the variant the split chose, which the answer log carries, so an
+    answer a fallback retry moved to another variant's host still counts as the chosen variant's."""
     return base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=names.SEGMENT_HEADER, value=segment),
+        header=base_pb2.HeaderValue(key=header, value=value),
         append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
     )
 
@@ -143,7 +148,7 @@ def _split_routes(
             name=route_name(where, entry),
             match=entry_match(entry, *headers),
             route=_route_action(spec, split),
-            request_headers_to_add=[_segment_header(segment)],
+            request_headers_to_add=[_overwrite(names.SEGMENT_HEADER, segment)],
             # which answers the answer filter keeps (gateway/envoy/capture.py); none without `analysis.quality`
             metadata=capture_metadata(spec.analysis.quality, _mirrored(spec, split)),
         )
@@ -172,7 +177,7 @@ def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
                 name=names.VIRTUAL_HOST,
                 domains=["*"],
                 routes=routes,
-                response_headers_to_add=[served_header()],
+                response_headers_to_add=served_headers(),
             )
         ],
     )

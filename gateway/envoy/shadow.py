@@ -29,7 +29,7 @@ from gateway.envoy.answer_log import build_answer_log
 from gateway.envoy.api_routes import entry_match, route_name, split_entries
 from gateway.envoy.capture import build_request_filter, shadow_capture_metadata
 from gateway.envoy.common import any_proto, circuit_breakers, duration, http_listener
-from gateway.envoy.variant_header import served_header, variant_metadata
+from gateway.envoy.variant_header import served_headers, variant_metadata
 from gateway.spec.model import RolloutSpec
 
 
@@ -79,7 +79,7 @@ def build_shadow_listener(spec: RolloutSpec, variant: str, answer_log_cluster: s
                     )
                     for entry in split_entries(spec)
                 ],
-                response_headers_to_add=[served_header()],
+                response_headers_to_add=served_headers(),
             )
         ],
     )

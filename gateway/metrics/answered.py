@@ -108,7 +108,7 @@ class WithAnswers:
         """The cumulative UNITS and UNIT_ERRORS series, with this look's observations added."""
         for answer in measured:
             self._units[answer.variant] += 1
-            self._unit_errors[answer.variant] += answer.failed or answer.server != answer.variant
+            self._unit_errors[answer.variant] += answer.failed or answer.fell_back
         return {
             CounterKey(variant, signal, source=UNITS_SOURCE): float(counts[variant])
             for variant in self._units
@@ -120,7 +120,7 @@ def samples(answers: Iterable[Answer]) -> dict[SampleKey, tuple[float, ...]]:
     """TTFT per stratum(segment, prompt_bucket), time per output token per stratum(segment), per variant."""
     found: defaultdict[SampleKey, list[float]] = defaultdict(list)
     for answer in answers:
-        if answer.failed or answer.server != answer.variant:
+        if answer.failed or answer.fell_back:
             continue
         if answer.ttft is not None:
             found[SampleKey(answer.variant, TTFT, stratum(answer.segment, answer.prompt_bucket))].append(

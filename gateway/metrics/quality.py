@@ -45,7 +45,7 @@ def judged(answer: Answer) -> bool:
         and not answer.text_unreadable
         and answer.ending == "complete"
         and not answer.failed
-        and answer.server == answer.variant
+        and not answer.fell_back
     )
 
 

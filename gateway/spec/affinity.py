@@ -33,7 +33,13 @@ def check_body_path(path: str) -> str:
 BodyPath = Annotated[str, AfterValidator(check_body_path)]
 # Headers a client cannot name as its identity: the ones graystack sets itself.
 _RESERVED_HEADERS = frozenset(
-    {names.AFFINITY_HEADER, names.MATCH_HEADER, names.SEGMENT_HEADER, names.VARIANT_HEADER}
+    {
+        names.AFFINITY_HEADER,
+        names.MATCH_HEADER,
+        names.ROUTED_HEADER,
+        names.SEGMENT_HEADER,
+        names.VARIANT_HEADER,
+    }
 )
 
 SourceKind = Literal["header", "cookie", "body"]

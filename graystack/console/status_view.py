@@ -45,6 +45,12 @@ def render_status(status: Status) -> str:
             )
             + "; the rest split at random; the tests count a client once per stage"
         )
+    for named in status.misnamed:
+        lines.append(
+            f"NAMES     {named.answers} answers sent to {named.variant} came from a server that calls itself "
+            f"{named.named}: expected in an A/A run or under renamed variants, else a deployment mix-up; "
+            f"they count as {named.variant}'s"
+        )
     for variant, fault in status.faults.items():
         lines.append(f"FAULT     {variant} {fault.summary} (injected: `graystack fault {variant} --clear`)")
     if isinstance(rollout, RolloutStatus):  # the gateway runs a rollout controller

@@ -19,6 +19,7 @@ import pytest
 from scipy.stats import binomtest
 
 from gateway.envoy.affinity_filter import BODY_LIMIT
+from gateway.names import SERVER_VARIANT_HEADER, VARIANT_HEADER
 from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
 from graystack.local.processes import wait_until
 from tests.support.envoy_upstreams import EnvoyUpstreams
@@ -52,8 +53,9 @@ def cohort_stack(tmp_path, envoy_binary) -> Iterator[GatewayStack]:
         yield stack
 
 
-def served_by(stack: GatewayStack, requests: list[Request]) -> list[str]:
-    """The variant that answered each request, sent `PARALLEL` at a time (any failure fails the test)."""
+def served_by(stack: GatewayStack, requests: list[Request], header: str = VARIANT_HEADER) -> list[str]:
+    """The variant that answered each request (`header`: SERVER_VARIANT_HEADER for the name the server
+    gave itself, which tells pods apart here), sent `PARALLEL` at a time (any failure fails the test)."""
 
     async def run() -> list[str]:
         limits = httpx.Limits(max_connections=PARALLEL)
@@ -65,18 +67,21 @@ def served_by(stack: GatewayStack, requests: list[Request]) -> list[str]:
                 async with gate:
                     response = await client.post(INFERENCE_PATH, **request)
                 assert response.status_code == 200, f"{response.status_code}: {response.text}"
-                return response.headers["x-graystack-variant"]
+                return response.headers[header]
 
             return await asyncio.gather(*(one(request) for request in requests))
 
     return asyncio.run(run())
 
 
-def cohorts(stack: GatewayStack, keyed: dict[str, Request], turns: int = TURNS) -> dict[str, str]:
-    """Each client's one variant over `turns` requests (fails if any client saw two)."""
+def cohorts(
+    stack: GatewayStack, keyed: dict[str, Request], turns: int = TURNS, header: str = VARIANT_HEADER
+) -> dict[str, str]:
+    """Each client's one variant (as `header` names it) over `turns` requests (fails if any saw two)."""
     clients = [client for client in keyed for _ in range(turns)]
     seen: dict[str, set[str]] = {}
-    for client, variant in zip(clients, served_by(stack, [keyed[c] for c in clients]), strict=True):
+    answered = served_by(stack, [keyed[c] for c in clients], header)
+    for client, variant in zip(clients, answered, strict=True):
         seen.setdefault(client, set()).add(variant)
     switched = {client: variants for client, variants in seen.items() if len(variants) > 1}
     assert not switched, (
@@ -186,7 +191,8 @@ def test_a_body_that_is_not_json_or_too_large_is_served_without_a_key(cohort_sta
 @pytest.mark.parametrize("policy", ["ring_hash", "maglev"])
 def test_pod_affinity_keeps_a_client_on_one_pod(cohort_stack, policy):
     """Zero-layer on two pods (the baseline's upstream lends its address as the second, and names itself in
-    its answers): each client keeps one pod, and the clients spread over both."""
+    its answers, which Envoy passes on as x-graystack-server-variant): each client keeps one pod, and the
+    clients spread over both."""
     stack = cohort_stack
     spec = stack.spec
     pods = [f"127.0.0.1:{stack.ports[name]}" for name in ("zero-layer", "baseline")]
@@ -195,7 +201,7 @@ def test_pod_affinity_keeps_a_client_on_one_pod(cohort_stack, policy):
     stack.write_spec(spec)
     stack.wait_converged(generation_above=generation)
     flip(stack, 100)
-    pod_of = cohorts(stack, by_header(f"pod-{i}" for i in range(200)), turns=3)
+    pod_of = cohorts(stack, by_header(f"pod-{i}" for i in range(200)), turns=3, header=SERVER_VARIANT_HEADER)
     assert set(pod_of.values()) == {"zero-layer", "baseline"}
 
 

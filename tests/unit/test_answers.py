@@ -145,6 +145,49 @@ def test_metadata_of_the_wrong_shape_is_read_as_far_as_it_goes():
     assert (answer.output_tokens, answer.finish, answer.ttft) == (None, None, None)
 
 
+def routed(log: accesslog_pb2.HTTPAccessLogEntry, chose: str, host: str, named: str | None):
+    """`log` as Envoy logs it when the split chose `chose`, a host of `host` answered, and the server
+    named itself `named` (Envoy's x-graystack-variant names the host's variant, over the server's)."""
+    log.request.request_headers[names.ROUTED_HEADER] = chose
+    log.common_properties.upstream_cluster = host  # after a fallback retry: the fallback's, not the aggregate
+    log.response.response_headers[names.VARIANT_HEADER] = host
+    if named is not None:
+        log.response.response_headers[names.SERVER_VARIANT_HEADER] = named
+    return log
+
+
+@pytest.mark.parametrize(
+    ("chose", "host", "named", "server", "fell_back", "misnamed"),
+    [
+        ("b", "b", "baseline", "b", False, "baseline"),  # an A/A run: a graystack server behind variant b
+        ("b", "b", None, "b", False, None),  # a server that names itself nothing (vLLM)
+        ("b", "b", "b", "b", False, None),
+        ("b", "a", "baseline", "a", True, "baseline"),  # b failed, a's host answered after the retry
+    ],
+)
+def test_an_answer_is_the_chosen_variants_and_its_server_is_the_host_envoy_sent_it_to(
+    chose, host, named, server, fell_back, misnamed
+):
+    answer = answer_from(routed(entry(STREAM), chose, host, named))
+    assert answer is not None
+    assert (answer.variant, answer.server, answer.named) == (chose, server, named)
+    assert (answer.fell_back, answer.misnamed) == (fell_back, misnamed)
+
+
+def test_the_store_counts_servers_that_name_themselves_otherwise_by_variant_and_name():
+    store = AnswerStore()
+    for chose, host, named in [
+        ("a", "a", "baseline"),
+        ("b", "b", "baseline"),
+        ("b", "b", "b"),
+        ("b", "a", "v1"),
+    ]:
+        answer = answer_from(routed(entry(STREAM), chose, host, named))
+        assert answer is not None
+        store.add(answer, now=1.0)
+    assert store.misnamed == {("a", "baseline"): 1, ("b", "baseline"): 1, ("a", "v1"): 1}
+
+
 def test_the_store_pages_by_cursor_and_counts_what_it_evicts():
     store = AnswerStore(capacity=3)
     one = answer_from(entry(STREAM))
@@ -223,7 +266,15 @@ def test_the_listener_measures_before_routing_and_logs_posts_to_the_xds_cluster(
     log.typed_config.Unpack(config)
     assert config.common_config.log_name == names.ANSWER_LOG
     assert config.common_config.grpc_service.envoy_grpc.cluster_name == names.XDS_CLUSTER
-    assert list(config.additional_request_headers_to_log) == [names.SEGMENT_HEADER, names.AFFINITY_HEADER]
+    assert list(config.additional_request_headers_to_log) == [
+        names.SEGMENT_HEADER,
+        names.AFFINITY_HEADER,
+        names.ROUTED_HEADER,
+    ]
+    assert list(config.additional_response_headers_to_log) == [
+        names.VARIANT_HEADER,
+        names.SERVER_VARIANT_HEADER,
+    ]
 
 
 def test_a_first_token_before_the_request_started_is_no_ttft():

@@ -225,17 +225,17 @@ def test_a_spec_written_back_keeps_each_variants_health_check():
     assert flipped.health_check_for("zero-layer").path == "/health"
 
 
-def test_every_answer_names_the_variant_of_the_host_that_answered_unless_the_server_did():
-    """For servers that send no `x-graystack-variant` (vLLM, llama.cpp): Envoy adds it from the
-    answering endpoint's metadata, so a fallback's answer names the fallback."""
+def test_every_answer_names_the_variant_of_the_host_that_answered_and_passes_the_servers_own_name_on():
+    """Envoy names each answer's variant from the answering endpoint's metadata, over what the server
+    sent (a graystack server names its model form, not the variant), so a fallback's answer names the
+    fallback; the server's own name is copied first, as it came, into x-graystack-server-variant."""
     resources = build()
     (route_config,) = resources.routes
-    (header,) = route_config.virtual_hosts[0].response_headers_to_add
-    assert (header.header.key, header.header.value) == (
-        "x-graystack-variant",
-        "%UPSTREAM_METADATA(graystack:variant)%",
-    )
-    assert header.append_action == header.ADD_IF_ABSENT
+    passed_on, routed = route_config.virtual_hosts[0].response_headers_to_add
+    assert [(h.header.key, h.header.value, h.append_action) for h in (passed_on, routed)] == [
+        ("x-graystack-server-variant", "%RESP(x-graystack-variant)%", routed.OVERWRITE_IF_EXISTS_OR_ADD),
+        ("x-graystack-variant", "%UPSTREAM_METADATA(graystack:variant)%", routed.OVERWRITE_IF_EXISTS_OR_ADD),
+    ]
     for assignment in resources.endpoints:
         for endpoint in assignment.endpoints[0].lb_endpoints:
             assert endpoint.metadata.filter_metadata["graystack"]["variant"] == assignment.cluster_name

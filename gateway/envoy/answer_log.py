@@ -13,10 +13,10 @@ Only POSTs are logged, so `GET /v1/models`, health checks and reads by id stay o
 that reached no variant (a refusal, a pinned API, an unknown path sent to the baseline) are dropped by the
 gateway by their route's name (gateway/answers/entries.py). The entry carries the route's name (its API
 and the checks its traffic feeds, gateway/envoy/api_routes.py), the segment the route set
-(`x-graystack-segment`), the variant the split chose (`x-graystack-routed`), the variant of the host that answered (`x-graystack-variant`, which Envoy set:
-gateway/envoy/variant_header.py) and the name the server gave itself (`x-graystack-server-variant`), the
-request's body bytes, its timings, response flags (a reset, a client that went away) and the answer
-filter's dynamic metadata.
+(`x-graystack-segment`), the variant the split chose (`x-graystack-routed`), the variant of the host that
+answered (`x-graystack-variant`, which Envoy set: gateway/envoy/variant_header.py) and the name the server
+gave itself (`x-graystack-server-variant`), the request's body bytes, its timings, response flags (a
+reset, a client that went away) and the answer filter's dynamic metadata.
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ metadata the builders put on clusters and endpoints, never the name a server giv
                           `<variant>-with-fallback` aggregate carries its variant's name), overwriting
                           the above (gateway/envoy/local_replies.py); none where no cluster was chosen.
 Envoy drops a header whose value formats empty. Checked against Envoy 1.40: behind the aggregate
-cluster `%UPSTREAM_CLUSTER%` names the aggregate, the endpoint's metadata the host that answered; the
-local reply mapper's headers apply after the route's; a route's headers are added in order, and
+cluster the endpoint's metadata names the host that answered, while after a fallback retry the access
+log's upstream cluster is the fallback's, not the aggregate (so the split's choice rides its own request
+header, `x-graystack-routed`: gateway/envoy/routes.py); the local reply mapper's headers apply after the
+route's; a route's headers are added in order, and
 `%RESP(...)%` reads the upstream's header as it was before the ones listed earlier changed it.
 """
 

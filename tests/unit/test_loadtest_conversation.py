@@ -85,16 +85,8 @@ def run_locust(port: int, folder: Path, conversations: str | None, seconds: int 
     if conversations is not None:
         env["LOADTEST_CONVERSATIONS"] = conversations
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary"]
-    argv += [
-        "--host",
-        f"http://127.0.0.1:{port}",
-        "-u",
-        str(USERS),
-        "-r",
-        str(USERS),
-        "--run-time",
-        f"{seconds}s",
-    ]
+    argv += ["--host", f"http://127.0.0.1:{port}", "-u", str(USERS), "-r", str(USERS)]
+    argv += ["--run-time", f"{seconds}s"]
     argv += ["--conversation-turns", str(TURNS), "--summary-dir", str(folder), "--stop-timeout", "2"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

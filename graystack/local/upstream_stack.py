@@ -125,11 +125,15 @@ def upstream_spec(upstreams: Mapping[str, Upstream], baseline: str) -> dict:
     }
 
 
+MERGED = ("analysis", "routing")  # sections a user's spec changes field by field, not wholesale
+
+
 def overlay(spec: dict, changes: dict) -> dict:
-    """`changes`' top-level fields over `spec`'s, `analysis` merged field by field: a user's analysis
-    that names some thresholds keeps the others `up` chose for servers it did not write."""
-    analysis = {**spec.get("analysis", {}), **(changes.get("analysis") or {})}
-    return {**spec, **changes, "analysis": analysis}
+    """`changes`' top-level fields over `spec`'s, `analysis` and `routing` merged field by field: a
+    user's analysis that names some thresholds keeps the others `up` chose for servers it did not
+    write, and `routing: {affinity: [...]}` turns cohorts on without restating the weights."""
+    merged = {key: {**spec.get(key, {}), **(changes.get(key) or {})} for key in MERGED}
+    return {**spec, **changes, **merged}
 
 
 class UserServers:

@@ -78,6 +78,15 @@ def test_a_users_spec_keeps_the_thresholds_it_does_not_name():
         local_spec({"analysis": {"max_error_rate": 2}}, front)
 
 
+def test_cohorts_turn_on_without_restating_the_weights():
+    front = upstream_options(("a=http://127.0.0.1:1", "b=http://127.0.0.1:2"), None, ())
+    changes = local_spec({"routing": {"affinity": [{"header": "x-user-id"}]}}, front)
+    servers = {name: Upstream(name, host, port) for name, (host, port) in front.addresses.items()}
+    spec = validate_spec(overlay(upstream_spec(servers, "a"), changes))
+    assert spec.routing.weights == {"a": 100, "b": 0}  # `up`'s, kept
+    assert [source.header for source in spec.routing.affinity] == ["x-user-id"]
+
+
 def test_a_probed_candidates_checkpoint_sets_what_the_guard_expects_and_a_missing_one_stops_up(tmp_path):
     from inference.checkpoint import init_checkpoint
     from inference.weights import erase_bias

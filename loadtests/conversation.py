@@ -6,7 +6,9 @@ Messages API's own body field for it, `metadata.user_id` (the Messages API has n
 model server refuses unknown fields), so cohorts keyed on either (`routing.affinity: [{header: x-user-id}]`
 or `[{body: metadata.user_id}]`) keep the user on one variant. Each turn sends every earlier message, the
 answers included, and one new user message, so a server's prefix cache could serve all but the new
-message; after the last turn the user starts a new conversation. Per turn after a conversation's first,
+message; after the last turn the user starts a new conversation, and so does a turn that would carry more
+than the conversation's byte budget (a chat full for the model's context: a person starts a new one, and the
+load test sends nothing a server must refuse as too long). Per turn after a conversation's first,
 Stickiness counts whether it reached the variant (`x-graystack-variant`) and, where both answers named
 their pod (POD_HEADER, sent by the stand-in upstream), the pod of the turn before.
 """
@@ -70,14 +72,24 @@ class Conversation:
     """One user's conversation of `turns` turns: the messages so far and where the last turn went."""
 
     def __init__(
-        self, user_id: str, turns: int, prompt_lengths: dict[int, float], rng: random.Random
+        self,
+        user_id: str,
+        turns: int,
+        prompt_lengths: dict[int, float],
+        rng: random.Random,
+        max_bytes: int = config.DEFAULT_CONVERSATION_BYTES,
     ) -> None:
         if turns < 1:
             raise ValueError(f"a conversation has at least 1 turn, not {turns}")
+        if max_bytes < max(prompt_lengths):
+            raise ValueError(
+                f"a conversation budget of {max_bytes} bytes holds no {max(prompt_lengths)}-byte prompt"
+            )
         self.user_id = user_id
         self.turns = turns
         self.prompt_lengths = prompt_lengths
         self.rng = rng
+        self.max_bytes = max_bytes
         self.messages: list[dict[str, str]] = []
         self.last: Reached | None = None
 
@@ -86,8 +98,11 @@ class Conversation:
         return len(self.messages) >= 2 * self.turns
 
     def ask(self) -> list[dict[str, str]]:
-        """The next turn's messages: every earlier one and a new user message."""
+        """The next turn's messages: every earlier one and a new user message; only the new one where
+        all would pass the byte budget (the conversation starts again from it)."""
         length = config.weighted_choice(self.prompt_lengths, self.rng)
+        if sum(len(m["content"].encode()) for m in self.messages) + length > self.max_bytes:
+            self.messages, self.last = [], None
         return [*self.messages, {"role": "user", "content": config.prompt_text(length, self.rng)}]
 
     def answered(self, asked: list[dict[str, str]], answer: str, reached: Reached, tally: Stickiness) -> None:

@@ -74,6 +74,13 @@ def _options(parser: LocustArgumentParser) -> None:
         help="turns per conversation of the conversation users (LOADTEST_CONVERSATIONS)",
     )
     parser.add_argument(
+        "--conversation-bytes",
+        env_var="LOADTEST_CONVERSATION_BYTES",
+        type=int,
+        default=config.DEFAULT_CONVERSATION_BYTES,
+        help="bytes of messages a conversation may carry before its user starts a new one",
+    )
+    parser.add_argument(
         "--think-time",
         env_var="LOADTEST_THINK_TIME",
         default=config.DEFAULT_THINK_TIME,
@@ -277,7 +284,10 @@ class ConversationUser(StreamingUser):
 
     def _new_conversation(self) -> Conversation:
         run = _run()
-        return Conversation(self.user_id, run.options.conversation_turns, run.prompt_lengths, self.rng)
+        options = run.options
+        return Conversation(
+            self.user_id, options.conversation_turns, run.prompt_lengths, self.rng, options.conversation_bytes
+        )
 
     @task
     def turn(self) -> None:

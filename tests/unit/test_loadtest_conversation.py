@@ -14,6 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from starlette.types import Receive, Scope, Send
 
 from graystack.local.standin import POD_HEADER, read_body
@@ -40,6 +41,27 @@ def test_a_conversation_grows_by_each_answer_and_counts_where_its_turns_went():
     assert (tally.turns, tally.same_variant, tally.pod_turns, tally.same_pod) == (1, 1, 1, 0)
     assert tally.drain() == {"turns": 1, "same_variant": 1, "pod_turns": 1, "same_pod": 0}
     assert tally.variant_share is None
+
+
+def test_a_turn_past_the_byte_budget_starts_a_new_conversation_from_its_message():
+    tally = Stickiness()
+    conversation = Conversation("user-1", 4, {40: 1}, random.Random(1), max_bytes=100)
+    first = conversation.ask()
+    conversation.answered(first, "x" * 20, Reached("a", None), tally)
+    second = conversation.ask()  # 40 + 20 + 40 bytes: within the budget
+    assert len(second) == 3
+    conversation.answered(second, "y" * 20, Reached("a", None), tally)
+    third = conversation.ask()  # 120 bytes would pass it: a new conversation
+    assert [m["role"] for m in third] == ["user"]
+    assert third[0]["content"] not in (first[0]["content"], second[2]["content"])
+    conversation.answered(third, "z", Reached("b", None), tally)
+    assert tally.turns == 1  # the new conversation's first turn is not compared with the old one's
+    assert not conversation.done
+
+
+def test_a_budget_smaller_than_a_prompt_is_refused():
+    with pytest.raises(ValueError, match="4096-byte prompt"):
+        Conversation("user-1", 4, {64: 1, 4096: 1}, random.Random(1), max_bytes=1000)
 
 
 def test_a_pod_is_compared_only_when_both_answers_name_one():

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2
-from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, protocol_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import any_pb2, duration_pb2, wrappers_pb2
 from google.protobuf.message import Message
 
 # Enough concurrent retries that a failing variant's traffic can all fall back at once.
 MAX_CONCURRENT_RETRIES = 1024
+# Envoy drops a pooled connection to a model server idle this long, before the server does: uvicorn
+# (graystack's, vLLM's) and llama.cpp's cpp-httplib close idle keep-alive connections after 5 s, and a
+# request Envoy sends down one the server is closing fails as a reset (envoyproxy/envoy#2324), an error
+# the candidate never made. Envoy's own default is an hour.
+SERVER_IDLE_TIMEOUT_S = 4.0
 
 
 def duration(seconds: float) -> duration_pb2.Duration:
@@ -38,6 +44,23 @@ def circuit_breakers() -> circuit_breaker_pb2.CircuitBreakers:
             )
         ]
     )
+
+
+def server_connections() -> dict[str, dict[str, any_pb2.Any]]:
+    """A cluster's options for connections to model servers: HTTP/1.1, idle ones closed by Envoy first."""
+    options = http_protocol_options_pb2.HttpProtocolOptions(
+        explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
+            http_protocol_options=protocol_pb2.Http1ProtocolOptions()
+        ),
+        common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
+            idle_timeout=duration(SERVER_IDLE_TIMEOUT_S)
+        ),
+    )
+    return {
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(options)
+        }
+    }
 
 
 def socket_address(host: str, port: int) -> address_pb2.Address:

@@ -60,6 +60,7 @@ from gateway.envoy.common import (
     circuit_breakers,
     duration,
     http_listener,
+    server_connections,
     socket_address,
 )
 from gateway.envoy.variant_header import variant_metadata
@@ -149,6 +150,7 @@ def build_unfaulted_cluster(variant: str, policy: str) -> cluster_pb2.Cluster:
         connect_timeout=duration(1.0),
         **load_balancing(policy),
         circuit_breakers=circuit_breakers(),
+        **server_connections(),
     )
 
 

@@ -37,6 +37,7 @@ from gateway.envoy.common import (
     circuit_breakers,
     duration,
     http_listener,
+    server_connections,
     socket_address,
 )
 from gateway.envoy.faults import (
@@ -165,6 +166,7 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
         circuit_breakers=circuit_breakers(),
         metadata=variant_metadata(variant),
         ignore_health_on_host_removal=True,
+        **server_connections(),
     )
     od = spec.outlier_detection
     if od is not None:
@@ -195,6 +197,7 @@ def _endpoints_of(variant: str, name: str, policy: str) -> cluster_pb2.Cluster:
         **load_balancing(policy),
         circuit_breakers=circuit_breakers(),
         metadata=variant_metadata(variant),
+        **server_connections(),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from gateway.admin.protocol import CommandResult, FaultResult, FlipResult, Status
+from gateway.admin.protocol import CommandResult, FaultChange, FaultResult, FlipResult, SplitChange, Status
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:9000"
 
@@ -29,6 +29,25 @@ class AdminError(RuntimeError):
 def dumps(answer: BaseModel) -> str:
     """The answer's JSON as the gateway sent it (the fields it left out stay out), indented."""
     return json.dumps(answer.model_dump(mode="json", exclude_unset=True), indent=2)
+
+
+Request = TypeVar("Request", bound=BaseModel)
+
+
+def _problems(error: ValidationError, whole: str) -> str:
+    """Each field that was wrong, named, with why; `whole` where the model itself was."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or whole}: {problem['msg']}"
+        for problem in error.errors()
+    )
+
+
+def _request(model: type[Request], **fields: Any) -> Request:
+    """The request, checked here as the gateway would check it: a bad value is named before any call."""
+    try:
+        return model(**fields)
+    except ValidationError as error:
+        raise AdminError(f"not sent: {_problems(error, 'request')}") from None
 
 
 class AdminClient:
@@ -50,7 +69,11 @@ class AdminClient:
     def __exit__(self, *exc: object) -> None:
         self._http.close()
 
-    def _call(self, answer: type[Answer], method: str, path: str, **kwargs: Any) -> Answer:
+    def _call(
+        self, answer: type[Answer], method: str, path: str, request: BaseModel | None = None, **kwargs: Any
+    ) -> Answer:
+        if request is not None:
+            kwargs["json"] = request.model_dump(mode="json")
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
@@ -64,12 +87,8 @@ class AdminClient:
         try:
             return answer.model_validate_json(response.content)
         except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(part) for part in problem['loc']) or 'answer'}: {problem['msg']}"
-                for problem in error.errors()
-            )
             raise AdminError(
-                f"{method} {path}: the gateway's answer is not a {answer.__name__}: {problems}"
+                f"{method} {path}: the gateway's answer is not a {answer.__name__}: {_problems(error, 'answer')}"
             ) from None
 
     def status(self) -> Status:
@@ -87,8 +106,8 @@ class AdminClient:
     def set_weights(
         self, weights: Mapping[str, int], segment: str | None = None, wait_seconds: float = 5.0
     ) -> FlipResult:
-        body = {"weights": dict(weights), "segment": segment, "wait_seconds": wait_seconds}
-        return self._call(FlipResult, "PUT", "/v1/weights", json=body)
+        change = _request(SplitChange, weights=dict(weights), segment=segment, wait_seconds=wait_seconds)
+        return self._call(FlipResult, "PUT", "/v1/weights", change)
 
     def rollout_command(self, command: str, wait_seconds: float = 5.0) -> CommandResult:
         """promote, pause, resume, rollback, retry or approve; the answer says if it was applied and ACKed."""
@@ -100,13 +119,14 @@ class AdminClient:
         self, variant: str, error_rate: float, status: int, latency_ms: int, wait_seconds: float = 5.0
     ) -> FaultResult:
         """Inject errors and latency into every attempt on `variant` (replacing its last fault)."""
-        body = {
-            "error_rate": error_rate,
-            "status": status,
-            "latency_ms": latency_ms,
-            "wait_seconds": wait_seconds,
-        }
-        return self._call(FaultResult, "PUT", f"/v1/faults/{variant}", json=body)
+        change = _request(
+            FaultChange,
+            error_rate=error_rate,
+            status=status,
+            latency_ms=latency_ms,
+            wait_seconds=wait_seconds,
+        )
+        return self._call(FaultResult, "PUT", f"/v1/faults/{variant}", change)
 
     def clear_fault(self, variant: str, wait_seconds: float = 5.0) -> FaultResult:
         return self._call(

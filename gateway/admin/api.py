@@ -25,21 +25,22 @@ from dataclasses import dataclass
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.admin.protocol import (
     CohortStatus,
     CommandResult,
+    FaultChange,
     FaultResult,
     FlipResult,
     MisnamedStatus,
     RolloutName,
     RolloutSection,
+    SplitChange,
     Status,
     XdsStatus,
 )
 from gateway.answers.store import AnswerStore
-from gateway.envoy.faults import MAX_LATENCY_MS, Fault
+from gateway.envoy.faults import Fault
 from gateway.errors import Conflict, GatewayError, NotFound, Refused, SpecError, Unreachable
 from gateway.notify.status import NotificationsStatus
 from gateway.rollout.controller import RolloutController
@@ -54,27 +55,6 @@ ERROR_STATUS: dict[type[GatewayError], int] = {
     Conflict: 409,
     Unreachable: 502,
 }
-
-
-class SplitChange(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    weights: dict[str, int] = Field(
-        description="variant -> percent; one variant may be left out for the rest"
-    )
-    segment: str | None = Field(
-        default=None, description="a routing-header value; omit for the default split"
-    )
-    wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
-
-
-class FaultChange(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    error_rate: float = Field(default=0.0, ge=0, le=1, description="share of attempts answered `status`")
-    status: int = Field(default=503, ge=400, le=599, description="the status an aborted attempt gets")
-    latency_ms: int = Field(default=0, ge=0, le=MAX_LATENCY_MS, description="added to every attempt")
-    wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
 
 
 FAULTS_OFF = (
@@ -286,8 +266,15 @@ def create_admin_app(
         """promote, pause, resume, rollback, retry or approve, applied at once; then wait for every proxy's ACK."""
         if controller is None:
             raise NotFound("this gateway runs no rollout controller")
-        result = await controller.command(command)
+        ignored = await controller.command(command)
         acked = await ads.wait_converged(wait_seconds)
-        return CommandResult(**result, acked=acked, proxies=ads.proxy_count(), rollout=controller.status())
+        return CommandResult(
+            command=command.value,
+            applied=ignored is None,
+            ignored=ignored,
+            acked=acked,
+            proxies=ads.proxy_count(),
+            rollout=controller.status(),
+        )
 
     return app

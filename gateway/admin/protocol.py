@@ -1,11 +1,11 @@
-"""The admin API's answers, one model each: what the gateway sends and what a client
-(graystack/admin_client.py) reads. /openapi.json documents them.
+"""The admin API's requests and answers, one model each: what a client (graystack/admin_client.py)
+sends and reads, and what the gateway takes and sends. /openapi.json documents them.
 
-    GET    /v1/status              Status
-    PUT    /v1/weights             FlipResult
-    PUT    /v1/faults/{variant}    FaultResult
-    DELETE /v1/faults/{variant}    FaultResult
-    POST   /v1/rollout/{command}   CommandResult
+    GET    /v1/status                         Status
+    PUT    /v1/weights            SplitChange  FlipResult
+    PUT    /v1/faults/{variant}   FaultChange  FaultResult
+    DELETE /v1/faults/{variant}                FaultResult
+    POST   /v1/rollout/{command}              CommandResult
 
 Each section's model lives beside its builder, on its own floor (gateway/spec/status.py,
 gateway/notify/status.py, gateway/rollout/status.py, gateway/xds/status.py); this module composes them and names them all.
@@ -18,7 +18,7 @@ Dump with `exclude_unset=True` to write the JSON the gateway sends.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.notify.status import NotificationsStatus, ReceiverStatus
 from gateway.rollout.status import (
@@ -45,6 +45,7 @@ from gateway.spec.status import (
 from gateway.xds.status import DisconnectedProxy, NackStatus, ProxyStatus, TypeStatus
 
 __all__ = [
+    "MAX_FAULT_LATENCY_MS",
     "AlertStatus",
     "CapacityStatus",
     "CapacityVariant",
@@ -54,6 +55,7 @@ __all__ = [
     "DecisionStatus",
     "DisconnectedProxy",
     "EvidenceStatus",
+    "FaultChange",
     "FaultResult",
     "FaultStatus",
     "FlipResult",
@@ -72,6 +74,7 @@ __all__ = [
     "RoutingStatus",
     "RuleStatus",
     "SpecFileStatus",
+    "SplitChange",
     "Status",
     "TransitionStatus",
     "TypeStatus",
@@ -79,8 +82,36 @@ __all__ = [
 ]
 
 
+MAX_FAULT_LATENCY_MS = 600_000  # ten minutes: a longer hold on every attempt is a typo, not a test
+
+
 class _Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SplitChange(_Request):
+    """PUT /v1/weights: an operator's flip of the default split or of one segment's."""
+
+    weights: dict[str, int] = Field(
+        description="variant -> percent; one variant may be left out for the rest"
+    )
+    segment: str | None = Field(
+        default=None, description="a routing-header value; omit for the default split"
+    )
+    wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
+
+
+class FaultChange(_Request):
+    """PUT /v1/faults/{variant}: errors and latency injected into every attempt on the variant."""
+
+    error_rate: float = Field(default=0.0, ge=0, le=1, description="share of attempts answered `status`")
+    status: int = Field(default=503, ge=400, le=599, description="the status an aborted attempt gets")
+    latency_ms: int = Field(default=0, ge=0, le=MAX_FAULT_LATENCY_MS, description="added to every attempt")
+    wait_seconds: float = Field(default=5.0, ge=0, le=60, description="how long to wait for proxies to ACK")
 
 
 class XdsStatus(_Answer):

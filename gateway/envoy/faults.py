@@ -65,26 +65,18 @@ from gateway.envoy.common import (
 )
 from gateway.envoy.variant_header import variant_metadata
 
-MAX_LATENCY_MS = 600_000
 FAULT_FILTER = "envoy.filters.http.fault"
 
 
 @dataclass(frozen=True)
 class Fault:
     """What a variant suffers, per upstream attempt: a share `error_rate` answered `status` at once,
-    and every attempt held `latency_ms` before it goes on (or before its abort)."""
+    and every attempt held `latency_ms` before it goes on (or before its abort). Its ranges are checked
+    where it comes in, by the admin API's FaultChange (gateway/admin/protocol.py)."""
 
     error_rate: float = 0.0
     status: int = 503
     latency_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.error_rate <= 1.0:
-            raise ValueError(f"error_rate {self.error_rate} is not in [0, 1]")
-        if not 400 <= self.status <= 599:
-            raise ValueError(f"status {self.status} is not an HTTP error status (400-599)")
-        if not 0 <= self.latency_ms <= MAX_LATENCY_MS:
-            raise ValueError(f"latency_ms {self.latency_ms} is not in [0, {MAX_LATENCY_MS}]")
 
     @property
     def active(self) -> bool:

@@ -167,12 +167,12 @@ class RolloutController:
             await self.rollback.stop()
             await self.webhooks.stop()
 
-    async def command(self, command: Command) -> dict:
-        """An operator command, applied now; says whether it was applied or why it was ignored."""
+    async def command(self, command: Command) -> str | None:
+        """An operator command, applied now; None where it was applied, else why it was ignored."""
         async with self._lock:
             ignored = self._look(self.spec, self._clock(), command=command)
             await self.saved.save(self.state)
-        return {"command": command.value, "applied": ignored is None, "ignored": ignored}
+        return ignored
 
     # -- one interval -----------------------------------------------------------------------------
 

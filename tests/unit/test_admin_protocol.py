@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from gateway.admin.api import ERROR_STATUS, Leadership, create_admin_app
+from gateway.admin.protocol import FaultChange, SplitChange
 from gateway.errors import GatewayError
 from gateway.xds.server import AdsServer
 from graystack.admin_client import AdminClient, AdminError, dumps
@@ -92,3 +93,35 @@ def test_an_admin_api_off_loopback_without_a_token_is_refused_at_start_naming_th
     assert answer.exit_code == 1
     assert "refusing to serve the admin API on 0.0.0.0 without a token" in answer.output
     assert "--admin-token" in answer.output
+
+
+def test_the_client_sends_the_protocols_requests_and_names_a_bad_value_before_sending():
+    sent: list[httpx.Request] = []
+
+    def refusing(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(400, json={"detail": "stand-in"})
+
+    client = AdminClient("http://gateway", transport=httpx.MockTransport(refusing))
+    with pytest.raises(AdminError, match=r"not sent: error_rate: Input should be less than or equal to 1"):
+        client.set_fault("b", error_rate=2.0, status=503, latency_ms=0)
+    assert sent == []  # refused here, as the gateway would refuse it
+    with pytest.raises(AdminError, match="stand-in"):
+        client.set_fault("b", error_rate=0.5, status=500, latency_ms=20, wait_seconds=0)
+    assert FaultChange.model_validate_json(sent[-1].content) == FaultChange(
+        error_rate=0.5, status=500, latency_ms=20, wait_seconds=0
+    )
+    with pytest.raises(AdminError, match="stand-in"):
+        client.set_weights({"b": 20}, segment="mobile")
+    assert SplitChange.model_validate_json(sent[-1].content).weights == {"b": 20}
+    gateway = new_gateway()
+    schema = create_admin_app(gateway, AdsServer(gateway.cache)).openapi()
+    bodies = {
+        path: operations["put"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        for path, operations in schema["paths"].items()
+        if "put" in operations
+    }
+    assert bodies == {
+        "/v1/weights": "#/components/schemas/SplitChange",
+        "/v1/faults/{variant}": "#/components/schemas/FaultChange",
+    }

@@ -275,8 +275,7 @@ async def test_a_failing_check_sends_every_segment_to_the_baseline_until_a_retry
     assert metric("graystack_rollback_seconds_count", rollout=NAME) == histogram + 1
 
     provider.per_look = HEALTHY
-    result = await controller.command(Command.RETRY)
-    assert result == {"command": "retry", "applied": True, "ignored": None}
+    assert await controller.command(Command.RETRY) is None  # applied
     assert split(gateway) == {
         "default": {"baseline": 95, "zero-layer": 5},
         "high_load": {"zero-layer": 100},
@@ -287,17 +286,13 @@ async def test_a_failing_check_sends_every_segment_to_the_baseline_until_a_retry
 async def test_operator_commands_apply_at_once_or_say_why_not(tmp_path, clock):
     gateway = new_gateway()
     controller = new_controller(gateway, tmp_path, clock)
-    assert await controller.command(Command.RESUME) == {
-        "command": "resume",
-        "applied": False,
-        "ignored": "not paused",
-    }
-    assert (await controller.command(Command.PROMOTE))["applied"]
+    assert await controller.command(Command.RESUME) == "not paused"  # ignored, and why
+    assert await controller.command(Command.PROMOTE) is None
     assert gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}
-    assert (await controller.command(Command.PAUSE))["applied"]
+    assert await controller.command(Command.PAUSE) is None
     assert controller.status().paused
     operator = metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="operator") or 0
-    assert (await controller.command(Command.ROLLBACK))["applied"]
+    assert await controller.command(Command.ROLLBACK) is None
     assert gateway.live.routing.weights == {"baseline": 100, "zero-layer": 0}
     assert metric("graystack_rollout_rollbacks_total", rollout=NAME, reason="operator") == operator + 1
     assert saved(tmp_path)["phase"] == "rolled_back"
@@ -521,7 +516,7 @@ async def test_a_failed_save_alerts_once_keeps_the_rollout_going_and_is_retried_
     alerts = metric("graystack_rollout_alerts_total", rollout=NAME)
     store.down = True
 
-    assert (await controller.command(Command.PROMOTE))["applied"]  # answered, not raised
+    assert await controller.command(Command.PROMOTE) is None  # applied and answered, not raised
     assert gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}  # the split went live
     status = controller.status()
     assert status.state_store == "configmap/llm/gs-rollout-state"

@@ -105,9 +105,9 @@ async def test_a_manual_gate_holds_until_approve_and_the_story_is_told_once(tmp_
     told: list[RolloutEvent] = []
     controller.watchers.append(storyteller(told.append))
 
-    early = await controller.command(Command.APPROVE)
-    assert not early["applied"]
-    assert early["ignored"].startswith("no step awaits approval")
+    ignored = await controller.command(Command.APPROVE)
+    assert ignored is not None
+    assert ignored.startswith("no step awaits approval")
 
     await past_the_hold(controller, clock)
     for _ in range(3):  # the hold long past, every check passing: still not taken
@@ -129,20 +129,21 @@ async def test_a_manual_gate_holds_until_approve_and_the_story_is_told_once(tmp_
 
     await controller.command(Command.PAUSE)
     paused = await controller.command(Command.APPROVE)
-    assert paused["ignored"].startswith("paused: resume first")
+    assert paused is not None
+    assert paused.startswith("paused: resume first")
     await controller.command(Command.RESUME)
     clock.now += 5
     await controller.tick()  # the gate is judged again
 
-    approved = await controller.command(Command.APPROVE)
-    assert approved["applied"], approved
+    assert await controller.command(Command.APPROVE) is None  # applied
     status = controller.status()
     assert (status.step, status.weight, status.gate) == (1, 20, None)
     assert gateway.live.routing.weights == {"baseline": 80, "zero-layer": 20}
     assert saved(tmp_path)["step"] == 1
     assert status.history[-1].reason == "operator approve"
     again = await controller.command(Command.APPROVE)
-    assert again["ignored"].startswith("no step awaits approval")
+    assert again is not None
+    assert again.startswith("no step awaits approval")
 
     reasons = [event.reason for event in told]
     # One event per change, not per look: the gate told once over four looks, again after the resume.

@@ -28,6 +28,7 @@ from typing import Literal
 import httpx
 
 from gateway.errors import SpecError
+from gateway.spec.quality import check_template
 
 Verdict = Literal["worse", "tie", "better"]  # the candidate's answer against the baseline's
 Choice = Literal["A", "B", "TIE"]
@@ -42,22 +43,10 @@ Answer B:
 {second}
 
 Reply with exactly one word: A if answer A is better, B if answer B is better, TIE if neither is."""
-PLACEHOLDERS = ("{first}", "{second}")  # required; `{request}`, the request's text, where one is given
-_PLACEHOLDER = re.compile(r"\{(request|first|second)\}")
+_PLACEHOLDER = re.compile(r"\{(request|first|second)\}")  # a template's (gateway/spec/quality.py)
 _CHOICE = re.compile(r"^\W*(A|B|TIE)\b", re.IGNORECASE)
 HOUR = 3600.0
 PROMPT_FIELD = "analysis.quality.judge.prompt"
-
-
-def check_template(template: str) -> str:
-    """The template, if it names each of PLACEHOLDERS exactly once (and `{request}` at most once);
-    ValueError naming what is wrong."""
-    for placeholder in PLACEHOLDERS:
-        if template.count(placeholder) != 1:
-            raise ValueError(f"the judge's template must contain {placeholder} exactly once")
-    if template.count("{request}") > 1:
-        raise ValueError("the judge's template may contain {request} at most once")
-    return template
 
 
 def read_template(path: str | None) -> str:

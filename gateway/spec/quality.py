@@ -9,7 +9,7 @@ here and carried in the spec for the comparator tests (issue 28, item 2).
 
 No file is read here: the spec is validated where it is written too (`graystack weight --configmap` on an
 operator's machine), where the judge's prompt file need not exist. The gateway reads it where the judge
-runs (gateway/quality/judge.py `read_template`).
+runs (gateway/quality/judge.py `read_template`), against the rule `check_template` states here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,19 @@ from gateway.spec.fields import HttpUrl, PositiveDuration, SpecModel
 
 # The answer filter samples a request by its x-request-id modulo this (gateway/envoy/capture.py).
 PER_MILLION = 1_000_000
+# What a judge's template must name once each; `{request}`, the request's text, where one is given.
+ANSWER_PLACEHOLDERS = ("{first}", "{second}")
+
+
+def check_template(template: str) -> str:
+    """The template, if it names each of ANSWER_PLACEHOLDERS exactly once (and `{request}` at most once);
+    ValueError naming what is wrong."""
+    for placeholder in ANSWER_PLACEHOLDERS:
+        if template.count(placeholder) != 1:
+            raise ValueError(f"the judge's template must contain {placeholder} exactly once")
+    if template.count("{request}") > 1:
+        raise ValueError("the judge's template may contain {request} at most once")
+    return template
 
 
 class Judge(SpecModel):

@@ -35,7 +35,7 @@ from gateway.metrics.provider import MetricsProvider
 from gateway.metrics.quality import QualityCounts
 from gateway.metrics.queries import histogram_queries
 from gateway.notify.notifier import Notifier
-from gateway.quality.judge import TEMPLATE, Budget, Judge
+from gateway.quality.judge import Budget, Judge, read_template
 from gateway.quality.judging import Judging
 from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.controller import RolloutController
@@ -283,20 +283,20 @@ async def serve_until_signalled(process: GatewayProcess) -> None:
 
 def quality_counts(quality: Quality | None) -> QualityCounts | None:
     """The answer-quality counts `analysis.quality` asks for, with its judge in the background (None:
-    no quality section, nothing captured)."""
+    no quality section, nothing captured). SpecError where the judge's prompt file cannot be used (the
+    guard is then off and says why; the gateway refused such a spec on load, so the file changed since)."""
     if quality is None:
         return None
     judge = quality.judge
     if judge is None:
         return QualityCounts()
-    template = judge.template() or TEMPLATE
     return QualityCounts(
         Judging(
             Judge(
                 judge.url,
                 judge.model,
                 Budget(judge.budget_per_hour),
-                template=template,
+                template=read_template(judge.prompt),
                 timeout=judge.timeout,
             )
         )

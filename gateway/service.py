@@ -26,6 +26,7 @@ from gateway.envoy.bootstrap import listener_address
 from gateway.envoy.faults import Fault
 from gateway.envoy.resources import EndpointMap, ListenerAddress, build_resources
 from gateway.errors import NotFound, Refused
+from gateway.quality.judge import read_template
 from gateway.rollout import telemetry
 from gateway.sources.endpoints import static_endpoints
 from gateway.spec.model import RolloutSpec, SpecError, complete_split
@@ -103,6 +104,9 @@ class Gateway:
             problems = secret_problems(spec.notifications)  # the secrets live here, not where the CLI runs
             if problems:
                 raise SpecError("; ".join(problems))
+            judge = spec.analysis.quality.judge if spec.analysis.quality is not None else None
+            if judge is not None:
+                read_template(judge.prompt)  # so does the judge's prompt file: SpecError naming it
             self._go_live(self._compose(spec, overrides, self.rollout), faults)
         except (SpecError, ValueError) as error:
             self.refuse(SpecError(f"{self.spec_path}: {error}"))

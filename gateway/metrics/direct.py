@@ -37,7 +37,7 @@ ttft, ttft_sum: the model servers' TTFT histogram, buckets and sum, per `segment
   `graystack_request_ttft_seconds`, vLLM's `vllm:time_to_first_token_seconds`, or the histogram
   the spec names (`provider.histograms.ttft`). A server's series without a segment label (vLLM's)
   fall in the unlabelled stratum, compared only where every routed request is split at random.
-  The probes' `graystack_probe_ttft_seconds` too, in a stratum of its own (observations.PROBED): the
+  The probes' `graystack_probe_ttft_seconds` too, in a stratum of its own (spec/queries.py's PROBED): the
   analysis compares it only where the servers export no TTFT histogram.
 itl, itl_sum: their histogram of each request's mean time per output token likewise
   (`graystack_request_time_per_output_token_seconds`, `vllm:request_time_per_output_token_seconds`, or
@@ -84,15 +84,14 @@ from gateway.metrics.observations import (
     GENERATED,
     ITL,
     ITL_SUM,
-    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
     CounterKey,
-    LatencySignal,
     Observations,
 )
 from gateway.metrics.series import counter_key, route_cluster
+from gateway.spec.queries import PROBED, LatencySignal
 from inference.families import (
     MODEL_INFO,
     PROBE_SERVER_MISMATCH,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 REQUESTS = "requests"  # attempts that reached the variant (Envoy: upstream_rq_total + pending_failure_eject)
 ERRORS = "errors"  # of those, failed (Envoy: the route cluster's upstream_rq_retry + upstream_rq{5xx})
@@ -36,7 +35,6 @@ TTFT = "ttft"  # the model servers' graystack_request_ttft_seconds buckets, stra
 TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), le = inf
 ITL = "itl"  # graystack_request_time_per_output_token_seconds buckets (one per request), stratum(segment)
 ITL_SUM = "itl_sum"  # ... and its _sum (seconds)
-LatencySignal = Literal["ttft", "itl"]  # TTFT, ITL: what a spec's provider.histograms names
 COMPARED = "compared"  # shadow copies whose greedy answer was compared with the baseline's (agree + differ):
 # the servers' (graystack serve --compare-with), or with analysis.quality the gateway's pairs
 DIFFERED = "differed"  # of those, a different answer
@@ -79,9 +77,7 @@ SIGNALS = (
 
 
 UNLABELLED = "*"  # the segment of a histogram without a `segment` label (a server that is not graystack's)
-PROBED = (
-    "(probe)"  # the segment of the probes' own TTFT histogram: their synthetic requests, straight to a pod
-)
+# (the probes' own TTFT histogram is in the segment PROBED: gateway/spec/queries.py)
 
 
 def stratum(segment: str | None, prompt_bucket: str = "") -> str:

@@ -2,7 +2,7 @@
 
 Where a Prometheus already scrapes Envoy (every replica), the model servers and the probes, the gateway
 needs no route to any of them. The counters mean what they mean in gateway/metrics/direct.py (read its
-docstring for why each); the queries, one per term, are in gateway/metrics/queries.py. Each selects raw
+docstring for why each); the queries, one per term, are in gateway/spec/queries.py. Each selects raw
 series (no `increase()`, no `sum()`), so every series comes back as one sample, as it stood at
 Prometheus' last scrape of it, and is reported as its own entry: its source is its metric and labels
 (`instance` and `job` among them), so two Envoy replicas' or two pods' series stay apart, and a
@@ -28,8 +28,9 @@ import httpx
 
 from gateway.errors import Unreachable
 from gateway.metrics.observations import CounterKey, Observations
-from gateway.metrics.queries import BUCKETS, QUERIES, SIGNALS, check_overrides, render
+from gateway.metrics.queries import BUCKETS, SIGNALS, render
 from gateway.metrics.series import NAME, counter_key, route_cluster
+from gateway.spec.queries import QUERIES, check_overrides
 
 Sample = tuple[dict[str, str], float]  # a series' labels and its value
 

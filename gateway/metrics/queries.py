@@ -1,28 +1,15 @@
-"""The prometheus provider's PromQL, by name, and the check of the spec's overrides of it.
+"""The prometheus provider's side of its queries: which signal each counter query feeds, the queries for
+a spec's named histograms, and a template filled in for one variant.
 
-Its own module, importing nothing from gateway.rollout, so that the spec (gateway/spec/model.py)
-can check `analysis.provider.queries` without importing a provider.
-
-Each counter query selects raw series, one sample per series as it stands (no `increase()`, no
-`sum()`): the analysis takes increments between looks series by series, so a restarted process's
-series (its value falls) is a reset of that series alone. Placeholders: `{variant}`,
-`{route_cluster}` (the aggregate `<variant>-with-fallback`, or the variant itself) and
-`{shadow_cluster}` (`<variant>-shadow`, where mirrored copies go); PromQL's own braces need no
-escaping. What each counter means, and why: gateway/metrics/direct.py.
+The built-in queries themselves, their placeholders and the check of a spec's overrides are the spec's
+(gateway/spec/queries.py), which names what it may override.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from gateway import names
-from gateway.families import (
-    ENVOY_UPSTREAM_RQ,
-    ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT,
-    ENVOY_UPSTREAM_RQ_RETRY,
-    ENVOY_UPSTREAM_RQ_TOTAL,
-)
 from gateway.metrics.observations import (
     COMPARED,
     DIFFERED,
@@ -30,65 +17,12 @@ from gateway.metrics.observations import (
     GENERATED,
     ITL,
     ITL_SUM,
-    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
-    LatencySignal,
 )
-from inference.families import (
-    MODEL_INFO,
-    PROBE_SERVER_MISMATCH,
-    PROBE_TTFT,
-    PROBE_WEIGHT_STATUS,
-    REQUEST_TIME_PER_OUTPUT_TOKEN,
-    REQUEST_TTFT,
-    SHADOW_COMPARISONS,
-    TOKENS,
-    VLLM_GENERATION_TOKENS,
-    VLLM_TIME_PER_OUTPUT_TOKEN,
-    VLLM_TTFT,
-)
+from gateway.spec.queries import PLACEHOLDER, LatencySignal
 
-VARIANT = '{variant="{variant}"}'  # PromQL's braces: the `{variant}` placeholder inside a label matcher
-
-
-def _metric_in(*metrics: str, matchers: str = 'variant="{variant}"') -> str:
-    """A selector of the series whose metric is any of `metrics`."""
-    return '{__name__=~"' + "|".join(metrics) + '",' + matchers + "}"
-
-
-def _probed(metric: str) -> str:
-    """The probes' synthetic requests' `metric`, in a segment of its own."""
-    return f'label_replace({metric}{VARIANT}, "segment", "{PROBED}", "", "")'
-
-
-QUERIES: dict[str, str] = {
-    "attempts": ENVOY_UPSTREAM_RQ_TOTAL + '{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
-    "refused": ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT + '{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
-    "retried": ENVOY_UPSTREAM_RQ_RETRY + '{envoy_cluster_name="{route_cluster}"}',
-    "failed": (
-        ENVOY_UPSTREAM_RQ
-        + '{envoy_cluster_name=~"{route_cluster}|{shadow_cluster}",envoy_response_code=~"5.."}'
-    ),
-    # graystack's servers' histograms, or vLLM's (a scrape config labels a vLLM pod's series with its variant)
-    "ttft": _metric_in(f"{REQUEST_TTFT}_bucket", f"{VLLM_TTFT}_bucket"),
-    "ttft_sum": _metric_in(f"{REQUEST_TTFT}_sum", f"{VLLM_TTFT}_sum"),
-    "itl": _metric_in(f"{REQUEST_TIME_PER_OUTPUT_TOKEN}_bucket", f"{VLLM_TIME_PER_OUTPUT_TOKEN}_bucket"),
-    "itl_sum": _metric_in(f"{REQUEST_TIME_PER_OUTPUT_TOKEN}_sum", f"{VLLM_TIME_PER_OUTPUT_TOKEN}_sum"),
-    # the probes' synthetic requests, in a stratum of their own (compared where the servers have no TTFT)
-    "probe_ttft": _probed(f"{PROBE_TTFT}_bucket"),
-    "probe_ttft_sum": _probed(f"{PROBE_TTFT}_sum"),
-    "compared": SHADOW_COMPARISONS + '{variant="{variant}",result=~"agree|differ"}',
-    "differed": SHADOW_COMPARISONS + '{variant="{variant}",result="differ"}',
-    # tokens generated, for what a variant's pods cost per million of them (graystack status)
-    "generated": _metric_in(
-        TOKENS, VLLM_GENERATION_TOKENS, matchers='variant="{variant}",kind=~"generated|"'
-    ),
-    "weight_status": f"{PROBE_WEIGHT_STATUS}{VARIANT} == 1",
-    "server_mismatch": f"{PROBE_SERVER_MISMATCH}{VARIANT} == 1",
-    "effective_window": f"{MODEL_INFO}{VARIANT} == 1",
-}
 # The counter queries' signals: several queries may feed one signal (the consumer sums increments).
 SIGNALS: dict[str, str] = {
     "attempts": REQUESTS,
@@ -106,8 +40,6 @@ SIGNALS: dict[str, str] = {
     "generated": GENERATED,
 }
 BUCKETS = frozenset({"ttft", "itl", "probe_ttft"})  # histogram buckets: each series must keep its `le` label
-PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster"})
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")  # `{name}`: never valid PromQL, whose braces hold label matchers
 
 
 def histogram_queries(histograms: Mapping[LatencySignal, str]) -> dict[str, str]:
@@ -119,28 +51,10 @@ def histogram_queries(histograms: Mapping[LatencySignal, str]) -> dict[str, str]
     }
 
 
-def check_overrides(queries: Mapping[str, str]) -> None:
-    """ValueError naming the first override that is not a known query or uses an unknown placeholder."""
-    for name, template in queries.items():
-        if name not in QUERIES:
-            raise ValueError(
-                f"unknown query {name!r}; the prometheus provider's queries are {sorted(QUERIES)}"
-            )
-        used = set(_PLACEHOLDER.findall(template))
-        if "window" in used:
-            raise ValueError(
-                f"query {name!r}: `{{window}}` is no longer filled in: select the raw cumulative series "
-                "(no increase(), no sum()); the analysis takes their increments between looks"
-            )
-        unknown = sorted(used - PLACEHOLDERS)
-        if unknown:
-            raise ValueError(f"query {name!r}: unknown placeholder(s) {unknown}; use {sorted(PLACEHOLDERS)}")
-
-
 def render(template: str, variant: str, route_cluster: str) -> str:
     values = {
         "variant": variant,
         "route_cluster": route_cluster,
         "shadow_cluster": names.shadow_cluster(variant),
     }
-    return _PLACEHOLDER.sub(lambda match: values.get(match.group(1), match.group(0)), template)
+    return PLACEHOLDER.sub(lambda match: values.get(match.group(1), match.group(0)), template)

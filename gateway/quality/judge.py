@@ -22,9 +22,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import httpx
+
+from gateway.errors import SpecError
+from gateway.spec.quality import check_template
 
 Verdict = Literal["worse", "tie", "better"]  # the candidate's answer against the baseline's
 Choice = Literal["A", "B", "TIE"]
@@ -39,21 +43,26 @@ Answer B:
 {second}
 
 Reply with exactly one word: A if answer A is better, B if answer B is better, TIE if neither is."""
-PLACEHOLDERS = ("{first}", "{second}")  # required; `{request}`, the request's text, where one is given
-_PLACEHOLDER = re.compile(r"\{(request|first|second)\}")
+_PLACEHOLDER = re.compile(r"\{(request|first|second)\}")  # a template's (gateway/spec/quality.py)
 _CHOICE = re.compile(r"^\W*(A|B|TIE)\b", re.IGNORECASE)
 HOUR = 3600.0
+PROMPT_FIELD = "analysis.quality.judge.prompt"
 
 
-def check_template(template: str) -> str:
-    """The template, if it names each of PLACEHOLDERS exactly once (and `{request}` at most once);
-    ValueError naming what is wrong."""
-    for placeholder in PLACEHOLDERS:
-        if template.count(placeholder) != 1:
-            raise ValueError(f"the judge's template must contain {placeholder} exactly once")
-    if template.count("{request}") > 1:
-        raise ValueError("the judge's template may contain {request} at most once")
-    return template
+def read_template(path: str | None) -> str:
+    """The judge's template: the built-in one (None), or the file `path`, read here, where the judge runs
+    (the spec is also validated where the file need not exist); SpecError naming the field and the path
+    where the file cannot be read or is not a template."""
+    if path is None:
+        return TEMPLATE
+    try:
+        return check_template(Path(path).read_text())
+    except OSError as error:
+        raise SpecError(f"{PROMPT_FIELD}: {path}: cannot read it: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{PROMPT_FIELD}: {path}: not UTF-8 text (byte {error.start})") from error
+    except ValueError as error:  # not a template
+        raise SpecError(f"{PROMPT_FIELD}: {path}: {error}") from error
 
 
 def prompt(template: str, request: str, first: str, second: str) -> str:

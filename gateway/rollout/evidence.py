@@ -46,7 +46,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gateway.metrics.observations import PROBED, segment_of
+from gateway.metrics.observations import segment_of
 from gateway.rollout.increments import Histogram, VariantLook
 from gateway.rollout.not_worse import NotWorse, start_tests, with_look
 from gateway.rollout.plan import Plan
@@ -58,6 +58,7 @@ from gateway.rollout.sequential import (
     by_stratum,
     error_rate_bounds,
 )
+from gateway.spec.queries import PROBED
 
 TTFT_SHARE = 0.05  # p95 <= SLO: at most 5 % of first tokens above it
 

@@ -6,20 +6,35 @@ and its original (`shadow`, default on), and live traffic outside the shadow sta
 of it (default 0: off). `max_answer_bytes` caps the text kept per answer, in Envoy: bytes past it never
 leave the proxy. The comparators' settings (`max_greedy_disagreement`, `structure`, `judge`) are validated
 here and carried in the spec for the comparator tests (issue 28, item 2).
+
+No file is read here: the spec is validated where it is written too (`graystack weight --configmap` on an
+operator's machine), where the judge's prompt file need not exist. The gateway reads it where the judge
+runs (gateway/quality/judge.py `read_template`), against the rule `check_template` states here.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from gateway.quality.judge import check_template
 from gateway.spec.fields import HttpUrl, PositiveDuration, SpecModel
 
 # The answer filter samples a request by its x-request-id modulo this (gateway/envoy/capture.py).
 PER_MILLION = 1_000_000
+# What a judge's template must name once each; `{request}`, the request's text, where one is given.
+ANSWER_PLACEHOLDERS = ("{first}", "{second}")
+
+
+def check_template(template: str) -> str:
+    """The template, if it names each of ANSWER_PLACEHOLDERS exactly once (and `{request}` at most once);
+    ValueError naming what is wrong."""
+    for placeholder in ANSWER_PLACEHOLDERS:
+        if template.count(placeholder) != 1:
+            raise ValueError(f"the judge's template must contain {placeholder} exactly once")
+    if template.count("{request}") > 1:
+        raise ValueError("the judge's template may contain {request} at most once")
+    return template
 
 
 class Judge(SpecModel):
@@ -31,21 +46,9 @@ class Judge(SpecModel):
     max_loss: float = Field(default=0.55, gt=0, lt=1)
     budget_per_hour: int = Field(default=200, ge=1)
     timeout: PositiveDuration = 30.0
-    prompt: str | None = None  # a template file; None: the built-in one (gateway/quality/judge.py)
-
-    @field_validator("prompt")
-    @classmethod
-    def _template_file(cls, path: str | None) -> str | None:
-        if path is not None:
-            try:
-                check_template(Path(path).read_text())
-            except OSError as error:
-                raise ValueError(f"cannot read the template {path!r}: {error.strerror}") from error
-        return path
-
-    def template(self) -> str | None:
-        """The prompt file's template (None: the built-in one); checked when the spec was read."""
-        return Path(self.prompt).read_text() if self.prompt is not None else None
+    # A template file on the gateway, read and checked where the judge runs (gateway/quality/judge.py);
+    # None: the built-in template.
+    prompt: str | None = None
 
 
 class Quality(SpecModel):

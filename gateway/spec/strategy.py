@@ -7,11 +7,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.metrics.observations import LatencySignal
-from gateway.metrics.queries import check_overrides
 from gateway.spec.approval import EvidenceApproval
 from gateway.spec.fields import Duration, HttpUrl, Percent, PositiveDuration, SpecModel
 from gateway.spec.quality import Quality
+from gateway.spec.queries import LatencySignal, check_overrides
 
 
 class Gate(SpecModel):
@@ -56,7 +55,7 @@ MetricName = Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")]
 class Provider(SpecModel):
     type: Literal["direct", "prometheus"] = "direct"
     url: str | None = None
-    # PromQL replacing the prometheus provider's built-in queries by name (gateway/metrics/queries.py).
+    # PromQL replacing the prometheus provider's built-in queries by name (gateway/spec/queries.py).
     queries: dict[str, str] | None = None
     # The servers' TTFT and per-request time-per-output-token histograms by base name, where they are
     # neither graystack's nor vLLM's (both providers read those by default): e.g. {ttft: my_ttft_seconds}.

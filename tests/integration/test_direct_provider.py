@@ -20,13 +20,13 @@ from gateway.metrics.observations import (
     GENERATED,
     ITL,
     ITL_SUM,
-    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
     Observations,
     segment_of,
 )
+from gateway.spec.queries import PROBED
 from graystack.local.gateway_stack import VARIANTS
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.rollout_stack import SEGMENT

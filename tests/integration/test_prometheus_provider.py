@@ -13,9 +13,9 @@ import time
 import pytest
 
 from gateway.metrics import DirectProvider
-from gateway.metrics.observations import ERRORS, PROBED, REQUESTS, TTFT, TTFT_SUM, Observations, segment_of
+from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, TTFT_SUM, Observations, segment_of
 from gateway.metrics.prometheus import PrometheusProvider
-from gateway.metrics.queries import QUERIES
+from gateway.spec.queries import PROBED, QUERIES
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
 from graystack.local.processes import free_port, start_process, wait_until
 from inference.config import ModelConfig

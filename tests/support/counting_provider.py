@@ -20,7 +20,6 @@ from gateway.metrics.observations import (
     GENERATED,
     ITL,
     ITL_SUM,
-    PROBED,
     REQUESTS,
     TTFT,
     TTFT_SUM,
@@ -29,6 +28,7 @@ from gateway.metrics.observations import (
     SampleKey,
     stratum,
 )
+from gateway.spec.queries import PROBED
 from inference.server.telemetry import INTER_TOKEN_BUCKETS, TTFT_BUCKETS
 
 

@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.quality.judge import TEMPLATE, Budget, Judge, check_template, parse_choice, prompt, verdict_of
+from gateway.quality.judge import TEMPLATE, Budget, Judge, parse_choice, prompt, verdict_of
+from gateway.spec.quality import check_template
 from tests.support.threaded_server import served
 
 

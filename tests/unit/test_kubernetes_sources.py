@@ -1,11 +1,18 @@
-"""The pure parts of Kubernetes mode: EndpointSlices to Envoy endpoints, a flip written into spec text,
-and the stored rollout state's format (the file store's, so a rollout moves between modes by a copy)."""
+"""The pure parts of Kubernetes mode: EndpointSlices to Envoy endpoints, a flip written into spec text
+(and `graystack weight --configmap` writing it, against a stand-in API server), and the stored rollout
+state's format (the file store's, so a rollout moves between modes by a copy)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+from types import SimpleNamespace
+
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from gateway.kubernetes import api, weight
 from gateway.kubernetes.endpoints import EndpointSlices, ready_addresses
 from gateway.kubernetes.spec_source import spec_from_configmap
 from gateway.kubernetes.state import decode_state
@@ -13,6 +20,7 @@ from gateway.kubernetes.weight import flipped
 from gateway.rollout.machine import initial_state
 from gateway.rollout.state_store import load_state, save_state
 from gateway.spec.model import SpecError, parse_spec
+from graystack.cli import main
 
 SPEC = """\
 name: zero-layer
@@ -80,6 +88,42 @@ def test_a_flip_rewrites_the_default_split_or_one_segment() -> None:
 def test_a_bad_flip_is_refused_before_anything_is_written(weights, segment, message) -> None:
     with pytest.raises(SpecError, match=message):
         flipped(SPEC, weights, segment, "cm")
+
+
+class ConfigMap:
+    """One ConfigMap as the API server answers `CoreV1Api`'s raw calls (`_preload_content=False`)."""
+
+    def __init__(self, name: str, namespace: str, data: dict[str, str]) -> None:
+        self.object = {"metadata": {"name": name, "namespace": namespace}, "data": data}
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: object) -> SimpleNamespace:
+        return SimpleNamespace(data=json.dumps(self.object).encode())
+
+    def replace_namespaced_config_map(
+        self, name: str, namespace: str, body: dict, **_: object
+    ) -> SimpleNamespace:
+        self.object = body
+        return self.read_namespaced_config_map(name, namespace)
+
+
+def test_a_flip_in_the_cluster_keeps_a_judge_prompt_that_only_the_gateway_has(monkeypatch, tmp_path) -> None:
+    """The prompt file lives in the gateway's pod: the operator's machine validates the spec without it."""
+    prompt = str(tmp_path / "only-in-the-gateway-pod" / "judge.txt")
+    judged = (
+        SPEC
+        + f"analysis:\n  quality:\n    judge: {{url: 'http://judge:8000/v1', model: j, prompt: '{prompt}'}}\n"
+    )
+    stored = ConfigMap("gs-spec", "llm", {"spec.yaml": judged})
+    monkeypatch.setattr(api, "api_client", lambda *_: contextlib.nullcontext())
+    monkeypatch.setattr(weight.client, "CoreV1Api", lambda _: stored)
+    result = CliRunner().invoke(
+        main, ["weight", "zero-layer=20", "--configmap", "gs-spec", "--namespace", "llm"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "written to configmap/llm/gs-spec" in result.output
+    written = yaml.safe_load(stored.object["data"]["spec.yaml"])
+    assert written["routing"]["weights"] == {"baseline": 80, "zero-layer": 20}
+    assert written["analysis"]["quality"]["judge"]["prompt"] == prompt
 
 
 def test_a_configmap_without_the_key_or_with_a_bad_spec_names_itself() -> None:

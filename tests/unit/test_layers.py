@@ -60,6 +60,17 @@ def test_the_contracts_hold_on_main(house: Path):
             "import gateway.service",
             "gateway.spec is not allowed to import gateway.service",
         ),
+        # ... and a leaf: validated where it is written too (the CLI), it imports no reader and no judge
+        (
+            "gateway/spec/strategy.py",
+            "from gateway.metrics import observations",
+            "gateway.spec is not allowed to import gateway.metrics",
+        ),
+        (
+            "gateway/spec/quality.py",
+            "from gateway.quality import judge",
+            "gateway.spec is not allowed to import gateway.quality",
+        ),
         # xDS knows nothing of rollouts
         (
             "gateway/xds/cache.py",

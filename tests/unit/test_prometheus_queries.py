@@ -15,8 +15,9 @@ import pytest
 from gateway.metrics import prometheus
 from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, CounterKey
 from gateway.metrics.prometheus import PrometheusProvider
-from gateway.metrics.queries import QUERIES, SIGNALS, check_overrides, render
+from gateway.metrics.queries import SIGNALS, render
 from gateway.spec.model import SpecError, validate_spec
+from gateway.spec.queries import QUERIES, check_overrides
 
 VARIANTS = ["baseline", "zero-layer"]
 PROVIDER = PrometheusProvider("http://p:9090", VARIANTS, "baseline")

@@ -7,12 +7,13 @@ import math
 
 import pytest
 
-from gateway.metrics.observations import ERRORS, PROBED, REQUESTS, TTFT, CounterKey, stratum
+from gateway.metrics.observations import ERRORS, REQUESTS, TTFT, CounterKey, stratum
 from gateway.rollout.analysis import Verdict, analyse, by_name
 from gateway.rollout.evidence import Evidence, add_look, start
 from gateway.rollout.increments import increase, per_variant
 from gateway.rollout.plan import Plan, plan_for
 from gateway.spec.model import validate_spec
+from gateway.spec.queries import PROBED
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.unit.test_spec import example
 

@@ -90,6 +90,7 @@ from gateway.rollout.rollout_state import (
     Transition,
     WebhookOutcome,
 )
+from gateway.rollout.verdicts import describe, summary
 from gateway.spec.model import RolloutSpec
 from gateway.spec.strategy import Strategy
 
@@ -148,23 +149,6 @@ def rollback_acked(state: RolloutState, now: float) -> tuple[RolloutState, float
         return state, None
     seconds = max(0.0, now - state.rollback_started)
     return replace(state, rollback_started=None), seconds
-
-
-def describe(check: Check) -> str:
-    """A check as evidence: verdict, value, samples, bound and threshold, its log e-value against its
-    bound (a sequential test), and whether the baseline shares the failure."""
-    evidence = ""
-    if check.log_evalue is not None and check.log_bound is not None:
-        evidence = f", log e-value {check.log_evalue:.2f} vs {check.log_bound:.2f}"
-    shared = ", shared incident (the baseline fails the same test)" if check.shared else ""
-    return (
-        f"{check.name} {check.verdict.value}: value {_num(check.value)} over {check.samples} samples, "
-        f"bound {_num(check.bound)}, threshold {_num(check.threshold)}{evidence}{shared} ({check.reason})"
-    )
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4g}"
 
 
 def _fold(state: RolloutState, now: float) -> RolloutState:
@@ -333,7 +317,7 @@ def _judge(
         return _roll_back(state, now, shut.rollback, "webhook", actions), "rollback"
     if shut is not None:
         return state, shut.outcome
-    state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {_summary(checks)}")
+    state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {summary(checks)}")
     return state, f"advance to {state.label()}"
 
 
@@ -374,10 +358,6 @@ def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
         return spec.strategy.shadow.duration if spec.strategy.shadow else None
     steps = spec.strategy.steps
     return steps[state.step].hold if state.step < len(steps) else None
-
-
-def _summary(checks: tuple[Check, ...]) -> str:
-    return ", ".join(f"{c.name}={_num(c.value)}/{c.samples}" for c in checks)
 
 
 def _reconcile(spec: RolloutSpec, state: RolloutState, now: float) -> RolloutState:

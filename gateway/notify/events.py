@@ -1,23 +1,26 @@
 """The rollout's notifications, derived from what the controller tells (gateway/rollout/facts.py). Pure.
 
 One event per thing that happened, with a sentence a person can act on and the structured fields a
-program reads. Deduplicated by `Memory`: a stage that holds for the same reason at every look is told
-once, and again only when the reason changes (numbers aside: `hold: metrics error 1 of 3` and `2 of 3`
-are one reason) or a new stage begins; the inconclusive alarm fires once per stage. The memory lives in
-the gateway process: a restarted gateway may tell a standing hold once more.
+program reads. Which decision makes which event: gateway/rollout/reasons.py, keyed on the decision's
+typed reason, never its words. Deduplicated by `Memory`: a stage that holds for the same reason at every
+look is told once, and again only when the hold changes (`Outcome.identity`: metrics error 1 of 3 and 2
+of 3 are one hold), after a look that did not hold, or when a new stage begins; the inconclusive alarm
+fires once per stage. The memory lives in the gateway process: a restarted gateway may tell a standing
+hold once more.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.facts import Fact, Looked, RollbackAcked, RollbackConfirmedLate
+from gateway.rollout.outcome import Identity, Outcome, Reason
 from gateway.rollout.plan import roles
+from gateway.rollout.reasons import CAPACITY_NOT_READY, HOLDS, MOVES
 from gateway.rollout.rollout_state import ADVANCING, Phase, RecordDecision, RolloutState
 from gateway.rollout.views import evidence_status, stage_of
 from gateway.spec.model import RolloutSpec, SpecError
@@ -43,7 +46,7 @@ class Memory:
     """What was told in the current stage, so a repeated reason is not told again."""
 
     stage: str | None = None
-    hold: str | None = None  # the last hold (or capacity) reason told, numbers masked
+    hold: Identity | None = None  # the last hold told
     inconclusive_since: float | None = None
     inconclusive_told: bool = False
 
@@ -74,12 +77,12 @@ def _looked(fact: Looked, memory: Memory, inconclusive_after: float) -> tuple[li
         failing = [c for c in fact.decision.checks if c.verdict == Verdict.FAIL] if fact.decision else []
         events.append(_rolled_back(spec, after, failing, now))
     elif after.phase == Phase.PROMOTED and before.phase != Phase.PROMOTED:
-        events.append(_event("promoted", spec, after, now, f"promoted: {after.reason}", "nothing to do."))
+        promoted = MOVES[Reason.PROMOTED].notice
+        events.append(_event(promoted, spec, after, now, f"promoted: {after.reason}", "nothing to do."))
     elif stage_of(after) != stage_of(before) and after.phase in ADVANCING:
         text = f"moved from {before.label()} to {after.label()}: {after.reason}"
-        events.append(
-            _event("step_taken", spec, after, now, text, f"{STATUS_HINT}.", {"from": before.label()})
-        )
+        stepped = MOVES[Reason.STEPPED].notice
+        events.append(_event(stepped, spec, after, now, text, f"{STATUS_HINT}.", {"from": before.label()}))
     if after.paused and not before.paused:
         what = f"paused: {after.reason}"
         events.append(_event("paused", spec, after, now, what, "`graystack resume` continues it."))
@@ -94,36 +97,27 @@ def _looked(fact: Looked, memory: Memory, inconclusive_after: float) -> tuple[li
 def _holding(
     spec: RolloutSpec,
     state: RolloutState,
-    outcome: str,
+    outcome: Outcome,
     checks: tuple[Check, ...],
     memory: Memory,
     now: float,
 ) -> tuple[list[Event], Memory]:
-    """A hold for a reason a person may act on (not its hold time, a pause or a command), once per reason."""
-    capacity = outcome.startswith(("hold: capacity", "freeze: capacity"))
-    if not capacity and (not outcome.startswith("hold:") or _routine_hold(outcome)):
+    """A hold for a reason a person may act on (not its hold time, a pause or a command), once per hold."""
+    held = HOLDS.get(outcome.reason)
+    if held is None:
+        return [], replace(memory, hold=None)
+    kind = held.notice
+    if kind is None or outcome.identity() == memory.hold:
         return [], memory
-    key = re.sub(r"\d+(?:\.\d+)?", "#", outcome)
-    if key == memory.hold:
-        return [], memory
-    memory = replace(memory, hold=key)
-    why = outcome.split(":", 1)[1].strip()
-    fields = {"hold_reason": why, **_evidence(spec, state, checks)}
-    if capacity:
-        text = f"the stage waits for the candidate's pods: {why}"
-        return [_event("capacity_not_ready", spec, state, now, text, "check its pods.", fields)], memory
+    memory = replace(memory, hold=outcome.identity())
+    fields = {"hold_reason": outcome.why, **_evidence(spec, state, checks)}
+    if kind == CAPACITY_NOT_READY:
+        text = f"the stage waits for the candidate's pods: {outcome.why}"
+        return [_event(kind, spec, state, now, text, "check its pods.", fields)], memory
     needed = fields["requests_still_needed"]
     more = f" ({needed} more candidate requests needed)" if needed else ""
-    text = f"the stage is holding: {why}{more}"
-    return [_event("stage_holding", spec, state, now, text, f"{STATUS_HINT}.", fields)], memory
-
-
-def _routine_hold(outcome: str) -> bool:
-    """The holds every stage goes through: its hold time, a pause (told as `paused`), a command's look."""
-    return outcome.endswith(" held") or outcome in (
-        "hold: paused",
-        "hold: a command moved the rollout this interval",
-    )
+    text = f"the stage is holding: {outcome.why}{more}"
+    return [_event(kind, spec, state, now, text, f"{STATUS_HINT}.", fields)], memory
 
 
 def _inconclusive(
@@ -134,7 +128,7 @@ def _inconclusive(
     now: float,
     after: float,
 ) -> tuple[list[Event], Memory]:
-    if not decision.outcome.startswith("hold: inconclusive"):
+    if decision.outcome.reason != Reason.INCONCLUSIVE:
         return [], replace(memory, inconclusive_since=None)
     since = memory.inconclusive_since if memory.inconclusive_since is not None else now
     memory = replace(memory, inconclusive_since=since)
@@ -153,7 +147,8 @@ def _inconclusive(
 def _rolled_back(spec: RolloutSpec, state: RolloutState, failing: list[Check], now: float) -> Event:
     fields = {"failing_checks": [_check(c) for c in failing]} if failing else {}
     text = f"rolled back to the baseline: {state.reason.removeprefix('rolled back: ')}"
-    return _event("rolled_back", spec, state, now, text, "fix the candidate, then `graystack retry`.", fields)
+    action = "fix the candidate, then `graystack retry`."
+    return _event(MOVES[Reason.ROLLED_BACK].notice, spec, state, now, text, action, fields)
 
 
 def _acked(fact: RollbackAcked) -> Event:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from gateway.rollout.analysis import Check, by_name
 from gateway.rollout.not_worse import Judgement, judge
+from gateway.rollout.outcome import Outcome, Reason
 from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE, plan_for
 from gateway.rollout.rollout_state import ADVANCING, Action, CallWebhooks, Phase, RolloutState, WebhookOutcome
 from gateway.spec.approval import EvidenceApproval
@@ -33,7 +34,7 @@ WEBHOOK_RETRY = 30.0  # seconds a failed webhook holds the step before it is cal
 class Shut:
     """A step gate that holds: the decision's outcome, and the cause where it rolls back instead."""
 
-    outcome: str
+    outcome: Outcome
     rollback: str | None = None
 
 
@@ -64,21 +65,23 @@ def step_gate(
         if answer is None or stale:
             actions.append(CallWebhooks(index))
         if answer is None:
-            return state, Shut(f"hold: calling the webhooks of step {index}")
+            return state, Shut(Outcome(Reason.CALLING_WEBHOOKS, step=index))
         if not answer.ok:
-            cause = f"webhook before step {index}: {answer.reason}"
             if answer.rollback:
-                return state, Shut("rollback", rollback=cause)
-            return state, Shut(f"hold: {cause} (called again every {WEBHOOK_RETRY:.0f}s)")
+                cause = f"webhook before step {index}: {answer.reason}"
+                return state, Shut(Outcome(Reason.ROLLED_BACK), rollback=cause)
+            failed = Outcome(Reason.WEBHOOK_FAILED, step=index, limit=WEBHOOK_RETRY, cause=answer.reason)
+            return state, Shut(failed)
     if target.approval is None:
         return state, None
-    shown = ""
+    outcome = Outcome(Reason.AWAITING_APPROVAL, step=index, weight=target.weight)
     if isinstance(target.approval, EvidenceApproval):
         judgement = evidence_judgement(spec, state)
         if judgement is not None and judgement.shown:
             return state, None
-        shown = f": not yet shown not worse: {judgement.summary() if judgement else 'no evidence yet'}"
-    outcome = f"hold: awaiting approval of step {index} (weight {target.weight}%): graystack approve{shown}"
+        unshown = tuple(part.name for part in judgement.parts if not part.shown) if judgement else ()
+        summary = judgement.summary() if judgement else "no evidence yet"
+        outcome = replace(outcome, reason=Reason.EVIDENCE_GATE, checks=unshown, cause=summary)
     return replace(state, awaiting=index), Shut(outcome)
 
 
@@ -104,19 +107,26 @@ def approval_problem(state: RolloutState) -> str | None:
     return None
 
 
-def shadow_gate_missed(gate: Gate, checks: tuple[Check, ...]) -> str | None:
-    """Why the shadow gate stays shut, or None when the variant may take real traffic."""
+def shadow_gate_missed(gate: Gate, checks: tuple[Check, ...]) -> Outcome | None:
+    """Why the shadow gate stays shut (naming the check it missed on), or None when the variant may
+    take real traffic."""
     named = by_name(checks)
     rate, ratio = named.get(ERROR_RATE), named.get(TTFT_VS_BASELINE)
     if rate is None or rate.value is None:
-        return "no error-rate value"
+        return _shadow_miss(ERROR_RATE, "no error-rate value")
     success = 1.0 - rate.value
     if success < gate.success_rate:
-        return f"success rate {success:.4f} below {gate.success_rate}"
+        return _shadow_miss(ERROR_RATE, f"success rate {success:.4f} below {gate.success_rate}")
     if ratio is None:
         return None  # latency comparisons are off (max_latency_ratio: null)
     if ratio.value is None:
-        return "no latency ratio yet (mean TTFT of both variants this stage)"
+        return _shadow_miss(TTFT_VS_BASELINE, "no latency ratio yet (mean TTFT of both variants this stage)")
     if ratio.value > gate.max_latency_ratio:
-        return f"latency ratio {ratio.value:.3f} above {gate.max_latency_ratio}"
+        return _shadow_miss(
+            TTFT_VS_BASELINE, f"latency ratio {ratio.value:.3f} above {gate.max_latency_ratio}"
+        )
     return None
+
+
+def _shadow_miss(check: str, cause: str) -> Outcome:
+    return Outcome(Reason.SHADOW_GATE, checks=(check,), cause=cause)

@@ -42,4 +42,4 @@ class Journal:
         evidence = state.evidence
         telemetry.record_checks(self._name(), decision.checks, evidence.error_bounds if evidence else None)
         checks = [check_dict(c) for c in decision.checks]
-        self.last_decision = {"at": now, "outcome": decision.outcome, "checks": checks}
+        self.last_decision = {"at": now, "outcome": decision.outcome.sentence, "checks": checks}

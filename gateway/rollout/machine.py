@@ -60,6 +60,10 @@ returns graystack_rollback_seconds) or, past its deadline, alerts (gateway/rollo
 controller also sends every header segment to the baseline while rolled back: the state's weight sets
 the default split only.
 
+Every call with checks records its decision (`RecordDecision`) with a typed outcome
+(gateway/rollout/outcome.py): its reason and evidence, from which the sentence people read is written;
+the Kubernetes Events and the notifications key on the reason (gateway/rollout/reasons.py).
+
 The sequential tests' state (`evidence`, gateway/rollout/evidence.py) rides in the state, so it is
 saved and restored with it; each look (gateway/rollout/look.py) adds to it, and the machine only
 keeps it or, on `retry` and on resuming after a held shared incident, drops it so that new tests start.
@@ -76,6 +80,7 @@ from typing import Any
 
 from gateway.rollout import gates
 from gateway.rollout.analysis import Check, Verdict
+from gateway.rollout.outcome import Outcome, Reason
 from gateway.rollout.rollout_state import (
     ADVANCING,
     Action,
@@ -90,6 +95,7 @@ from gateway.rollout.rollout_state import (
     Transition,
     WebhookOutcome,
 )
+from gateway.rollout.verdicts import describe, summary
 from gateway.spec.model import RolloutSpec
 from gateway.spec.strategy import Strategy
 
@@ -117,13 +123,13 @@ def step(
     the webhooks a `CallWebhooks` asked for (gateway/rollout/gates.py)."""
     actions: list[Action] = []
     state = gates.record(_reconcile(spec, _fold(state, now), now), webhook)
-    outcome = ""
+    outcome: Outcome | None = None  # None: no checks this call, so no decision to record
     failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
     held = _shared_hold(spec, failing)
     if failing and state.phase != Phase.ROLLED_BACK and not held:
         label = "shared_incident" if all(c.shared for c in failing) else failing[0].name
         state = _roll_back(state, now, "; ".join(describe(c) for c in failing), label, actions)
-        outcome = "rollback"
+        outcome = Outcome(Reason.ROLLED_BACK)
         if command is not None:
             actions.append(Ignored(command, "a failing check rolled the rollout back"))
     elif held and state.phase != Phase.ROLLED_BACK:
@@ -136,8 +142,8 @@ def step(
             state, applied = _command(spec, state, command, now, actions)
         if checks is not None:
             state, outcome = _judge(spec, state, tuple(checks), now, actions, not applied, capacity)
-    if checks is not None:
-        actions.insert(0, RecordDecision(tuple(checks), outcome))
+    if outcome is not None:
+        actions.insert(0, RecordDecision(tuple(checks or ()), outcome))
     return state, actions
 
 
@@ -148,23 +154,6 @@ def rollback_acked(state: RolloutState, now: float) -> tuple[RolloutState, float
         return state, None
     seconds = max(0.0, now - state.rollback_started)
     return replace(state, rollback_started=None), seconds
-
-
-def describe(check: Check) -> str:
-    """A check as evidence: verdict, value, samples, bound and threshold, its log e-value against its
-    bound (a sequential test), and whether the baseline shares the failure."""
-    evidence = ""
-    if check.log_evalue is not None and check.log_bound is not None:
-        evidence = f", log e-value {check.log_evalue:.2f} vs {check.log_bound:.2f}"
-    shared = ", shared incident (the baseline fails the same test)" if check.shared else ""
-    return (
-        f"{check.name} {check.verdict.value}: value {_num(check.value)} over {check.samples} samples, "
-        f"bound {_num(check.bound)}, threshold {_num(check.threshold)}{evidence}{shared} ({check.reason})"
-    )
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4g}"
 
 
 def _fold(state: RolloutState, now: float) -> RolloutState:
@@ -241,17 +230,17 @@ def _shared_hold(spec: RolloutSpec, failing: Sequence[Check]) -> bool:
 
 def _hold_incident(
     state: RolloutState, failing: Sequence[Check], now: float, actions: list[Action]
-) -> tuple[RolloutState, str]:
+) -> tuple[RolloutState, Outcome]:
     """A shared incident under `on_shared_incident: hold`: the weights stay, the rollout pauses, and one
     alert pages; resuming it starts new tests (the incident's errors are in the current ones)."""
     if state.incident is not None:
-        return state, "hold: shared incident (alerted; resume once it is over)"
+        return state, Outcome(Reason.SHARED_INCIDENT_STANDING)
     cause = "; ".join(describe(c) for c in failing)
     actions.append(Alert(f"shared incident, weights held at {state.weight}%: {cause}"))
     reason = f"held: shared incident: {cause}"
     if state.phase in ADVANCING and not state.paused:
         state = _pause(state, now, reason)
-    return replace(state, incident=reason), "hold: shared incident"
+    return replace(state, incident=reason), Outcome(Reason.SHARED_INCIDENT)
 
 
 def _pause(state: RolloutState, now: float, reason: str) -> RolloutState:
@@ -302,68 +291,68 @@ def _judge(
     actions: list[Action],
     may_advance: bool,
     capacity: CapacityGate | None,
-) -> tuple[RolloutState, str]:
+) -> tuple[RolloutState, Outcome]:
     """Apply one interval's (non-failing) verdicts; returns the state and the decision's outcome."""
     if state.phase == Phase.ROLLED_BACK:
-        return state, "recorded only: rolled back"
+        return state, Outcome(Reason.RECORDED_ONLY)
     errored = [c for c in checks if c.verdict == Verdict.ERROR]
     state = replace(state, awaiting=None)  # a gate awaits approval only while this look reaches it
     if errored:
         return _on_error(spec, replace(state, errors=state.errors + 1), errored[0], now, actions)
     state = replace(state, errors=0)
     if state.phase not in ADVANCING:
-        return state, "guard: no failing check"
+        return state, Outcome(Reason.GUARD_ONLY)
     if state.paused or not may_advance:
-        return state, "hold: paused" if state.paused else "hold: a command moved the rollout this interval"
+        return state, Outcome(Reason.PAUSED if state.paused else Reason.COMMAND_MOVED)
     needed = hold_needed(spec, state)
     if needed is not None and state.held < needed:
-        return state, f"hold: {state.held:.0f}s of {needed:.0f}s held"
+        return state, Outcome(Reason.HOLD_TIME, seconds=state.held, limit=needed)
     waiting = [c.name for c in checks if c.verdict != Verdict.PASS]
     if not checks or waiting:
-        return state, f"hold: inconclusive {waiting or 'no checks'}"
+        return state, Outcome(Reason.INCONCLUSIVE, checks=tuple(waiting))
     if state.phase == Phase.SHADOW:
         shadow = _strategy(spec).shadow
         missed = gates.shadow_gate_missed(shadow.gate, checks) if shadow is not None else None
         if missed is not None:
-            return state, f"hold: shadow gate: {missed}"
+            return state, missed
     if capacity is not None and not capacity.ready:
         return _wait_for_capacity(state, capacity, now, actions)
     state, shut = gates.step_gate(spec, state, now, actions)
     if shut is not None and shut.rollback is not None:
-        return _roll_back(state, now, shut.rollback, "webhook", actions), "rollback"
+        return _roll_back(state, now, shut.rollback, "webhook", actions), shut.outcome
     if shut is not None:
         return state, shut.outcome
-    state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {_summary(checks)}")
-    return state, f"advance to {state.label()}"
+    state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {summary(checks)}")
+    promoted = state.phase == Phase.PROMOTED
+    return state, Outcome(Reason.PROMOTED) if promoted else Outcome(Reason.STEPPED, step=state.step)
 
 
 def _on_error(
     spec: RolloutSpec, state: RolloutState, check: Check, now: float, actions: list[Action]
-) -> tuple[RolloutState, str]:
-    if state.errors < ERROR_LIMIT:
-        return state, f"hold: metrics error {state.errors} of {ERROR_LIMIT}: {check.reason}"
-    if state.errors > ERROR_LIMIT:
-        return state, f"hold: metrics error {state.errors} (already escalated): {check.reason}"
+) -> tuple[RolloutState, Outcome]:
+    if state.errors != ERROR_LIMIT:
+        escalated = Reason.METRICS_ERROR_ESCALATED if state.errors > ERROR_LIMIT else Reason.METRICS_ERROR
+        return state, Outcome(escalated, count=state.errors, limit=ERROR_LIMIT, cause=check.reason)
     cause = f"metrics unavailable for {ERROR_LIMIT} intervals ({check.reason})"
     if spec.analysis.on_error == "rollback":
-        return _roll_back(state, now, cause, "metrics_error", actions), "rollback"
+        return _roll_back(state, now, cause, "metrics_error", actions), Outcome(Reason.ROLLED_BACK)
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
     if state.phase in ADVANCING and not state.paused:
         state = _pause(state, now, f"frozen: {cause}")
-    return state, "freeze"
+    return state, Outcome(Reason.FROZEN)
 
 
 def _wait_for_capacity(
     state: RolloutState, gate: CapacityGate, now: float, actions: list[Action]
-) -> tuple[RolloutState, str]:
+) -> tuple[RolloutState, Outcome]:
     """Hold for the candidate's pods; past the gate's timeout, freeze with an alert (once: paused)."""
     since = now if state.capacity_since is None else state.capacity_since
     state = replace(state, capacity_since=since)
     if now - since < gate.timeout:
-        return state, f"hold: capacity: {gate.reason} ({now - since:.0f}s of {gate.timeout:.0f}s)"
+        return state, Outcome(Reason.CAPACITY, seconds=now - since, limit=gate.timeout, cause=gate.reason)
     cause = f"capacity not ready after {now - since:.0f}s: {gate.reason}"
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
-    return _pause(state, now, f"frozen: {cause}"), "freeze: capacity"
+    return _pause(state, now, f"frozen: {cause}"), Outcome(Reason.FROZEN_CAPACITY)
 
 
 def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
@@ -374,10 +363,6 @@ def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
         return spec.strategy.shadow.duration if spec.strategy.shadow else None
     steps = spec.strategy.steps
     return steps[state.step].hold if state.step < len(steps) else None
-
-
-def _summary(checks: tuple[Check, ...]) -> str:
-    return ", ".join(f"{c.name}={_num(c.value)}/{c.samples}" for c in checks)
 
 
 def _reconcile(spec: RolloutSpec, state: RolloutState, now: float) -> RolloutState:

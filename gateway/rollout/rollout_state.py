@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 
 from gateway.rollout.analysis import Check
 from gateway.rollout.evidence import Evidence
+from gateway.rollout.outcome import Outcome
 
 
 class Phase(StrEnum):
@@ -123,10 +124,11 @@ class Alert:
 
 @dataclass(frozen=True)
 class RecordDecision:
-    """One analysis interval: the checks (value, samples, bound, threshold each) and what it led to."""
+    """One analysis interval: the checks (value, samples, bound, threshold each) and what it led to
+    (typed, for the readers that tell it; its `sentence` for people)."""
 
     checks: tuple[Check, ...]
-    outcome: str
+    outcome: Outcome
 
 
 @dataclass(frozen=True)

@@ -5,22 +5,21 @@ hands each look's before and after states and actions to `Story.tell` and what c
 (in Kubernetes mode, Events on the state ConfigMap: gateway/kubernetes/process.py), so `kubectl get
 events` tells the story. (Notifications, gateway/notify/, read the same looks for their own audience.)
 
-A hold is told when its kind changes, not at every look: the kind is the outcome's first two parts
-with the numbers taken out ("hold: 12s of 600s held" and "hold: 13s of 600s held" are one kind), and
-a new stage starts the telling afresh.
+A hold is told when it changes, not at every look: its typed reason and what it waits on
+(`Outcome.identity`: "12s of 600s held" and "13s of 600s held" are one hold), never its words; a look
+that does not hold, and a new stage, start the telling afresh. Which Event each reason makes:
+gateway/rollout/reasons.py.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.rollout.facts import Fact, Looked, Watcher
+from gateway.rollout.outcome import Identity, Outcome, Reason
+from gateway.rollout.reasons import AWAITING_APPROVAL, HOLDS, MOVES
 from gateway.rollout.rollout_state import Action, Alert, Phase, RecordDecision, RolledBack, RolloutState
-
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_QUIET = ("hold: paused",)  # told by the Paused event already
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Story:
     """Turns looks into events, remembering the hold last told."""
 
     def __init__(self) -> None:
-        self._hold: str | None = None
+        self._hold: Identity | None = None
 
     def tell(
         self, before: RolloutState, after: RolloutState, actions: Sequence[Action]
@@ -52,20 +51,17 @@ class Story:
             told = [RolloutEvent("Alert", f"{a.message}.", True) for a in actions if isinstance(a, Alert)]
         return told
 
-    def _held(self, outcome: str) -> list[RolloutEvent]:
-        if not outcome.startswith("hold: "):
+    def _held(self, outcome: Outcome) -> list[RolloutEvent]:
+        held = HOLDS.get(outcome.reason)
+        if held is None:
             self._hold = None
             return []
-        kind = _NUMBER.sub("#", ": ".join(outcome.split(": ")[:2]))
-        if kind == self._hold or outcome in _QUIET:
+        event = held.event
+        if event is None or outcome.identity() == self._hold:
             return []
-        self._hold = kind
-        why = outcome.removeprefix("hold: ")
-        if why.startswith("webhook "):
-            return [RolloutEvent("WebhookFailed", f"Holding: {why}.", True)]
-        if why.startswith("awaiting approval"):
-            return [RolloutEvent("AwaitingApproval", f"Holding, {why}.", True)]
-        return [RolloutEvent("Holding", f"Holding: {why}.")]
+        self._hold = outcome.identity()
+        joint = ", " if event == AWAITING_APPROVAL else ": "
+        return [RolloutEvent(event.reason, f"Holding{joint}{outcome.why}.", event.warning)]
 
 
 def storyteller(listener: Callable[[RolloutEvent], None]) -> Watcher:
@@ -83,12 +79,12 @@ def storyteller(listener: Callable[[RolloutEvent], None]) -> Watcher:
 def _transition(before: RolloutState, after: RolloutState, actions: Sequence[Action]) -> list[RolloutEvent]:
     """The event for a move to another stage (or a pause, a resume), if the look made one."""
     if any(isinstance(a, RolledBack) for a in actions):
-        return [RolloutEvent("RolledBack", f"Weight 0%, {after.reason}.", True)]
+        return [_moved(Reason.ROLLED_BACK, f"Weight 0%, {after.reason}.")]
     if after.label() == before.label():
         return []
     weight = f"weight {after.weight}%"
     if after.phase == Phase.PROMOTED:
-        return [RolloutEvent("Promoted", f"Promoted at {weight}: {after.reason}.")]
+        return [_moved(Reason.PROMOTED, f"Promoted at {weight}: {after.reason}.")]
     if after.paused and not before.paused and after.phase == before.phase and after.step == before.step:
         return [
             RolloutEvent("Paused", f"Paused at {weight}: {after.reason}.", after.reason != "operator pause")
@@ -98,5 +94,10 @@ def _transition(before: RolloutState, after: RolloutState, actions: Sequence[Act
     if after.reason == "operator approve":
         return [RolloutEvent("Approved", f"Step {after.step} approved by an operator and taken: {weight}.")]
     if after.phase == Phase.PROGRESSING and (before.phase == Phase.SHADOW or after.step > before.step):
-        return [RolloutEvent("StepTaken", f"Step {after.step} taken, {weight}: {after.reason}.")]
+        return [_moved(Reason.STEPPED, f"Step {after.step} taken, {weight}: {after.reason}.")]
     return [RolloutEvent("StageChanged", f"Now at {after.label()}, {weight}: {after.reason}.")]
+
+
+def _moved(reason: Reason, message: str) -> RolloutEvent:
+    event = MOVES[reason].event
+    return RolloutEvent(event.reason, message, event.warning)

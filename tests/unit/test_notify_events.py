@@ -8,6 +8,7 @@ from gateway.notify import messages
 from gateway.notify.events import Event, Memory, derive
 from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.facts import Looked
+from gateway.rollout.outcome import Outcome, Reason
 from gateway.rollout.rollout_state import Phase, RecordDecision, RolloutState
 from gateway.spec.model import load_yaml, validate_spec
 from tests.unit.test_spec import DESIGN_EXAMPLE
@@ -16,9 +17,18 @@ SPEC = validate_spec(load_yaml(DESIGN_EXAMPLE))
 STEP_0 = RolloutState(Phase.PROGRESSING, step=0, weight=5)
 STEP_1 = RolloutState(Phase.PROGRESSING, step=1, weight=20)
 WAITING = (Check("error_rate", Verdict.INCONCLUSIVE, None, 12, None, 0.003, "too few", float("-inf"), 5.99),)
+INCONCLUSIVE = Outcome(Reason.INCONCLUSIVE, checks=("error_rate",))
 
 
-def told(outcomes: list[str], state: RolloutState = STEP_0, memory: Memory | None = None) -> list[str]:
+def metrics_error(count: int) -> Outcome:
+    return Outcome(Reason.METRICS_ERROR, count=count, limit=3, cause="scrape failed")
+
+
+def capacity(seconds: float) -> Outcome:
+    return Outcome(Reason.CAPACITY, seconds=seconds, limit=600, cause="1 of 2 zero-layer pods ready")
+
+
+def told(outcomes: list[Outcome], state: RolloutState = STEP_0, memory: Memory | None = None) -> list[str]:
     """The event kinds of one look per outcome, in the same stage, starting from `memory`."""
     memory = memory or Memory()
     kinds = []
@@ -32,45 +42,45 @@ def told(outcomes: list[str], state: RolloutState = STEP_0, memory: Memory | Non
 def test_a_hold_is_told_once_until_its_reason_changes():
     assert told(
         [
-            "hold: metrics error 1 of 3: scrape failed",
-            "hold: metrics error 2 of 3: scrape failed",  # the same reason, numbers aside
-            "hold: inconclusive ['error_rate']",
-            "hold: inconclusive ['error_rate']",
-            "hold: inconclusive ['error_rate', 'ttft_p95']",
+            metrics_error(1),
+            metrics_error(2),  # the same hold, numbers aside
+            INCONCLUSIVE,
+            INCONCLUSIVE,
+            Outcome(Reason.INCONCLUSIVE, checks=("error_rate", "ttft_p95")),
         ]
     ) == ["stage_holding", "stage_holding", "stage_holding"]
 
 
 def test_a_new_stage_tells_a_standing_reason_again():
-    first = Looked(SPEC, STEP_0, STEP_0, RecordDecision(WAITING, "hold: inconclusive ['error_rate']"), 1.0)
+    first = Looked(SPEC, STEP_0, STEP_0, RecordDecision(WAITING, INCONCLUSIVE), 1.0)
     _, memory = derive(first, Memory(), 1e9)
-    assert told(["hold: inconclusive ['error_rate']"], STEP_0, memory) == []
-    assert told(["hold: inconclusive ['error_rate']"], STEP_1, memory) == ["stage_holding"]
+    assert told([INCONCLUSIVE], STEP_0, memory) == []
+    assert told([INCONCLUSIVE], STEP_1, memory) == ["stage_holding"]
 
 
 def test_routine_holds_tell_nothing_and_capacity_is_its_own_event():
-    assert (
-        told(["hold: 60s of 600s held", "hold: paused", "guard: no failing check", "advance to step 1"]) == []
-    )
-    assert told(
-        [
-            "hold: capacity: 1 of 2 zero-layer pods ready (10s of 600s)",
-            "hold: capacity: 1 of 2 zero-layer pods ready (20s of 600s)",
-        ]
-    ) == ["capacity_not_ready"]
+    routine = [
+        Outcome(Reason.HOLD_TIME, seconds=60, limit=600),
+        Outcome(Reason.PAUSED),
+        Outcome(Reason.COMMAND_MOVED),
+        Outcome(Reason.GUARD_ONLY),
+        Outcome(Reason.STEPPED, step=1),
+    ]
+    assert told(routine) == []
+    assert told([capacity(10), capacity(20)]) == ["capacity_not_ready"]
 
 
 def test_the_inconclusive_alarm_fires_once_a_stage_past_its_time():
     memory, kinds = Memory(), []
     for now in (0.0, 50.0, 100.0, 150.0):
-        fact = Looked(SPEC, STEP_0, STEP_0, RecordDecision(WAITING, "hold: inconclusive ['error_rate']"), now)
+        fact = Looked(SPEC, STEP_0, STEP_0, RecordDecision(WAITING, INCONCLUSIVE), now)
         events, memory = derive(fact, memory, inconclusive_after=100.0)
         kinds += [event.kind for event in events]
     assert kinds == ["stage_holding", "inconclusive_too_long"]
 
 
 def test_a_holds_evidence_is_json_without_infinities():
-    fact = Looked(SPEC, STEP_0, STEP_0, RecordDecision(WAITING, "hold: inconclusive ['error_rate']"), 1.0)
+    fact = Looked(SPEC, STEP_0, STEP_0, RecordDecision(WAITING, INCONCLUSIVE), 1.0)
     (event,), _ = derive(fact, Memory(), 1e9)
     document = json.loads(messages.body(event, "json", None))
     assert document["checks"][0]["log_evalue"] is None

@@ -125,9 +125,12 @@ def test_a_step_holds_until_the_candidates_pods_are_ready_and_says_why():
     state, actions = step(STEPS_ONLY, state, interval(), None, now, WAITING)
     assert (state.step, state.weight) == (0, 5)
     decision = actions[0]
-    assert decision.outcome == "hold: capacity: waiting for 2 ready zero-layer pods, 1 ready (0s of 600s)"
+    assert (
+        decision.outcome.sentence
+        == "hold: capacity: waiting for 2 ready zero-layer pods, 1 ready (0s of 600s)"
+    )
     state, actions = step(STEPS_ONLY, state, interval(), None, now + 200, WAITING)
-    assert actions[0].outcome.endswith("(200s of 600s)")
+    assert actions[0].outcome.sentence.endswith("(200s of 600s)")
     state, _ = step(STEPS_ONLY, state, interval(), None, now + 205, READY)
     assert (state.step, state.weight, state.capacity_since) == (1, 20, None)
 

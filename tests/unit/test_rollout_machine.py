@@ -9,6 +9,7 @@ import pytest
 
 from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.machine import HISTORY_LIMIT, initial_state, rollback_acked, step
+from gateway.rollout.outcome import Reason
 from gateway.rollout.rollout_state import Alert, Command, Ignored, Phase, RecordDecision, RolloutState
 from gateway.spec.model import RolloutSpec, SpecError, validate_spec
 
@@ -148,7 +149,7 @@ def test_a_pass_before_the_hold_elapsed_does_not_advance():
     for _ in range(10):
         run.after(59, interval())
     assert (run.state.step, run.state.weight) == (0, 5)
-    assert "hold: 590s of 600s" in run.of(RecordDecision)[0].outcome
+    assert "hold: 590s of 600s" in run.of(RecordDecision)[0].outcome.sentence
 
 
 @pytest.mark.parametrize(
@@ -165,7 +166,7 @@ def test_anything_short_of_all_pass_holds_forever(name, checks):
     for _ in range(100):
         run.after(60, checks)
     assert (run.state.phase, run.state.step, run.state.weight) == (Phase.PROGRESSING, 0, 5), name
-    assert run.of(RecordDecision)[0].outcome.startswith("hold: inconclusive")
+    assert run.of(RecordDecision)[0].outcome.reason == Reason.INCONCLUSIVE
     run.after(5, interval())  # one passing interval after the hold: now it moves
     assert (run.state.step, run.state.weight) == (1, 20)
 
@@ -218,7 +219,7 @@ def test_shadow_mirrors_traffic_and_leaves_through_the_gate_into_step_0():
 def test_a_shadow_gate_miss_holds_in_shadow_without_rolling_back(spec, checks, why):
     run = Run(spec).after(10_000, checks)
     assert (run.state.phase, run.state.weight, run.state.shadow_percent) == (Phase.SHADOW, 0, 100)
-    outcome = run.of(RecordDecision)[0].outcome
+    outcome = run.of(RecordDecision)[0].outcome.sentence
     assert "shadow gate" in outcome
     assert why in outcome
     assert not run.of(Alert)
@@ -266,7 +267,7 @@ def test_the_guard_stays_on_after_100_percent():
     for _ in range(20):
         run.after(5, interval())
     assert run.state.phase == Phase.PROMOTED
-    assert run.of(RecordDecision)[0].outcome == "guard: no failing check"
+    assert run.of(RecordDecision)[0].outcome.sentence == "guard: no failing check"
     run.after(5, failing())
     assert (run.state.phase, run.state.weight) == (Phase.ROLLED_BACK, 0)
 
@@ -336,7 +337,7 @@ def test_failures_after_the_rollback_change_nothing_and_keep_the_first_failing_s
         assert not run.moved_split()
         assert run.split() == (0, 0)
         assert not run.of(Alert)
-        assert run.of(RecordDecision)[0].outcome == "recorded only: rolled back"
+        assert run.of(RecordDecision)[0].outcome.sentence == "recorded only: rolled back"
     for _ in range(5):
         run.after(5, interval())  # passes do not bring it back either: only `retry` does
     assert run.state.phase == Phase.ROLLED_BACK
@@ -391,7 +392,7 @@ def test_metrics_errors_retry_then_freeze_with_one_alert():
         run.after(5, interval(ERROR))
         assert not run.state.paused
         assert not run.of(Alert)
-        assert f"metrics error {n} of 3" in run.of(RecordDecision)[0].outcome
+        assert f"metrics error {n} of 3" in run.of(RecordDecision)[0].outcome.sentence
     run.after(5, interval(ERROR))
     assert run.state.paused
     assert run.state.reason.startswith("frozen: metrics unavailable for 3 intervals")
@@ -500,7 +501,7 @@ def test_pause_freezes_the_hold_and_resume_continues_it():
     for _ in range(20):
         run.after(100, interval())  # 2,000 s paused, every interval passing
     assert (run.state.step, run.state.held) == (0, 200)
-    assert run.of(RecordDecision)[0].outcome == "hold: paused"
+    assert run.of(RecordDecision)[0].outcome.sentence == "hold: paused"
     run.after(50, command=Command.RESUME)
     assert (run.state.paused, run.state.held) == (False, 200)
     run.after(399, interval())
@@ -703,7 +704,7 @@ def test_every_interval_is_recorded_with_its_checks_and_outcome():
     run = Run(STEPS_ONLY).after(5, checks)
     [decision] = run.of(RecordDecision)
     assert decision.checks == tuple(checks)
-    assert decision.outcome
+    assert decision.outcome.sentence
     assert run.actions[0] == decision
 
 

@@ -1,0 +1,80 @@
+"""What each decision's reason (gateway/rollout/outcome.py) is told as, in one table: the Kubernetes
+Event (gateway/rollout/story.py) and the notification (gateway/notify/events.py). As Argo Rollouts'
+EventReason drives both its Event and its notification trigger, one row drives both here, so a hold
+reworded for people is still told under the same names, and both readers keep a standing hold quiet
+by the same identity (`Outcome.identity`).
+
+Every reason has one place: `MOVES` (told when the states show the move, since an operator's command
+makes the same moves without a decision), `HOLDS` (told once while they stand; a pause and the routine
+holds, the stage's hold time and a command's look, to fewer readers) or `UNTOLD`. Events and
+notifications no decision makes (Paused, Resumed, Approved, StageChanged, Alert; paused,
+inconclusive_too_long, rollback_acked, ...) are their readers' own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.rollout.outcome import Reason
+
+
+@dataclass(frozen=True)
+class KubeEvent:
+    """A Kubernetes Event's reason (CamelCase) and type: a warning when something went wrong or a
+    person must act."""
+
+    reason: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A move to another stage: its Event and its notification kind (gateway.spec.notifications.EVENTS)."""
+
+    event: KubeEvent
+    notice: str
+
+
+@dataclass(frozen=True)
+class Held:
+    """A hold, told once while it stands: its Event and its notification kind (None: not told there)."""
+
+    event: KubeEvent | None
+    notice: str | None
+
+
+HOLDING = KubeEvent("Holding")
+AWAITING_APPROVAL = KubeEvent("AwaitingApproval", warning=True)
+CAPACITY_NOT_READY = "capacity_not_ready"
+
+MOVES: dict[Reason, Moved] = {
+    Reason.STEPPED: Moved(KubeEvent("StepTaken"), "step_taken"),
+    Reason.PROMOTED: Moved(KubeEvent("Promoted"), "promoted"),
+    Reason.ROLLED_BACK: Moved(KubeEvent("RolledBack", warning=True), "rolled_back"),
+}
+
+HOLDS: dict[Reason, Held] = {
+    Reason.PAUSED: Held(None, None),  # told as Paused / paused when it paused
+    Reason.COMMAND_MOVED: Held(HOLDING, None),  # routine: not worth a message
+    Reason.HOLD_TIME: Held(HOLDING, None),
+    Reason.INCONCLUSIVE: Held(HOLDING, "stage_holding"),
+    Reason.SHADOW_GATE: Held(HOLDING, "stage_holding"),
+    Reason.CAPACITY: Held(HOLDING, CAPACITY_NOT_READY),
+    Reason.FROZEN_CAPACITY: Held(None, CAPACITY_NOT_READY),  # its Event: its Alert and its pause
+    Reason.METRICS_ERROR: Held(HOLDING, "stage_holding"),
+    Reason.METRICS_ERROR_ESCALATED: Held(HOLDING, "stage_holding"),
+    Reason.SHARED_INCIDENT: Held(HOLDING, "stage_holding"),
+    Reason.SHARED_INCIDENT_STANDING: Held(HOLDING, "stage_holding"),
+    Reason.CALLING_WEBHOOKS: Held(HOLDING, "stage_holding"),
+    Reason.WEBHOOK_FAILED: Held(KubeEvent("WebhookFailed", warning=True), "stage_holding"),
+    Reason.AWAITING_APPROVAL: Held(AWAITING_APPROVAL, "stage_holding"),
+    Reason.EVIDENCE_GATE: Held(AWAITING_APPROVAL, "stage_holding"),
+}
+
+UNTOLD = frozenset(
+    {
+        Reason.FROZEN,  # told by its Alert and its pause
+        Reason.GUARD_ONLY,  # nothing advances: nothing to tell
+        Reason.RECORDED_ONLY,  # rolled back already
+    }
+)  # a look that neither moves nor holds: a hold told before it is forgotten

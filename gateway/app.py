@@ -39,6 +39,7 @@ from gateway.quality.judge import Budget, Judge, read_template
 from gateway.quality.judging import Judging
 from gateway.rollout.capacity import CapacityEdge
 from gateway.rollout.controller import RolloutController
+from gateway.rollout.facts import Watcher
 from gateway.rollout.guard import ProviderFactory, ProviderUnavailable
 from gateway.rollout.state_store import StateStore
 from gateway.service import Gateway
@@ -139,6 +140,7 @@ class GatewayParts:
     driver: Callable[[Gateway, RolloutController], Driver]
     capacity: CapacityEdge | None = None  # what scales the variants from the split; None: nothing does
     leadership: Callable[[], Leadership | None] = _alone
+    watchers: tuple[Watcher, ...] = ()  # told every look of the rollout, beside the notifications
 
 
 class GatewayProcess:
@@ -156,8 +158,16 @@ class GatewayProcess:
         fault_refusal = fault_injection_refusal(
             options.enable_fault_injection, _is_loopback(options.admin_host), options.admin_token
         )
+        # Notifications (gateway/notify/): told every look and refusal, by the leader only (a follower
+        # follows the leader's state, and would tell every step again); they queue, never wait.
+        self.leadership = parts.leadership
+        self.notifier = Notifier(lambda: self.gateway.spec, leading=self._leading)
         self.gateway = Gateway(
-            self.cache, options.spec, parts.endpoints_for, fault_injection=fault_refusal is None
+            self.cache,
+            options.spec,
+            parts.endpoints_for,
+            fault_injection=fault_refusal is None,
+            on_refused=(self.notifier.on_refused,),
         )
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
@@ -174,13 +184,8 @@ class GatewayProcess:
             self._measured(provider_factory(options.envoy_admin, options.metrics_targets)),
             parts.store,
             capacity=parts.capacity,
+            watchers=(self.notifier.on_fact, *parts.watchers),
         )
-        # Notifications (gateway/notify/): told every look and refusal, by the leader only (a follower
-        # follows the leader's state, and would tell every step again); they queue, never wait.
-        self.leadership = parts.leadership
-        self.notifier = Notifier(lambda: self.gateway.spec, leading=self._leading)
-        self.controller.watchers.append(self.notifier.on_fact)
-        self.gateway.on_refused.append(self.notifier.on_refused)
         self.controller.restore()
         self.driver = parts.driver(self.gateway, self.controller)
         self.admin = _EmbeddedUvicorn(

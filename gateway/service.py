@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,8 +63,10 @@ class Gateway:
         endpoints_for: Callable[[RolloutSpec], EndpointMap] = static_endpoints,
         clock: Callable[[], float] = time.time,
         fault_injection: bool = False,
+        on_refused: Sequence[Callable[[str], None]] = (),
     ) -> None:
-        """`fault_injection`: `set_fault` is taken (off: refused)."""
+        """`fault_injection`: `set_fault` is taken (off: refused). `on_refused`: told each refusal's
+        message (notifications)."""
         self.cache = cache
         self.fault_injection = fault_injection
         self.spec_path = spec_path
@@ -78,7 +80,7 @@ class Gateway:
         self.generation = 0
         self.faults: dict[str, Fault] = {}
         self._nodes: dict[str, ListenerAddress] = {}
-        self.on_refused: list[Callable[[str], None]] = []  # told each refusal's message (notifications)
+        self.on_refused = tuple(on_refused)
 
     @property
     def spec(self) -> RolloutSpec:

@@ -33,10 +33,10 @@ from kubernetes import client
 
 from gateway.admin.api import Leadership
 from gateway.app import GatewayOptions, GatewayParts, GatewayProcess, serve_until_signalled
-from gateway.kubernetes import events
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.capacity import DeploymentCapacity
 from gateway.kubernetes.endpoints import SERVICE_LABEL, EndpointSlices
+from gateway.kubernetes.events import EventRecorder
 from gateway.kubernetes.leader import LeaderElector
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import RoleLabel
@@ -47,7 +47,7 @@ from gateway.rollout.capacity import CapacitySettings
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.rollout_state import RolloutState
 from gateway.rollout.state_store import decode_state
-from gateway.rollout.story import RolloutEvent, storyteller
+from gateway.rollout.story import storyteller
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError
 
@@ -107,6 +107,9 @@ class ClusterSources:
         self.store = ConfigMapStateStore(
             self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading
         )
+        self.events = EventRecorder(
+            self.api, kube.namespace, kube.state_configmap, kube.identity, lambda: self.elector.leading
+        )
 
     def _configmap_reflector(self, name: str) -> Reflector:
         """One ConfigMap, watched by name (what RBAC's resourceNames can allow for list and watch)."""
@@ -145,12 +148,10 @@ class ClusterDriver:
         self.spec_source = SpecConfigMap(
             gateway,
             self.kube.spec_configmap,
-            self._report,
+            sources.events.report,
             self.kube.spec_key,
             gateway.file.sha256 if gateway.file else None,
         )
-        self._state_object: dict | None = None  # the state ConfigMap as last watched: the Events' object
-        controller.watchers.append(storyteller(self._on_rollout_event))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._controller_task: asyncio.Task | None = None
         self._background_tasks: set[asyncio.Task] = set()
@@ -160,6 +161,7 @@ class ClusterDriver:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.sources.events.start(self._loop)
         handlers = {"spec": self._on_spec, "state": self._on_state, "endpoints": self._on_slices}
         for name, reflector in self.sources.reflectors.items():
             reflector.start(self._threadsafe(handlers[name]))
@@ -194,7 +196,8 @@ class ClusterDriver:
             log.error("new endpoints could not go live: %s", error)
 
     def _on_state(self, objects: dict[str, dict]) -> None:
-        self._state_object = objects.get(self.kube.state_configmap, self._state_object)
+        events = self.sources.events
+        events.state_object = objects.get(self.kube.state_configmap, events.state_object)
         if self.sources.elector.leading:
             return  # the leader's own write coming back
         text = state_text(objects.get(self.kube.state_configmap))
@@ -248,24 +251,6 @@ class ClusterDriver:
             self.controller.capacity.view = None
             telemetry.forget_capacity()
 
-    def _on_rollout_event(self, event: RolloutEvent) -> None:
-        """A decision of the rollout, as an Event on its state ConfigMap; the leader's alone (a follower
-        replays the leader's states: it would tell the same story twice)."""
-        if not self.sources.elector.leading:
-            return
-        named = {"metadata": {"name": self.kube.state_configmap, "namespace": self.kube.namespace}}
-        kind = "Warning" if event.warning else "Normal"
-        self._report(self._state_object or named, event.reason, event.message, kind)
-
-    def _report(self, obj: dict, reason: str, message: str, kind: str) -> None:
-        if self._loop is not None:
-            self._loop.run_in_executor(
-                None,
-                functools.partial(
-                    events.report, self.sources.api, obj, reason, message, kind, self.kube.identity
-                ),
-            )
-
 
 def kubernetes_parts(kube: KubernetesOptions) -> GatewayParts:
     """The cluster's parts; lists the EndpointSlices now, the spec when the process asks (after it has
@@ -283,6 +268,7 @@ def kubernetes_parts(kube: KubernetesOptions) -> GatewayParts:
         driver=functools.partial(ClusterDriver, sources),
         capacity=capacity,
         leadership=sources.leadership,
+        watchers=(storyteller(sources.events.tell),),
     )
 
 

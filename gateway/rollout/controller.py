@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -93,8 +93,10 @@ class RolloutController:
         clock: Callable[[], float] = time.time,
         ack_deadline: float = ACK_DEADLINE,
         capacity: CapacityEdge | None = None,
+        watchers: Sequence[Watcher] = (),
     ) -> None:
-        """`clock` is wall time: the state (and its hold) is saved and read back across restarts."""
+        """`clock` is wall time: the state (and its hold) is saved and read back across restarts.
+        `watchers`: told every look and rollback confirmation (notifications, Kubernetes Events)."""
         self.gateway = gateway
         self.proxies = proxies
         self.guard = Guard(make_provider)
@@ -106,14 +108,17 @@ class RolloutController:
         self.journal = Journal(lambda: self.spec.name, clock)
         self.saved = SavedState(store, lambda: self.spec.name, self.journal.alert)
         self._carried = Carried()  # what the last look left the next
+        self.watchers = tuple(watchers)
         self.rollback = RollbackConfirmation(
-            proxies, lambda: self.state, self._rollback_acked, self._lock, clock, self.journal.alert
+            proxies,
+            lambda: self.state,
+            self._rollback_acked,
+            self._lock,
+            clock,
+            self.journal.alert,
+            lambda nodes: tell(self.watchers, RollbackConfirmedLate(self.spec, tuple(nodes), self._clock())),
         )
         self.webhooks = WebhookCalls(clock)
-        self.watchers: list[Watcher] = []  # told every look and rollback confirmation (notifications)
-        self.rollback.confirmed_late = lambda nodes: tell(
-            self.watchers, RollbackConfirmedLate(self.spec, tuple(nodes), self._clock())
-        )
 
     @property
     def spec(self) -> RolloutSpec:

@@ -142,7 +142,9 @@ class RollbackConfirmation:
         lock: asyncio.Lock,
         clock: Callable[[], float],
         alert: Alerting,
+        confirmed_late: Callable[[list[str]], None],
     ) -> None:
+        """`confirmed_late`: told the proxies that ACKed only once they came back (notifications)."""
         self.proxies = proxies
         self._state = state
         self._acked = acked
@@ -151,7 +153,7 @@ class RollbackConfirmation:
         self._alert = alert
         self.cut_off = CutOff()
         self.last_seconds: float | None = None  # graystack_rollback_seconds of the last one ACKed
-        self.confirmed_late: Callable[[list[str]], None] | None = None  # told who came back (notifications)
+        self._confirmed_late = confirmed_late
         self.task: asyncio.Task | None = None
 
     def start(self, deadline: float) -> None:
@@ -183,5 +185,5 @@ class RollbackConfirmation:
         waited = await self.cut_off.await_return(
             self.proxies, deadline, rolled_back, self._alert, self._clock()
         )
-        if waited and self.confirmed_late is not None:
-            self.confirmed_late(waited)
+        if waited:
+            self._confirmed_late(waited)

@@ -2,7 +2,7 @@
 promotion, a rollback, a pause or resume, a change in why the stage holds (a webhook failure
 included), an alert. Pure: `storyteller` makes a watcher of the controller's looks (gateway/rollout/facts.py) that
 hands each look's before and after states and actions to `Story.tell` and what comes back to a listener
-(in Kubernetes mode, Events on the state ConfigMap: gateway/kubernetes/process.py), so `kubectl get
+(in Kubernetes mode, Events on the state ConfigMap: gateway/kubernetes/events.py), so `kubectl get
 events` tells the story. (Notifications, gateway/notify/, read the same looks for their own audience.)
 
 A hold is told when it changes, not at every look: its typed reason and what it waits on

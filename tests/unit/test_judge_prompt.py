@@ -82,10 +82,10 @@ def test_a_missing_or_malformed_prompt_file_is_refused_where_the_judge_is_built(
 def test_the_gateway_refuses_a_spec_whose_prompt_file_it_cannot_use_and_keeps_the_last_good(
     tmp_path, content, why
 ):
-    gateway = Gateway(SnapshotCache(), Path("spec.yaml"), clock=lambda: 1000.0)
+    told: list[str] = []
+    gateway = Gateway(SnapshotCache(), Path("spec.yaml"), clock=lambda: 1000.0, on_refused=(told.append,))
     gateway.load(judged(None), "sha-1")
-    live, told = gateway.live, []
-    gateway.on_refused.append(told.append)
+    live = gateway.live
     path = prompt_file(tmp_path / "judge.txt", content)
     gateway.load(judged(path), "sha-2")
     assert gateway.live is live

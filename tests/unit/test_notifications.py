@@ -48,12 +48,13 @@ def spec_with(receivers: list[dict], **settings) -> dict:
     return data
 
 
-def notified(gateway, tmp_path, clock, provider, delivery: Delivery = QUICK):
-    controller = new_controller(gateway, tmp_path, clock, provider)
+def notified(data: dict, tmp_path, clock, provider, delivery: Delivery = QUICK):
+    """A gateway on `data` and its controller, each telling a notifier, given at construction as the
+    gateway process does (gateway/app.py)."""
     notifier = Notifier(lambda: gateway.spec, delivery, clock)
-    controller.watchers.append(notifier.on_fact)
-    gateway.on_refused.append(notifier.on_refused)
-    return controller, notifier
+    gateway = new_gateway(data, on_refused=(notifier.on_refused,))
+    controller = new_controller(gateway, tmp_path, clock, provider, watchers=(notifier.on_fact,))
+    return gateway, controller, notifier
 
 
 async def until(condition, what: str, seconds: float = 20.0) -> None:
@@ -86,9 +87,8 @@ async def test_a_scripted_rollout_sends_one_signed_message_per_event(tmp_path):
             dashboard_url="https://grafana.example/d/rollout",
             inconclusive_after="100s",
         )
-        gateway = new_gateway(data)
         provider = CountingProvider(FAST)
-        controller, notifier = notified(gateway, tmp_path, clock, provider)
+        gateway, controller, notifier = notified(data, tmp_path, clock, provider)
 
         async def look(seconds: float, traffic=None) -> None:
             provider.per_look = traffic or provider.per_look
@@ -184,11 +184,11 @@ async def test_a_blackholed_receiver_delays_no_look_and_its_failures_show(tmp_pa
     )
     clock = Clock()
     with blackhole() as port:
-        gateway = new_gateway(spec_with([{"url": f"http://127.0.0.1:{port}/hook"}]))
+        data = spec_with([{"url": f"http://127.0.0.1:{port}/hook"}])
         provider = CountingProvider(FAST)
         # One waiting message at most (the next drops it); an attempt waits 1 s for an answer that never comes.
         one = Delivery(queue=1, attempts=1, timeout=1.0)
-        controller, notifier = notified(gateway, tmp_path, clock, provider, one)
+        gateway, controller, notifier = notified(data, tmp_path, clock, provider, one)
         # The same decisions at the same looks as with no receiver; the rollback at the fault's look, and
         # the looks returned with every message still unsent.
         assert await scripted(controller, provider, clock) == without
@@ -225,9 +225,8 @@ async def test_a_rollback_pending_on_a_proxy_cut_off_is_told_then_its_late_confi
     with recording() as (hooks, port):
         data = spec_data(notifications=[{"url": f"http://127.0.0.1:{port}/"}])
         gateway = new_gateway(data)
-        controller = new_controller(gateway, tmp_path, clock, proxies=fleet)
         notifier = Notifier(lambda: gateway.spec, QUICK, clock)
-        controller.watchers.append(notifier.on_fact)
+        controller = new_controller(gateway, tmp_path, clock, proxies=fleet, watchers=(notifier.on_fact,))
         await controller.command(Command.ROLLBACK)
         await until(lambda: len(hooks.snapshot()) == 2, "the rollback and its ACK")
         fleet.heal()
@@ -244,8 +243,8 @@ async def test_a_rollback_pending_on_a_proxy_cut_off_is_told_then_its_late_confi
 async def test_a_message_answered_503_is_sent_again_and_counted_once_delivered(tmp_path):
     clock = Clock()
     with recording(fail_first=1) as (hooks, port):
-        gateway = new_gateway(spec_data(notifications=[{"url": f"http://127.0.0.1:{port}/"}]))
-        controller, notifier = notified(gateway, tmp_path, clock, CountingProvider(HEALTHY))
+        data = spec_data(notifications=[{"url": f"http://127.0.0.1:{port}/"}])
+        _, controller, notifier = notified(data, tmp_path, clock, CountingProvider(HEALTHY))
         await controller.command(Command.PAUSE)
         await until(lambda: notifier.status().receivers[0].delivered == 1, "the second attempt delivered")
         await notifier.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from gateway.app import provider_factory
 from gateway.metrics import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.rollout.controller import RolloutController
+from gateway.rollout.facts import Watcher
 from gateway.rollout.guard import ProviderUnavailable
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Command, RolloutState
@@ -94,8 +96,8 @@ def spec_data(**changes) -> dict:
     return data
 
 
-def new_gateway(data: dict | None = None) -> Gateway:
-    gateway = Gateway(SnapshotCache(), Path("spec.yaml"))
+def new_gateway(data: dict | None = None, on_refused: Sequence[Callable[[str], None]] = ()) -> Gateway:
+    gateway = Gateway(SnapshotCache(), Path("spec.yaml"), on_refused=on_refused)
     gateway.load(validate_spec(data or spec_data()), "sha-1")
     gateway.on_connect("envoy", node("envoy"))
     return gateway
@@ -119,7 +121,9 @@ class UnreachableStore:
         self.saved = state
 
 
-def new_controller(gateway, tmp_path, clock, provider=None, proxies=None, store=None) -> RolloutController:
+def new_controller(
+    gateway, tmp_path, clock, provider=None, proxies=None, store=None, watchers: Sequence[Watcher] = ()
+) -> RolloutController:
     provider = provider or CountingProvider(HEALTHY)
     controller = RolloutController(
         gateway,
@@ -128,6 +132,7 @@ def new_controller(gateway, tmp_path, clock, provider=None, proxies=None, store=
         store or FileStateStore(tmp_path / "spec.yaml.state.json"),
         clock=clock,
         ack_deadline=0.05,
+        watchers=watchers,
     )
     controller.restore()
     return controller

@@ -101,9 +101,8 @@ async def past_the_hold(controller, clock: Clock) -> None:
 
 async def test_a_manual_gate_holds_until_approve_and_the_story_is_told_once(tmp_path, clock):
     gateway = new_gateway(gated(approval="manual"))
-    controller = new_controller(gateway, tmp_path, clock)
     told: list[RolloutEvent] = []
-    controller.watchers.append(storyteller(told.append))
+    controller = new_controller(gateway, tmp_path, clock, watchers=(storyteller(told.append),))
 
     ignored = await controller.command(Command.APPROVE)
     assert ignored is not None
@@ -156,9 +155,8 @@ async def test_a_step_webhook_answering_500_holds_the_step_naming_it_and_200_let
 ):
     hook.status, hook.body = 500, "offline eval: accuracy 0.61 below 0.70\n" + "x" * 500
     gateway = new_gateway(gated(webhooks=[{"url": hook.url, "timeout": "2s"}]))
-    controller = new_controller(gateway, tmp_path, clock)
     told: list[RolloutEvent] = []
-    controller.watchers.append(storyteller(told.append))
+    controller = new_controller(gateway, tmp_path, clock, watchers=(storyteller(told.append),))
 
     await past_the_hold(controller, clock)
     assert controller.status().last_decision.outcome == "hold: calling the webhooks of step 1"

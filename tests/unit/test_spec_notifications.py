@@ -86,11 +86,11 @@ def test_a_refused_url_is_not_echoed():
     assert "T0SECRET" not in refusal([{"url": "ftp://hooks.example/services/T0SECRET"}])
 
 
-def test_a_missing_secret_file_is_refused_where_the_gateway_takes_the_spec_and_the_last_good_stays(
-    gateway, tmp_path
-):
-    live, told = gateway.live, []
-    gateway.on_refused.append(told.append)
+def test_a_missing_secret_file_is_refused_where_the_gateway_takes_the_spec_and_the_last_good_stays(tmp_path):
+    told: list[str] = []
+    gateway = Gateway(SnapshotCache(), Path("spec.yaml"), clock=lambda: 1000.0, on_refused=(told.append,))
+    gateway.load(spec(), "sha-1")
+    live = gateway.live
     missing = tmp_path / "hook-secret"
     bad = spec(notifications=[{"url": "http://ops:8080/x", "secret_file": str(missing)}])  # validates
     gateway.load(bad, "sha-2")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import Any
 
 from kubernetes import client
 
@@ -16,7 +17,12 @@ MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
 
 
 def report(
-    api: client.ApiClient, involved: dict, reason: str, message: str, kind: str = "Warning", source: str = ""
+    api: client.ApiClient,
+    involved: dict[str, Any],
+    reason: str,
+    message: str,
+    kind: str = "Warning",
+    source: str = "",
 ) -> None:
     """A core/v1 Event about `involved` (an object as the server sent it); a failure is logged, not
     raised: the gateway's work does not depend on the Event being written."""

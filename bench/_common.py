@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from graystack.binaries import find_binary
 from graystack.local.gateway_stack import GatewayStack
@@ -67,7 +68,7 @@ def envoy_version() -> str | None:
     return out.split("version:", 1)[-1].strip() or None
 
 
-def machine_info() -> dict:
+def machine_info() -> dict[str, Any]:
     cpu_model = None
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -98,7 +99,9 @@ def rss_kib(pid: int | str = "self") -> dict[str, int]:
     return fields
 
 
-def write_result(name: str, parameters: dict, results: dict, path: Path | None = None) -> Path:
+def write_result(
+    name: str, parameters: dict[str, Any], results: dict[str, Any], path: Path | None = None
+) -> Path:
     """bench/results/NAME.json (or `path`) with the command, date, machine, parameters and results."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     document = {

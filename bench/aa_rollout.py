@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench._common import envoy_binary, summarize, write_result
 from tests.support.aa_run import ANALYSIS, STEPS, USERS, clean_env, run_aa
@@ -33,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     steps = tuple(int(w) for w in args.steps.split(","))
     envoy_binary()  # `up` finds the same one; missing, this says how to install it
-    runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="aa-rollout-") as workdir:
         weights = args.weights or train_pipeline(Path(workdir) / "weights")
         for i in range(args.runs):

@@ -70,9 +70,9 @@ def bootstrap(
     upstream: int,
     receiver: int,
     measure: bool,
-    routing: dict | None = None,
-    variants: dict[str, dict] | None = None,
-    analysis: dict | None = None,
+    routing: dict[str, Any] | None = None,
+    variants: dict[str, dict[str, Any]] | None = None,
+    analysis: dict[str, Any] | None = None,
 ) -> str:
     """The builders' listener and routes, static, over clusters with the upstream as their one host.
     `routing`: fields over the spec's routing (the default: every request to the baseline); `variants`:
@@ -147,18 +147,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-Requests = Callable[[int], dict]  # the i-th request's httpx keyword arguments (its body, its headers)
+Requests = Callable[
+    [int], dict[str, Any]
+]  # the i-th request's httpx keyword arguments (its body, its headers)
 
 
 def interleaved(
     urls: dict[str, str],
     pids: dict[str, int],
-    body: dict | Requests,
+    body: dict[str, Any] | Requests,
     n: int,
     block: int,
     warmup: int,
     reference: str = "off",
-) -> dict:
+) -> dict[str, Any]:
     """Each Envoy's latency and CPU over `n` requests, in alternating blocks; `added_ms`: each one's
     quantiles less the `reference` Envoy's."""
     request: Requests = body if callable(body) else (lambda i: {"json": body})
@@ -204,10 +206,10 @@ Bootstrap = Callable[[int, int, int, int], str]  # (listen, admin, upstream, rec
 def side_by_side(
     prefix: str,
     bootstraps: Mapping[str, Bootstrap],
-    request: Callable[[int], dict],
+    request: Callable[[int], dict[str, Any]],
     args: Any,
     reference: str,
-) -> dict:
+) -> dict[str, Any]:
     """Each named configuration in an Envoy of its own, in front of one stand-in upstream, each logging
     its answers to one receiver process; `interleaved`'s results for the same requests through each
     (`args`: n, block, warmup). The harness of bench.cohort_hop and bench.capture_hop."""
@@ -240,7 +242,7 @@ def side_by_side(
     return results
 
 
-def receiver_rate(entries: list, seconds: float = 2.0) -> float:
+def receiver_rate(entries: list[accesslog_pb2.HTTPAccessLogEntry], seconds: float = 2.0) -> float:
     """Entries per second `answer_from` reads on one core (the receiver's work per entry)."""
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -266,7 +268,7 @@ def main() -> None:
         return
     receiver_port, upstream = free_port(), free_port()
     processes = []
-    results: dict = {}
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-answer-hop-") as workdir:
         logs = Path(workdir)
         try:

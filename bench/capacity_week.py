@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from bench._common import write_result
 from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.capacity import CapacitySettings, VariantCapacity, capacity_plan, gate, segments
 from gateway.rollout.machine import initial_state, step
 from gateway.rollout.plan import CHECK_NAMES
-from gateway.rollout.rollout_state import Phase
-from gateway.spec.model import validate_spec
+from gateway.rollout.rollout_state import Phase, RolloutState
+from gateway.spec.model import RolloutSpec, Routing, validate_spec
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 STEPS = [
@@ -43,13 +44,13 @@ STEPS = [
 VARIANTS = ("baseline", "zero-layer")
 PLANS = ("follow", "full", "fixed", "mix-stated", "mix-unstated")
 MIX = {"high_load": 20, "mobile": 20}  # the locustfile's default mix, -=6,mobile=2,high_load=2
-RULES = [  # the chart's default header rules
+RULES: list[dict[str, Any]] = [  # the chart's default header rules
     {"value": "high_load", "variant": "zero-layer"},
     {"value": "mobile", "weights": {"baseline": 80, "zero-layer": 20}},
 ]
 
 
-def rollout_spec(rules: list[dict]):
+def rollout_spec(rules: list[dict[str, Any]]) -> RolloutSpec:
     return validate_spec(
         {
             "name": "zero-layer",
@@ -61,7 +62,7 @@ def rollout_spec(rules: list[dict]):
     )
 
 
-def routing_at(spec, state):
+def routing_at(spec: RolloutSpec, state: RolloutState) -> Routing:
     """The spec's routing with the default split the machine's state sets."""
     weight = state.weight or 0
     return spec.routing.model_copy(update={"weights": {"baseline": 100 - weight, "zero-layer": weight}})
@@ -104,7 +105,7 @@ class Pods:
         return self.ready + len(self.pending)  # a starting pod holds its GPU too
 
 
-def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float) -> dict:
+def simulate(plan: str, fleet: int, trough: float, pod_start: float, days: float) -> dict[str, Any]:
     mixed = plan.startswith("mix-")
     spec = rollout_spec(RULES if mixed else [])
     settings = CapacitySettings(

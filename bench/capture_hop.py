@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+from typing import Any
 
 from bench._common import brief, write_result
 from bench.answer_hop import bootstrap, side_by_side
 from graystack.local.gateway_stack import INFERENCE_PATH
 
-CONFIGS: dict[str, dict | None] = {
+CONFIGS: dict[str, dict[str, Any] | None] = {
     "off": None,
     "1%": {"quality": {"capture_percent": 1}},
     "10%": {"quality": {"capture_percent": 10}},
@@ -34,7 +35,7 @@ BODY = {
 }
 
 
-def request(i: int) -> dict:
+def request(i: int) -> dict[str, Any]:
     return {"json": BODY}
 
 

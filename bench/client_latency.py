@@ -25,12 +25,13 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bench._common import write_result
 from bench.client_rules import CLIENTS_PER_RPS, TOTAL_RPS, population
-from bench.decision_rules import STAGE_SHARE, TTFT_MEDIAN, TTFT_SIGMA, run_jobs
+from bench.decision_rules import STAGE_SHARE, TTFT_MEDIAN, TTFT_SIGMA, Job, run_jobs
 from bench.exact_rules import ExactTests
 from bench.shipped_rules import LOOK_SECONDS, seed_plan
 from gateway.rollout.sequential import ThresholdTest, mixture, pooled_ranks, threshold_look
@@ -82,6 +83,7 @@ class LatencyRuns:
     def look(self, candidate: list[np.ndarray], baseline: list[np.ndarray]) -> np.ndarray:
         """One look's values per run; returns which runs' tests fire at it."""
         width = max(1, max(len(c) for c in candidate))
+        assert self.plan.max_latency_ratio is not None  # the seed spec sets it
         ranks = np.zeros((self.runs, width))
         pooled = np.zeros(self.runs, dtype=np.int64)
         for run, (ours, theirs) in enumerate(zip(candidate, baseline, strict=True)):
@@ -133,7 +135,7 @@ def _fired(total_rps: float, trials: int, looks: int, slowdown: float, seed: int
     return first
 
 
-def false_rollbacks(total_rps: float, trials: int, hours: float, seed: int) -> list[dict]:
+def false_rollbacks(total_rps: float, trials: int, hours: float, seed: int) -> list[dict[str, Any]]:
     """One row per counting: the share of healthy runs some latency test fired on within `hours`."""
     fired = _fired(total_rps, trials, int(hours * 3600 / LOOK_SECONDS), 1.0, seed)
     return [
@@ -143,7 +145,7 @@ def false_rollbacks(total_rps: float, trials: int, hours: float, seed: int) -> l
     ]  # fmt: skip
 
 
-def detection(total_rps: float, slowdown: float, trials: int, seed: int) -> list[dict]:
+def detection(total_rps: float, slowdown: float, trials: int, seed: int) -> list[dict[str, Any]]:
     """One row per counting: seconds to the first firing look with the candidate `slowdown` slower."""
     fired = _fired(total_rps, trials, int(3600 / LOOK_SECONDS), slowdown, seed)
     rows = []
@@ -166,7 +168,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     started = time.monotonic()
-    jobs = [(false_rollbacks, (rps, args.trials, args.hours, 5000 + i)) for i, rps in enumerate(TOTAL_RPS)]
+    jobs: list[Job] = [
+        (false_rollbacks, (rps, args.trials, args.hours, 5000 + i)) for i, rps in enumerate(TOTAL_RPS)
+    ]
     jobs += [
         (detection, (rps, slowdown, args.trials, 6000 + i))
         for i, (rps, slowdown) in enumerate((r, s) for r in TOTAL_RPS for s in SLOWDOWNS)

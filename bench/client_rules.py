@@ -37,11 +37,12 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bench._common import write_result
-from bench.decision_rules import HORIZON, LATE_LOOKS, REGRESSIONS, SEED_STAGES, STAGE_SHARE, run_jobs
+from bench.decision_rules import HORIZON, LATE_LOOKS, REGRESSIONS, SEED_STAGES, STAGE_SHARE, Job, run_jobs
 from bench.shipped_rules import LOOK_SECONDS, ErrorTests, seed_plan
 
 CLIENTS_PER_RPS = 1000  # clients per req/s of total traffic: a client sends 3.6 requests an hour on average
@@ -141,7 +142,7 @@ def _fires(tests: ErrorTests, counts: tuple[np.ndarray, ...]) -> np.ndarray:
     return fired
 
 
-def false_rollbacks(total_rps: float, trials: int, seed: int) -> list[dict]:
+def false_rollbacks(total_rps: float, trials: int, seed: int) -> list[dict[str, Any]]:
     """One row per counting: the share of seed rollouts with a rollback, both variants healthy."""
     rng = np.random.default_rng(seed)
     plan = seed_plan()
@@ -180,7 +181,7 @@ def false_rollbacks(total_rps: float, trials: int, seed: int) -> list[dict]:
     ]  # fmt: skip
 
 
-def detection(total_rps: float, name: str, late: bool, trials: int, seed: int) -> list[dict]:
+def detection(total_rps: float, name: str, late: bool, trials: int, seed: int) -> list[dict[str, Any]]:
     """One row per counting: detection times of an error regression on the candidate at a 5 % stage."""
     rng = np.random.default_rng(seed)
     kind, extra = REGRESSIONS[name]
@@ -234,7 +235,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
     errors = [name for name, (kind, _) in REGRESSIONS.items() if kind == "error"]
-    jobs = [(false_rollbacks, (rps, args.trials, 3000 + i)) for i, rps in enumerate(TOTAL_RPS)]
+    jobs: list[Job] = [(false_rollbacks, (rps, args.trials, 3000 + i)) for i, rps in enumerate(TOTAL_RPS)]
     jobs += [
         (detection, (rps, name, late, args.detection_trials, 4000 + i))
         for i, (rps, name, late) in enumerate(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+from typing import Any
 
 from bench._common import brief, write_result
 from bench.answer_hop import bootstrap, side_by_side
@@ -20,14 +21,14 @@ from graystack.local.gateway_stack import INFERENCE_PATH
 
 CLIENTS = 500
 SPLIT = {"weights": {"baseline": 50, "candidate": 50}}
-CONFIGS = {
+CONFIGS: dict[str, dict[str, Any]] = {
     "none": SPLIT,
     "header": {**SPLIT, "affinity": [{"header": "x-user-id"}]},
     "body": {**SPLIT, "affinity": [{"body": "user"}]},
 }
 
 
-def request(i: int) -> dict:
+def request(i: int) -> dict[str, Any]:
     client = f"user-{i % CLIENTS}"
     body = {"user": client, "messages": [{"role": "user", "content": "hello " * 20}], "max_tokens": 16}
     return {"json": body, "headers": {"x-user-id": client}}

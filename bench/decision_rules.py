@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 from scipy.stats import norm
@@ -69,6 +70,7 @@ TTFT_MEDIAN, TTFT_SIGMA = 0.4, 0.6
 CHUNK = 60  # looks simulated per batch (5 minutes: small enough for the CPU's caches)
 RUNS_PER_BLOCK = 16  # detection: runs whose hours of looks are simulated together, for the same reason
 EDGES = np.asarray(TTFT_BUCKETS)
+Job = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]  # (function, its arguments): rows
 
 
 def _stage_looks() -> list[tuple[float, bool, int]]:
@@ -76,7 +78,7 @@ def _stage_looks() -> list[tuple[float, bool, int]]:
     return [(share, i == 0, int(seconds / LOOK_SECONDS)) for i, (share, seconds) in enumerate(SEED_STAGES)]
 
 
-def false_rollbacks(total_rps: float, error_rate: float, trials: int, seed: int) -> list[dict]:
+def false_rollbacks(total_rps: float, error_rate: float, trials: int, seed: int) -> list[dict[str, Any]]:
     """One row per rule: the share of seed rollouts with a rollback, both variants healthy."""
     rng = np.random.default_rng(seed)
     plan = seed_plan()
@@ -123,11 +125,15 @@ def bucket_probabilities(scale: float, edges: np.ndarray = EDGES) -> np.ndarray:
     return np.diff(np.concatenate([[0.0], cdf, [1.0]]))
 
 
-def _exceeds(scale: float):
+def _exceeds(scale: float) -> Callable[[float], float]:
     return lambda edge: float(norm.sf((math.log(edge) - math.log(TTFT_MEDIAN * scale)) / TTFT_SIGMA))
 
 
-def _by_runs(function, *arrays: np.ndarray):
+@overload
+def _by_runs(function: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.ndarray: ...
+@overload
+def _by_runs(function: Callable[..., list[np.ndarray]], *arrays: np.ndarray) -> list[np.ndarray]: ...
+def _by_runs(function: Callable[..., Any], *arrays: np.ndarray) -> np.ndarray | list[np.ndarray]:
     """`function(*arrays)` over RUNS_PER_BLOCK runs (the leading axis) at a time, its arrays joined along
     that axis: the same result, since runs are independent, with temporaries of a few MB where hours of
     looks of every run at once make them of tens or hundreds, which cost more in page faults than in
@@ -161,7 +167,7 @@ def _shipped_latency(tests: LatencyTests, cand: np.ndarray, base: np.ndarray) ->
     return fires
 
 
-def detection(candidate_rps: float, name: str, late: bool, trials: int, seed: int) -> list[dict]:
+def detection(candidate_rps: float, name: str, late: bool, trials: int, seed: int) -> list[dict[str, Any]]:
     """One row per rule: detection times of `name` at `candidate_rps` on a 5 % stage."""
     rng = np.random.default_rng(seed)
     kind, size = REGRESSIONS[name]
@@ -213,7 +219,7 @@ def detection(candidate_rps: float, name: str, late: bool, trials: int, seed: in
     return rows
 
 
-def run_jobs(jobs: list[tuple[Callable, tuple]], workers: int) -> tuple[list[dict], list[dict]]:
+def run_jobs(jobs: list[Job], workers: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Run (function, arguments) jobs in `workers` processes: their false-rollback and detection rows."""
     with ProcessPoolExecutor(workers) as pool:
         futures = [pool.submit(function, *arguments) for function, arguments in jobs]
@@ -232,7 +238,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     started = time.monotonic()
-    jobs = [(false_rollbacks, (rps, rate, args.trials, 1000 + i)) for i, (rps, rate) in
+    jobs: list[Job] = [(false_rollbacks, (rps, rate, args.trials, 1000 + i)) for i, (rps, rate) in
             enumerate((r, e) for r in TOTAL_RPS for e in HEALTHY)]  # fmt: skip
     jobs += [
         (detection, (rps, name, late, args.trials, 2000 + i))

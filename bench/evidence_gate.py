@@ -25,6 +25,7 @@ import argparse
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def _median(first: np.ndarray) -> float | None:
     return float(np.median(first[first > 0])) * LOOK_SECONDS if (first > 0).any() else None
 
 
-def cells(trials: int, hours: float) -> list[dict]:
+def cells(trials: int, hours: float) -> list[dict[str, Any]]:
     plan, rows = gate_plan(), []
     looks = int(hours * 3600 / LOOK_SECONDS)
     for i, (slowdown, rps) in enumerate((s, r) for s in SLOWDOWNS for r in CANDIDATE_RPS):

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
@@ -133,7 +134,7 @@ def first_fires(
     return first
 
 
-def detection(trials: int, rules: tuple[str, ...]) -> list[dict]:
+def detection(trials: int, rules: tuple[str, ...]) -> list[dict[str, Any]]:
     rows = []
     looks = int(DETECTION_SECONDS / LOOK_SECONDS)
     for i, ((slowdown, ratio), rps, rule) in enumerate(
@@ -156,7 +157,7 @@ def detection(trials: int, rules: tuple[str, ...]) -> list[dict]:
     return rows
 
 
-def false_rollbacks(trials: int, hours: float, rules: tuple[str, ...]) -> list[dict]:
+def false_rollbacks(trials: int, hours: float, rules: tuple[str, ...]) -> list[dict[str, Any]]:
     rows = []
     looks = int(hours * 3600 / LOOK_SECONDS)
     for i, ((slowdown, ratio), rps, rule) in enumerate(

@@ -21,7 +21,9 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import yaml
@@ -73,7 +75,7 @@ async def fake_proxy(stub: ads_pb2_grpc.AggregatedDiscoveryServiceStub, node_id:
     """One ADS stream that subscribes and ACKs like Envoy, until the process is stopped."""
     queue: asyncio.Queue[discovery_pb2.DiscoveryRequest] = asyncio.Queue()
 
-    async def requests():
+    async def requests() -> AsyncIterator[discovery_pb2.DiscoveryRequest]:
         while True:
             yield await queue.get()
 
@@ -156,6 +158,7 @@ async def start_clients(
             )
         )
     for client in clients:
+        assert client.stdout is not None  # stdout=PIPE
         line = await asyncio.wait_for(client.stdout.readline(), 60)
         if line.strip() != b"ready":
             raise RuntimeError(f"client {client.pid} did not get ready: {line!r}")
@@ -182,7 +185,7 @@ class PendingTaskCounter:
     def __init__(self) -> None:
         self.count = 0
 
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message") == "Task was destroyed but it is pending!":
             self.count += 1
         else:
@@ -192,7 +195,7 @@ class PendingTaskCounter:
 PENDING = PendingTaskCounter()
 
 
-async def measure(n: int, flips: int, per_process: int, per_channel: int, workdir: Path) -> dict:
+async def measure(n: int, flips: int, per_process: int, per_channel: int, workdir: Path) -> dict[str, Any]:
     spec_path = workdir / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(default_spec(free_port(), free_port()), sort_keys=False))
     process = local_gateway(GatewayOptions(spec=spec_path, xds_port=free_port(), admin_port=free_port()))
@@ -206,6 +209,7 @@ async def measure(n: int, flips: int, per_process: int, per_channel: int, workdi
         await start_clients(clients, process.options.xds_port, n, per_process, per_channel)
         started = time.perf_counter()
         for client in clients:
+            assert client.stdin is not None  # stdin=PIPE
             client.stdin.write(b"go\n")
             await client.stdin.drain()
         await wait_all_converged(process, n, SYNC_TIMEOUT_S)

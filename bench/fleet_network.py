@@ -21,6 +21,7 @@ import argparse
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench._common import summarize, write_result
 from gateway.xds.server import KEEPALIVE_S, KEEPALIVE_TIMEOUT_S
@@ -31,14 +32,14 @@ from tests.support.network import Network
 DEAD_PEER_BOUND_S = KEEPALIVE_S + KEEPALIVE_TIMEOUT_S + 2
 
 
-def on_fresh_fleet(run: Callable[[Fleet], dict], **fleet_options) -> dict:
+def on_fresh_fleet(run: Callable[[Fleet], dict[str, Any]], **fleet_options: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fleet-") as scratch:
         workdir = Path(scratch)
         with Network(workdir / "network") as network:
             return run(Fleet(network, workdir, **fleet_options).start())
 
 
-def totals(runs: list[dict]) -> dict:
+def totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "requests": sum(run["requests"] for run in runs),
         "failed": sum(run["failed"] for run in runs),

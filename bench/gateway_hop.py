@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from typing import Any
 
 import httpx
 
@@ -50,7 +51,9 @@ def sequential(urls: dict[str, str], n: int, block: int, warmup: int) -> dict[st
     return latencies
 
 
-async def concurrent(urls: dict[str, str], n: int, rounds: int, concurrency: int) -> dict[str, dict]:
+async def concurrent(
+    urls: dict[str, str], n: int, rounds: int, concurrency: int
+) -> dict[str, dict[str, Any]]:
     """n requests per target with `concurrency` in flight, split into alternating rounds.
 
     Each worker has its own one-connection client: a shared httpx.AsyncClient pool was measured at
@@ -127,7 +130,9 @@ def main() -> None:
         )
 
     stats = {name: summarize(values, 1000) for name, values in seq.items()}
-    results: dict = {"sequential": {**stats, "envoy_vs_direct": compare(stats["envoy"], stats["direct"])}}
+    results: dict[str, Any] = {
+        "sequential": {**stats, "envoy_vs_direct": compare(stats["envoy"], stats["direct"])}
+    }
     print(f"sequential, through Envoy: {brief(stats['envoy'])}")
     print(f"sequential, direct:        {brief(stats['direct'])}")
     for q, diff in results["sequential"]["envoy_vs_direct"].items():

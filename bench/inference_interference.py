@@ -17,6 +17,7 @@ import itertools
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,6 +25,7 @@ from bench._common import brief, summarize, write_result
 from inference.checkpoint import init_checkpoint, load_model
 from inference.config import BOS
 from inference.engine import DEFAULT_TOKEN_BUDGET, Chunk, Engine, Generation, GenerationRequest
+from inference.model import TinyDecoder
 
 RUNNING, SHORT_BYTES, WARM_TOKENS = 8, 64, 4
 PROMPT_KB = (1, 4, 8)
@@ -36,7 +38,7 @@ def prompt(length: int, seed: int) -> list[int]:
     ]
 
 
-async def run(model, kilobytes: int, budget: int) -> dict:
+async def run(model: TinyDecoder, kilobytes: int, budget: int) -> dict[str, Any]:
     """Gaps (s) of the running streams while one `kilobytes` prompt is prefilled, and its TTFT."""
     engine = Engine(model, max_running=RUNNING + 1, max_waiting=0, seed=0, token_budget=budget)
     engine.start()
@@ -86,7 +88,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=DEFAULT_TOKEN_BUDGET)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results: dict = {}
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-interference-") as workdir:
         for variant in args.variants:
             model = load_model(

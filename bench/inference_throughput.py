@@ -15,12 +15,14 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from bench._common import write_result
 from inference.checkpoint import init_checkpoint, load_model
 from inference.engine import Engine, Finished, GenerationRequest
+from inference.model import TinyDecoder
 
 CONCURRENCY = (1, 8, 32)
 PROMPT_BYTES, NEW_TOKENS = 128, 64
@@ -28,7 +30,7 @@ MIN_REQUESTS = 16
 REPEATS = 5
 
 
-async def run(model, concurrency: int, batched: bool) -> dict:
+async def run(model: TinyDecoder, concurrency: int, batched: bool) -> dict[str, Any]:
     engine = Engine(model, max_running=concurrency if batched else 1, max_waiting=concurrency, seed=0)
     engine.start()
     prompt = torch.randint(0, 256, (PROMPT_BYTES,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -57,7 +59,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["zero-layer", "baseline"])
     args = parser.parse_args()
     torch.set_num_threads(1)  # the tiny model decodes faster and steadier on one intra-op thread
-    results: dict = {}
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as workdir:
         for variant in args.variants:
             model = load_model(
@@ -66,7 +68,7 @@ def main() -> None:
             asyncio.run(run(model, 2, batched=True))  # warm-up
             per_variant = {}
             for concurrency in CONCURRENCY:
-                runs = {"batched": [], "one_at_a_time": []}
+                runs: dict[str, list[dict[str, Any]]] = {"batched": [], "one_at_a_time": []}
                 for _ in range(REPEATS):  # alternated, so drift on the shared box hits both alike
                     runs["batched"].append(asyncio.run(run(model, concurrency, batched=True)))
                     runs["one_at_a_time"].append(asyncio.run(run(model, concurrency, batched=False)))

@@ -21,27 +21,31 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from bench._common import rss_kib, summarize, write_result
+
+if TYPE_CHECKING:
+    from inference.model import Block, TinyDecoder
 
 PROMPT_BYTES = (512, 2048, 8192)
 VARIANTS = ("baseline", "zero-layer")
 ANCHORS = ("blocked-full-bias", "blocked-no-bias")  # the zero-layer's checkpoint, its plan replaced
 
 
-def anchored(model, case: str) -> None:
+def anchored(model: TinyDecoder, case: str) -> None:
     """Give every layer of a zero-layer model the anchor's bias plan (bias on every tile, or none)."""
     from inference.bias import BiasPlan
 
     for block in model.blocks:
-        attention = block.attn
+        attention = cast("Block", block).attn
         if case == "blocked-full-bias":
             attention.plan = BiasPlan(attention.plan.vector, skip_distance=model.config.max_seq_len)
         else:
             attention.plan = BiasPlan.none()
 
 
-def measure(case: str, weights: Path, prompt_bytes: int, repeats: int) -> dict:
+def measure(case: str, weights: Path, prompt_bytes: int, repeats: int) -> dict[str, Any]:
     """In this process: TTFT samples and the peak memory above the loaded model, in MiB."""
     import torch
 
@@ -82,7 +86,7 @@ def main() -> None:
 
     from inference.checkpoint import init_checkpoint
 
-    results: dict = {}
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-ttft-") as workdir:
         weights = {v: init_checkpoint(v, Path(workdir) / f"{v}.safetensors", seed=0) for v in VARIANTS}
         for prompt_bytes in PROMPT_BYTES:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def main() -> None:
     parser.add_argument("--out", type=str, default=None)
     args = parser.parse_args()
     looks = int(args.hours * 3600 / LOOK_SECONDS)
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
     for unit in UNITS:
         began = time.perf_counter()
         healthy = simulate(unit, 1.0, args.runs, looks, seed=1)

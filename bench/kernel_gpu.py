@@ -41,9 +41,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import triton
+from torch import Tensor
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -77,6 +79,7 @@ def zero_layer_plan(window: int, max_len: int, device: torch.device) -> tuple[Bi
     module = ZeroLayerBias(config)
     module.reset(torch.Generator().manual_seed(window))
     plan = module.plan()
+    assert plan.vector is not None  # a window > 0: a bias vector
     return BiasPlan(vector=plan.vector.to(device), skip_distance=plan.skip_distance), module
 
 
@@ -109,7 +112,9 @@ def build_baseline_mask(table: torch.Tensor, length: int) -> torch.Tensor:
     return bias.masked_fill_(future, float("-inf"))[None]
 
 
-def pair_bias(vector, q_len, k_len, q_offset, skip_distance, dtype) -> torch.Tensor:
+def pair_bias(
+    vector: Tensor, q_len: int, k_len: int, q_offset: int, skip_distance: int | None, dtype: torch.dtype
+) -> Tensor:
     """[H, Lq, Lk] bias with the kernel's tile skipping (None: every pair) and -inf above the diagonal."""
     device = vector.device
     rows, cols = torch.arange(q_len, device=device), torch.arange(k_len, device=device)
@@ -122,13 +127,13 @@ def pair_bias(vector, q_len, k_len, q_offset, skip_distance, dtype) -> torch.Ten
     return bias.masked_fill(distance < 0, float("-inf")).to(dtype)
 
 
-def naive_attention(q, k, v, bias) -> torch.Tensor:
+def naive_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
     """The same math in q's dtype, unfused: FlashAttention's out_pt."""
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1])) + bias
     return torch.softmax(scores, dim=-1) @ v
 
 
-def compare(out, ref, out_pt) -> dict:
+def compare(out: Tensor, ref: Tensor, out_pt: Tensor) -> dict[str, Any]:
     """FlashAttention's rule, max|out - ref| <= 2 max|out_pt - ref| + atol, and the relative norm."""
     error = float((out.double() - ref).abs().max())
     error_pt = float((out_pt.double() - ref).abs().max())
@@ -150,7 +155,9 @@ def qkv(length: int, head_dim: int, seed: int, device: torch.device) -> list[tor
     return [torch.randn(shape, generator=generator, device=device, dtype=DTYPE) for _ in range(3)]
 
 
-def gate_case(name, q, k, v, plan, vector, q_offset=0) -> dict:
+def gate_case(
+    name: str, q: Tensor, k: Tensor, v: Tensor, plan: BiasPlan, vector: Tensor, q_offset: int = 0
+) -> dict[str, Any]:
     """Kernel vs skip-emulated (dtype rule) and exact (plus the skipping bound) float64 references."""
     q_len, k_len = q.shape[2], k.shape[2]
     fresh_output_poison(q)
@@ -187,7 +194,7 @@ def causal_fill(length: int, device: torch.device, dtype: torch.dtype) -> torch.
     return torch.zeros(length, length, dtype=dtype, device=device).masked_fill(future, float("-inf"))
 
 
-def baseline_case(head_dim, q, k, v, table) -> dict:
+def baseline_case(head_dim: int, q: Tensor, k: Tensor, v: Tensor, table: Tensor) -> dict[str, Any]:
     """Our kernel with the full table and no skipping is the baseline's math: compare the two, and
     check that the GPU mask builder is BaselineBias.materialize plus the causal fill."""
     length = q.shape[2]
@@ -206,7 +213,7 @@ def baseline_case(head_dim, q, k, v, table) -> dict:
     versus["max_err_naive_bf16"] = float((out_pt.double() - exact).abs().max())
     versus["limit"] = 2 * versus["max_err_naive_bf16"] + BF16_ATOL
     versus["ok"] = versus["max_err"] <= versus["limit"]
-    case = {
+    case: dict[str, Any] = {
         "case": f"d{head_dim} L{length} vs baseline",
         "ours_vs_exact": compare(ours, exact, out_pt),
         "baseline_vs_exact": compare(baseline, exact, out_pt),
@@ -217,7 +224,7 @@ def baseline_case(head_dim, q, k, v, table) -> dict:
     return case
 
 
-def erased_case(head_dim, q, k, v) -> dict:
+def erased_case(head_dim: int, q: Tensor, k: Tensor, v: Tensor) -> dict[str, Any]:
     """No bias: plain causal flash attention, next to SDPA's flash backend."""
     length = q.shape[2]
     erased = gated_bias_attention(q, k, v, None, 0)
@@ -229,7 +236,7 @@ def erased_case(head_dim, q, k, v) -> dict:
     return {"case": f"d{head_dim} L{length} erased", "vs_exact": result, "ok": result["ok"]}
 
 
-def correctness_gate(device: torch.device, head_dims) -> dict:
+def correctness_gate(device: torch.device, head_dims: tuple[int, ...]) -> dict[str, Any]:
     model_plan, model = zero_layer_plan(ModelConfig().bias_window, 4096, device)
     wide_plan, wide = zero_layer_plan(WIDE_WINDOW, 4096, device)
     model_vector, wide_vector = raw_vector(model, device), raw_vector(wide, device)
@@ -253,15 +260,19 @@ def correctness_gate(device: torch.device, head_dims) -> dict:
     return {"ok": all(c["ok"] for c in cases), "cases": cases}
 
 
-Setup = Callable[[], tuple[Callable[[], torch.Tensor], dict]]
+Setup = Callable[[], tuple[Callable[[], torch.Tensor], dict[str, Any]]]
 
 
-def variants(length, head_dim, plans, table, device) -> dict[str, tuple[Setup, SDPBackend | None]]:
+def variants(
+    length: int, head_dim: int, plans: dict[str, BiasPlan], table: Tensor, device: torch.device
+) -> dict[str, tuple[Setup, SDPBackend | None]]:
     """name -> (setup returning the timed call and what to record, the SDPA backend to force).
     Setups run lazily, inside the OOM guard: the baseline's mask is 64 GiB at 32K."""
     q, k, v = qkv(length, head_dim, length + head_dim, device)
 
-    def ours(plan: BiasPlan | None, skip_distance: int, blocks=(None, None)):
+    def ours(
+        plan: BiasPlan | None, skip_distance: int, blocks: tuple[int | None, int | None] = (None, None)
+    ) -> tuple[Setup, None]:
         bias = plan.vector if plan is not None else None
         skip = skip_distance if bias is not None else 0
         block_m, block_n = pick_blocks(length, *blocks)
@@ -272,30 +283,30 @@ def variants(length, head_dim, plans, table, device) -> dict[str, tuple[Setup, S
             "blocks_skipped_fraction": round(counts.skipped / (counts.computed + counts.skipped), 4),
         }
 
-        def run():
+        def run() -> Tensor:
             return gated_bias_attention(q, k, v, bias, skip, block_m=block_m, block_n=block_n)
 
         return (lambda: (run, info)), None
 
-    def sdpa(backend: SDPBackend):
-        def run():
+    def sdpa(backend: SDPBackend) -> tuple[Setup, SDPBackend]:
+        def run() -> Tensor:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
         return (lambda: (run, {"backend": backend.name})), backend
 
-    def baseline(include_build: bool):
-        def setup():
+    def baseline(include_build: bool) -> tuple[Setup, SDPBackend]:
+        def setup() -> tuple[Callable[[], Tensor], dict[str, Any]]:
             bf16_table = table[:, :length].to(DTYPE)
             if include_build:
 
-                def run():
+                def run() -> Tensor:
                     mask = build_baseline_mask(bf16_table, length)
                     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
             else:
                 prebuilt = build_baseline_mask(bf16_table, length)
 
-                def run():
+                def run() -> Tensor:
                     return F.scaled_dot_product_attention(q, k, v, attn_mask=prebuilt)
 
             return run, {"backend": SDPBackend.EFFICIENT_ATTENTION.name}
@@ -320,7 +331,7 @@ def variants(length, head_dim, plans, table, device) -> dict[str, tuple[Setup, S
     return cells
 
 
-def measure(fn: Callable, length: int) -> tuple[list[float], str]:
+def measure(fn: Callable[[], Tensor], length: int) -> tuple[list[float], str]:
     """p20, median, p80 in ms. Short lengths replay a CUDA graph, else launch overhead is timed."""
     if length <= CUDAGRAPH_MAX_LENGTH:
         with contextlib.suppress(RuntimeError):  # a call that cannot be captured: time it plainly
@@ -328,7 +339,7 @@ def measure(fn: Callable, length: int) -> tuple[list[float], str]:
     return triton.testing.do_bench(fn, quantiles=QUANTILES), "events"
 
 
-def time_cell(setup: Setup, backend: SDPBackend | None, length: int, head_dim: int) -> dict:
+def time_cell(setup: Setup, backend: SDPBackend | None, length: int, head_dim: int) -> dict[str, Any]:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     fn = None
@@ -358,10 +369,10 @@ def time_cell(setup: Setup, backend: SDPBackend | None, length: int, head_dim: i
         torch.cuda.empty_cache()
 
 
-def ratios(cells: dict) -> dict:
+def ratios(cells: dict[str, Any]) -> dict[str, Any]:
     """Side-by-side ratios within one (head_dim, L): median ms of the first over the second."""
 
-    def ms(name):
+    def ms(name: str) -> float | None:
         cell = cells.get(name, {})
         return cell.get("median_ms") if cell.get("result") == "ok" else None
 
@@ -375,12 +386,12 @@ def ratios(cells: dict) -> dict:
     }
     out = {}
     for key, (numerator, denominator) in pairs.items():
-        if ms(numerator) and ms(denominator):
-            out[key] = round(ms(numerator) / ms(denominator), 3)
+        if (num := ms(numerator)) and (den := ms(denominator)):
+            out[key] = round(num / den, 3)
     return out
 
 
-def machine() -> dict:
+def machine() -> dict[str, Any]:
     info = {
         "gpu": torch.cuda.get_device_name(),
         "capability": ".".join(map(str, torch.cuda.get_device_capability())),
@@ -400,7 +411,7 @@ def machine() -> dict:
     return info
 
 
-def write(document: dict) -> Path:
+def write(document: dict[str, Any]) -> Path:
     folder = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kernel_gpu.json"
@@ -427,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     device = torch.device(DEVICE)
-    document = {
+    document: dict[str, Any] = {
         "benchmark": "kernel_gpu",
         "command": "python -m bench.kernel_gpu" + "".join(f" {a}" for a in sys.argv[1:]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

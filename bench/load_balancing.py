@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -70,7 +71,9 @@ def set_policy(stack: GatewayStack, policy: str) -> None:
     stack.wait_converged(generation_above=generation)
 
 
-async def one_request(client: httpx.AsyncClient, rng: random.Random, mix: dict) -> tuple[str, float]:
+async def one_request(
+    client: httpx.AsyncClient, rng: random.Random, mix: dict[str, Any]
+) -> tuple[str, float]:
     """One streamed Messages request of the default mix; (variant, TTFT seconds)."""
     client_type = config.weighted_choice(mix["client_types"], rng)
     length = config.weighted_choice(mix["prompt_lengths"], rng)
@@ -99,7 +102,9 @@ async def one_request(client: httpx.AsyncClient, rng: random.Random, mix: dict) 
     return response.headers["x-graystack-variant"], timing.ttft
 
 
-async def run_block(url: str, users: int, seconds: float, warmup: float, mix: dict, seed: int) -> Block:
+async def run_block(
+    url: str, users: int, seconds: float, warmup: float, mix: dict[str, Any], seed: int
+) -> Block:
     block = Block()
     started = time.perf_counter()
     ends = started + seconds
@@ -135,10 +140,12 @@ async def run_block(url: str, users: int, seconds: float, warmup: float, mix: di
     return block
 
 
-def measure(stack: GatewayStack, users: int, blocks: int, seconds: float, warmup: float, mix: dict) -> dict:
+def measure(
+    stack: GatewayStack, users: int, blocks: int, seconds: float, warmup: float, mix: dict[str, Any]
+) -> dict[str, Any]:
     url = f"http://127.0.0.1:{stack.ports['listen']}"
     ttft: dict[str, dict[str, list[float]]] = {p: {} for p in POLICIES}
-    seen: dict[str, dict] = {
+    seen: dict[str, dict[str, Any]] = {
         p: {"failures": Counter(), "requests": 0, "in_flight": [], "seconds": 0.0, "blocks": []}
         for p in POLICIES
     }
@@ -159,7 +166,7 @@ def measure(stack: GatewayStack, users: int, blocks: int, seconds: float, warmup
             seen[policy]["in_flight"] += block.in_flight
             seen[policy]["seconds"] += seconds - warmup
             loads.append(os.getloadavg()[0])
-    results = {}
+    results: dict[str, Any] = {}
     for policy in POLICIES:
         s = seen[policy]
         flight = s["in_flight"]

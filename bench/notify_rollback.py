@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench._common import envoy_binary, summarize, write_result
 from bench.rollback_time import one_run, rollout
@@ -57,7 +58,7 @@ def main() -> None:
     parser.add_argument("--error-rate", type=float, default=0.3, help="zero-layer's injected error rate")
     args = parser.parse_args()
     envoy = envoy_binary()
-    runs: dict[str, list[dict]] = {which: [] for which in RECEIVERS}
+    runs: dict[str, list[dict[str, Any]]] = {which: [] for which in RECEIVERS}
     with tempfile.TemporaryDirectory(prefix="notify-rollback-") as workdir, receivers() as (healthy, ports):
         secret = Path(workdir) / "hook-secret"
         secret.write_text("bench-secret\n")
@@ -83,7 +84,7 @@ def main() -> None:
     # A run whose rollback came before its fault was rolled back by the previous fault's last errors,
     # counted by the tests that `retry` started (bench.rollback_time's cycle): kept, left out of the stats.
     valid = {which: [run for run in runs[which] if run["onset_to_decision_s"] >= 0] for which in RECEIVERS}
-    results = {
+    results: dict[str, Any] = {
         which: {
             key: summarize([run[key] for run in valid[which]])
             for key in ("onset_to_ack_s", "onset_to_decision_s", "decision_to_ack_s")

@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 
 from bench._common import envoy_binary, write_result
 from bench.answer_hop import VARIANTS, answers_200, bootstrap
@@ -29,7 +30,7 @@ from loadtests.launch import LOCUSTFILE
 PODS = 2  # per variant
 SPLIT = {"weights": {"baseline": 50, "candidate": 50}}
 COHORTS = {**SPLIT, "affinity": [{"header": "x-user-id"}]}
-CONFIGS: dict[str, dict] = {
+CONFIGS: dict[str, dict[str, Any]] = {
     "random": {"routing": SPLIT},
     "cohorts": {"routing": COHORTS},
     "cohorts_ring_hash": {
@@ -58,7 +59,7 @@ def start_pods(logs: Path) -> tuple[dict[str, list[str]], list[ManagedProcess]]:
 
 def conversations(
     name: str, endpoints: dict[str, list[str]], logs: Path, users: int, seconds: int, turns: int
-) -> dict:
+) -> dict[str, Any]:
     """One configuration: its Envoy up, the conversation users through it for `seconds`, their summary."""
     config = CONFIGS[name]
     variants = {
@@ -104,7 +105,9 @@ def conversations(
     }
 
 
-def measure(names: list[str], users: int, seconds: int, turns: int, workdir: Path) -> dict[str, dict]:
+def measure(
+    names: list[str], users: int, seconds: int, turns: int, workdir: Path
+) -> dict[str, dict[str, Any]]:
     """Each named configuration's shares, on one set of stand-in pods (stopped by PID after)."""
     endpoints, processes = start_pods(workdir)
     try:

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -31,7 +32,7 @@ from graystack.local.processes import start_process
 PR_SET_PDEATHSIG = 1
 
 
-def preexec_start(log_dir: Path, i: int) -> subprocess.Popen:
+def preexec_start(log_dir: Path, i: int) -> subprocess.Popen[bytes]:
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
@@ -44,19 +45,19 @@ def preexec_start(log_dir: Path, i: int) -> subprocess.Popen:
         return subprocess.Popen(["true"], stdout=log, stderr=subprocess.STDOUT, preexec_fn=arm)
 
 
-def plain_start(log_dir: Path, i: int) -> subprocess.Popen:
+def plain_start(log_dir: Path, i: int) -> subprocess.Popen[bytes]:
     with (log_dir / f"plain-{i}.log").open("ab") as log:
         return subprocess.Popen(["true"], stdout=log, stderr=subprocess.STDOUT)
 
 
-def shim_start(log_dir: Path, i: int) -> subprocess.Popen:
+def shim_start(log_dir: Path, i: int) -> subprocess.Popen[bytes]:
     return start_process(f"shim-{i}", ["true"], log_dir).popen
 
 
 METHODS = {"preexec_fn": preexec_start, "start_process": shim_start, "plain": plain_start}
 
 
-async def measure(starts: int, log_dir: Path) -> dict[str, dict]:
+async def measure(starts: int, log_dir: Path) -> dict[str, dict[str, Any]]:
     server = grpc.aio.server()
     server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -16,11 +16,13 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import torch
 
 from bench._common import write_result
 from inference.checkpoint import load_model, save_model
+from inference.model import Block
 from inference.training import pipeline
 from inference.training.data import load_split
 from inference.training.eval import as_json, evaluate
@@ -33,7 +35,7 @@ def flattened_past(baseline: Path, distance: int, out: Path) -> Path:
     model = load_model(baseline, "baseline").model
     with torch.no_grad():
         for block in model.blocks:
-            table = block.attn.position_adaptive_bias.table
+            table = cast(Block, block).attn.position_adaptive_bias.table
             table[:, distance:] = table[:, distance - 1 : distance]
     save_model(model, out)
     return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +113,7 @@ def first_fires(
     return found
 
 
-def detection(check: str, rate: float, live_share: float | None, runs: int, seed: int) -> dict:
+def detection(check: str, rate: float, live_share: float | None, runs: int, seed: int) -> dict[str, Any]:
     first = first_fires(check, rate, live_share, runs, 20_000, seed)
     answers = first[first > 0] * PAIRS_PER_LOOK
     return {
@@ -123,7 +124,7 @@ def detection(check: str, rate: float, live_share: float | None, runs: int, seed
     }  # fmt: skip
 
 
-def false_gates(check: str, rate: float, runs: int, seed: int) -> dict:
+def false_gates(check: str, rate: float, runs: int, seed: int) -> dict[str, Any]:
     first = first_fires(check, rate, None, runs, WEEK_LOOKS, seed)
     return {"check": check, "rate": rate, "runs": runs, "share": round(float((first > 0).mean()), 5)}
 

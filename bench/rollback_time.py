@@ -21,6 +21,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 
@@ -32,7 +33,7 @@ from inference.families import REQUESTS
 CLEAN_S = 10.0  # clean traffic before each fault
 
 
-def rollout(weight: int) -> dict:
+def rollout(weight: int) -> dict[str, Any]:
     return {
         "strategy": {"steps": [{"weight": weight, "hold": "1h"}, {"weight": 100}]},
         "analysis": {"max_latency_ratio": 10, "max_ttft_p95": "5s", "provider": {"type": "direct"}},
@@ -48,16 +49,19 @@ def client_errors(traffic: Traffic) -> int:
     return sum(count for (code, _), count in traffic.snapshot().items() if code != 200)
 
 
-def one_run(stack: RolloutStack, traffic: Traffic, error_rate: float) -> dict:
+def one_run(stack: RolloutStack, traffic: Traffic, error_rate: float) -> dict[str, Any]:
     time.sleep(CLEAN_S)
     attempts_before, errors_before = failed_attempts(stack), client_errors(traffic)
     stack.set_fault(error_rate)
     onset = time.time()
-    rollout = wait_until(
-        lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"] and r,
-        120,
-        "the ACKed rollback",
-        interval=0.1,
+    rollout = cast(  # wait_until returns only a truthy result: here, the rollout
+        "dict[str, Any]",
+        wait_until(
+            lambda: (r := stack.rollout())["phase"] == "rolled_back" and not r["rollback_in_flight"] and r,
+            120,
+            "the ACKed rollback",
+            interval=0.1,
+        ),
     )
     decided = rollout["history"][-1]["at"]
     acked = decided + rollout["last_rollback_seconds"]
@@ -74,9 +78,9 @@ def one_run(stack: RolloutStack, traffic: Traffic, error_rate: float) -> dict:
     return run
 
 
-def measure(envoy: str, rate: float, runs: int, error_rate: float, weight: int) -> dict:
+def measure(envoy: str, rate: float, runs: int, error_rate: float, weight: int) -> dict[str, Any]:
     """`runs` fault-and-rollback cycles on a fresh stack with clients at `rate` requests/s."""
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rollback-time-") as workdir:
         stack = RolloutStack(Path(workdir), envoy, rollout(weight))
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def either_fired(test: ThresholdTest, plan: Plan) -> bool:
 
 def race(
     plan: Plan, look: float, rps: float, weight: int, incident: float, runs: int, as_counted: bool
-) -> dict:
+) -> dict[str, Any]:
     """Share of incidents the candidate's test calls first, and seconds from onset to the decision.
     `as_counted`: as the direct provider counts with `retries.fallback` (gateway/metrics/direct.py): a
     candidate's failed attempt is charged again when its fallback on the baseline fails too, and the
@@ -94,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     seed, test = seed_plan(), integration_test_plan()
-    results: dict = {}
+    results: dict[str, Any] = {}
     for counting, as_counted in (("as counted", True), ("once each", False)):
         for rps, incident in SEED_CASES:
             for weight in WEIGHTS:

@@ -9,6 +9,7 @@ split is the shipped one too.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ from gateway.spec.model import validate_spec
 LOOK_SECONDS = 5.0
 
 
-def seed_spec(**changes: Any) -> dict:
+def seed_spec(**changes: Any) -> dict[str, Any]:
     """The seed's rollout spec (the spec's defaults, one randomised default split, a look every
     LOOK_SECONDS), with `changes`' top-level fields over it (`analysis` merged field by field)."""
     analysis = {"interval": f"{LOOK_SECONDS:g}s", **changes.pop("analysis", {})}
@@ -113,6 +114,7 @@ class ShiftTests:
     edges: np.ndarray
 
     def __post_init__(self) -> None:
+        assert self.plan.max_latency_ratio is not None  # the seed spec sets it
         test = ShiftTest.new(self.edges, self.plan.max_latency_ratio - 1)
         self.pairs = edge_pairs(test.edges, test.max_slowdown)
         self.ratios = np.asarray(test.alternatives)
@@ -152,6 +154,7 @@ class LatencyTests:
 
     def __post_init__(self) -> None:
         self.shift = ShiftTests(self.plan, self.runs, self.edges)
+        assert self.plan.max_ttft_p95 is not None  # the seed spec sets it
         self.slo_edge = int(np.searchsorted(self.edges, self.plan.max_ttft_p95))
         self.slo = np.asarray(ThresholdTest.new(0.05).alternatives)
         self.slo_lr = np.zeros((self.runs, len(self.slo)))
@@ -203,12 +206,14 @@ def latency_floor(
     candidate_rps: float,
     baseline_rps: float,
     edges: np.ndarray,
-    slower,
-    faster,
+    slower: Callable[[float], float],
+    faster: Callable[[float], float],
     late: bool = False,
 ) -> float:
     """As `error_floor`, for TTFT: the SLO's exceedance test and each edge pair of the shift test.
     `slower(e)`, `faster(e)`: P(T > e) for the candidate and the baseline."""
+    assert plan.max_ttft_p95 is not None  # the seed spec sets them
+    assert plan.max_latency_ratio is not None
     rates = []
     above = slower(plan.max_ttft_p95)
     if above > 0.05:

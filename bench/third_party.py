@@ -18,6 +18,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -95,7 +96,7 @@ def main() -> None:
                 server.stop()
 
     direct, via_envoy = summarize(latencies["direct"], 1000), summarize(latencies["envoy"], 1000)
-    results = {
+    results: dict[str, Any] = {
         "start_to_healthy_s": {name: round(server.started_in, 3) for name, server in servers.items()},
         "llama_cpp_direct_ms": direct,
         "llama_cpp_through_envoy_ms": via_envoy,

@@ -20,6 +20,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def read_all(directory: Path) -> float:
     return time.perf_counter() - started
 
 
-def measure(directory: Path, size: int, repeats: int) -> dict:
+def measure(directory: Path, size: int, repeats: int) -> dict[str, Any]:
     cold, warm = [], []
     for _ in range(repeats):
         drop_cache(directory)

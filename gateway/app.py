@@ -16,10 +16,10 @@ import contextlib
 import ipaddress
 import logging
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import uvicorn
 
@@ -95,8 +95,9 @@ def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> Provi
 class _EmbeddedUvicorn(uvicorn.Server):
     """uvicorn inside our loop: signals are ours to handle, not uvicorn's."""
 
-    def capture_signals(self):
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _is_loopback(host: str) -> bool:
@@ -109,7 +110,7 @@ def _is_loopback(host: str) -> bool:
 class Driver(Protocol):
     """What keeps a built gateway current and moves its rollout: a mode's spec source and watches."""
 
-    def background(self) -> list[Coroutine]:
+    def background(self) -> list[Coroutine[Any, Any, None]]:
         """What runs beside the admin API until the process stops (cancelled then)."""
         ...
 
@@ -206,8 +207,8 @@ class GatewayProcess:
                 lifespan="off",
             )
         )
-        self._tasks: list[asyncio.Task] = []
-        self._admin_task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._admin_task: asyncio.Task[None] | None = None
         self._grpc = None
 
     def _leading(self) -> bool:

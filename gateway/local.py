@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Coroutine
+from typing import Any
 
 from gateway.app import GatewayOptions, GatewayParts, GatewayProcess, serve_until_signalled
 from gateway.rollout.controller import RolloutController
@@ -27,7 +28,7 @@ class FileDriver:
         )
         self._controller = controller
 
-    def background(self) -> list[Coroutine]:
+    def background(self) -> list[Coroutine[Any, Any, None]]:
         return [self._watcher.run(), self._controller.run()]
 
     async def start(self) -> None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from envoy.config.core.v3 import base_pb2
 
@@ -76,7 +77,7 @@ class Gateway:
         self.overrides: dict[Segment, dict[str, int]] = {}
         self.rollout = RolloutSplit()
         self._live: RolloutSpec | None = None
-        self.last_error: dict | None = None
+        self.last_error: dict[str, Any] | None = None
         self.generation = 0
         self.faults: dict[str, Fault] = {}
         self._nodes: dict[str, ListenerAddress] = {}

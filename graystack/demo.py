@@ -68,7 +68,7 @@ NOTE = (
 )
 
 
-def demo_spec(weights_dir: Path) -> dict:
+def demo_spec(weights_dir: Path) -> dict[str, Any]:
     """DEMO_SPEC, bounding the zero-layer's effective window by the one its derivation recorded."""
     manifest = weights_dir / "manifest.json"
     derived = json.loads(manifest.read_text()).get("derive", {}) if manifest.is_file() else {}

@@ -235,7 +235,7 @@ class Engine:
         self._waiting: deque[Generation] = deque()
         self._running: list[Generation] = []
         self._work = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
 
     @property

@@ -21,6 +21,7 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import gevent
 from locust import HttpUser, events, task
@@ -154,12 +155,12 @@ def _end_early(runner: Runner) -> None:
 
 
 @events.report_to_master.add_listener
-def _report(client_id: str, data: dict) -> None:
+def _report(client_id: str, data: dict[str, Any]) -> None:
     data[REPORT_KEY] = _run().drain()
 
 
 @events.worker_report.add_listener
-def _worker_report(client_id: str, data: dict) -> None:
+def _worker_report(client_id: str, data: dict[str, Any]) -> None:
     if REPORT_KEY in data:
         _run().absorb(data[REPORT_KEY], client_id)
 
@@ -198,7 +199,7 @@ class StreamingUser(HttpUser):
     def wait_time(self) -> float:
         return self.rng.uniform(*_run().think_time)
 
-    def send(self, body: dict, client_type: str, headers: dict[str, str]) -> Streamed:
+    def send(self, body: dict[str, Any], client_type: str, headers: dict[str, str]) -> Streamed:
         """Send one streamed request, count it, and fire its per-variant latency entries."""
         run = _run()
         if client_type != config.NO_HEADER:
@@ -228,7 +229,7 @@ class StreamingUser(HttpUser):
                     )
         return streamed
 
-    def _stream(self, body: dict, headers: dict, timing: StreamTiming) -> Streamed:
+    def _stream(self, body: dict[str, Any], headers: dict[str, str], timing: StreamTiming) -> Streamed:
         """Send one request and read its stream to the end."""
         with self.client.post(
             "/v1/messages", json=body, headers=headers, stream=True, catch_response=True

@@ -7,6 +7,7 @@ import logging
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import gevent
 from locust.env import Environment
@@ -41,8 +42,8 @@ class Run:
         self.turns = Stickiness()  # what this process's conversation users counted since its last report
         self.stickiness = Stickiness()  # every process's, summed
         self.conversing = any(c.__name__ == "ConversationUser" for c in environment.user_classes)
-        self.requests: Counter = Counter()
-        self.failures: Counter = Counter()
+        self.requests: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()
         self.tracker = SplitTracker(guard=options.flip_guard, alpha=options.split_alpha)
         self.started = time.time()
         self.static = None
@@ -88,7 +89,7 @@ class Run:
             self.absorb(self.drain())
             gevent.sleep(self.options.weights_poll)
 
-    def absorb(self, report: dict, source: str = "local") -> None:
+    def absorb(self, report: dict[str, Any], source: str = "local") -> None:
         self.stickiness.add(report["turns"])
         self.requests.update(report["requests"])
         self.failures.update(report["failures"])
@@ -127,7 +128,7 @@ class Run:
         )
         return summary.judge(result)
 
-    def drain(self) -> dict:
+    def drain(self) -> dict[str, Any]:
         """This process's report since the last: the split tally's and the conversation turns' counts."""
         return {**self.tally.drain(), "turns": self.turns.drain()}
 

@@ -31,12 +31,15 @@ import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from scipy.stats import beta
 
 from loadtests.config import NO_HEADER
 
-Routing = dict  # the admin API's `routing`: {"header", "rules": [{value, variant | weights}], "weights"}
+Routing = dict[
+    str, Any
+]  # the admin API's `routing`: {"header", "rules": [{value, variant | weights}], "weights"}
 Bin = tuple[int, str, str]  # (tenth of a second of send time, client type, variant)
 BINS_PER_SECOND = 10
 
@@ -78,10 +81,10 @@ def configured_shares(routing: Routing, client_type: str) -> dict[str, float]:
 class Tally:
     """What one Locust process saw, drained into reports (a worker sends them to the master)."""
 
-    bins: Counter = field(default_factory=Counter)
-    requests: Counter = field(default_factory=Counter)  # variant -> requests
-    failures: Counter = field(default_factory=Counter)  # variant -> failed requests
-    running: Counter = field(default_factory=Counter)  # send time -> requests sent then, not finished
+    bins: Counter[Bin] = field(default_factory=Counter)
+    requests: Counter[str] = field(default_factory=Counter)  # variant -> requests
+    failures: Counter[str] = field(default_factory=Counter)  # variant -> failed requests
+    running: Counter[float] = field(default_factory=Counter)  # send time -> requests sent then, not finished
 
     def start(self, sent: float) -> None:
         """A request sent at `sent` is running: no bin from its send time on is complete until it ends."""
@@ -100,7 +103,7 @@ class Tally:
         if self.running[sent] <= 0:
             del self.running[sent]
 
-    def drain(self) -> dict:
+    def drain(self) -> dict[str, Any]:
         """A JSON-able report of everything since the last drain; empties the tally (but not `running`,
         which is the state now, not a change since the last report)."""
         report = {
@@ -113,7 +116,7 @@ class Tally:
         return report
 
 
-def report_bins(report: dict) -> Counter:
+def report_bins(report: dict[str, Any]) -> Counter[Bin]:
     """The bins of a drained report (after its trip through JSON to the master)."""
     return Counter(
         {(int(tick), client_type, variant): count for tick, client_type, variant, count in report["bins"]}
@@ -166,8 +169,8 @@ class SplitTracker:
         self._band_lo: list[float] = []  # per change: requests sent in [lo, hi] are left out
         self._band_hi: list[float] = []
         self._routing: list[Routing | None] = []
-        self._counts: list[Counter] = []  # per change: (client type, variant) -> requests
-        self._pending: Counter = Counter()
+        self._counts: list[Counter[tuple[str, str]]] = []  # per change: (client type, variant) -> requests
+        self._pending: Counter[Bin] = Counter()
         self._oldest_running: dict[str, float] = {}  # per reporting process
         self.excluded = 0
 
@@ -181,7 +184,7 @@ class SplitTracker:
         self._last_sent = sent
         self._settle(sent)
 
-    def add(self, bins: Counter, oldest_running: float | None = None, source: str = "") -> None:
+    def add(self, bins: Counter[Bin], oldest_running: float | None = None, source: str = "") -> None:
         """Finished requests' bins, and the send time of the oldest request `source` still runs."""
         self._pending.update(bins)
         if oldest_running is None:
@@ -229,7 +232,7 @@ class SplitTracker:
             routing = self._routing[period]
             if routing is None:
                 continue  # nothing was counted in it (`_assign`): its routing could not be read
-            totals: Counter = Counter()
+            totals: Counter[str] = Counter()
             for (client_type, _), count in counts.items():
                 totals[client_type] += count
             for client_type, requests in sorted(totals.items()):

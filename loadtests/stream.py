@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 
 class StreamError(Exception):
@@ -16,7 +17,7 @@ class StreamError(Exception):
 @dataclass(frozen=True)
 class SseEvent:
     kind: str
-    data: dict
+    data: dict[str, Any]
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[SseEvent]:
@@ -36,7 +37,7 @@ def sse_events(lines: Iterable[str]) -> Iterator[SseEvent]:
         yield SseEvent(kind, _decode("\n".join(data)))
 
 
-def _decode(payload: str) -> dict:
+def _decode(payload: str) -> dict[str, Any]:
     try:
         return json.loads(payload)
     except ValueError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Response
@@ -20,7 +21,7 @@ def create_probe_app(probe: Probe) -> FastAPI:
         return Response(generate_latest(probe.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
-    def healthz() -> dict:
+    def healthz() -> dict[str, Any]:
         status, last, check = probe.last_status, probe.last_probe, probe.check
         compared = probe.last_comparison
         return {

@@ -61,7 +61,7 @@ class Probe:
         self.last_status: StatusReport | None = None
         self.last_probe: ProbeResult | None = None
         self.last_comparison: Comparison | None = None
-        self._pending_check: asyncio.Future | None = None
+        self._pending_check: asyncio.Future[StatusReport] | None = None
         self.check = options.check
         self.metrics.describe(self.check, options.loaded_check)
 

@@ -17,6 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 ANTHROPIC_VERSION = "2023-06-01"
 PROMPT = "ping"
@@ -45,7 +46,7 @@ class Reading:
 @dataclass(frozen=True)
 class Exchange:
     path: str
-    body: dict
+    body: dict[str, Any]
     headers: dict[str, str]
 
 
@@ -73,7 +74,7 @@ def read(api: Api, data: str) -> Reading:
     return _read_anthropic(event) if api is Api.ANTHROPIC else _read_openai(event)
 
 
-def _read_anthropic(event: dict) -> Reading:
+def _read_anthropic(event: dict[str, Any]) -> Reading:
     kind = event.get("type")
     if kind == "error":
         return Reading(error=str(event.get("error")))
@@ -83,7 +84,7 @@ def _read_anthropic(event: dict) -> Reading:
     return Reading(complete=kind == "message_stop")
 
 
-def _read_openai(event: dict) -> Reading:
+def _read_openai(event: dict[str, Any]) -> Reading:
     if "error" in event:  # graystack's {"error": {...}}, transformers serve's {"error": "..."}
         return Reading(error=str(event["error"]))
     choices = event.get("choices") or []  # a usage chunk has none

@@ -21,6 +21,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -188,7 +189,7 @@ def create_admin_app(
     faults_on = Depends(faults_allowed)
 
     @app.get("/healthz")
-    def healthz() -> dict:
+    def healthz() -> dict[str, Any]:
         return {"status": "ok"}
 
     @app.get("/metrics")

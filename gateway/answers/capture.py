@@ -66,7 +66,7 @@ def _parts(content: Any) -> str:
     return ""
 
 
-def body_text(body: dict) -> tuple[str, str]:
+def body_text(body: dict[str, Any]) -> tuple[str, str]:
     """(text, tool-call arguments) of a whole JSON answer, for each API's shape."""
     text, calls = [], []
     for choice in body.get("choices") or []:
@@ -103,7 +103,7 @@ def _cut_body_text(raw: str) -> str | None:
     return unescape(rest[: end.end() - 1] if end else rest, truncated=end is None)
 
 
-def captured(fields: dict) -> Captured:
+def captured(fields: dict[str, Any]) -> Captured:
     """The filter's `capture` table (its `end.capture`) as text."""
     truncated = fields.get("truncated") is True
     if fields.get("unreadable") is True:

@@ -51,7 +51,7 @@ def client_digest(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
-def _ending(end: dict | None, status: int, flags: accesslog_pb2.ResponseFlags) -> Ending:
+def _ending(end: dict[str, Any] | None, status: int, flags: accesslog_pb2.ResponseFlags) -> Ending:
     if end is None:  # the filter never saw the last byte: the stream was reset
         gone = flags.downstream_connection_termination or flags.downstream_remote_reset
         return "client_gone" if gone else "cut"
@@ -76,7 +76,7 @@ def _request_fields(entry: accesslog_pb2.HTTPAccessLogEntry) -> dict[str, Any]:
     }
 
 
-def _captured_fields(end: dict) -> dict[str, Any]:
+def _captured_fields(end: dict[str, Any]) -> dict[str, Any]:
     """The answer's captured content (gateway/answers/capture.py); nothing where it was not sampled."""
     kept = end.get("capture")
     if not isinstance(kept, dict):

@@ -21,6 +21,8 @@ Each cluster counts its own requests: the variant's cluster does not see the sha
 
 from __future__ import annotations
 
+from typing import Any
+
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import extension_pb2
 from envoy.extensions.load_balancing_policies.least_request.v3 import least_request_pb2
@@ -30,7 +32,7 @@ from gateway.envoy.common import any_proto
 LEAST_REQUEST_POLICY = "envoy.load_balancing_policies.least_request"
 
 
-def load_balancing(policy: str) -> dict:
+def load_balancing(policy: str) -> dict[str, Any]:
     """The Cluster fields for `policy` (`round_robin`, `least_request`, `ring_hash` or `maglev`, the spec's
     names)."""
     if policy == "round_robin":

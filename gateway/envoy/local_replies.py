@@ -23,6 +23,7 @@ mapper's reach only local replies, so an upstream's own answer is never relabell
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
@@ -80,11 +81,11 @@ KINDS = (
 )
 
 
-def _anthropic_body(kind: _Kind) -> dict:
+def _anthropic_body(kind: _Kind) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind.anthropic, "message": kind.message}}
 
 
-def _openai_body(kind: _Kind) -> dict:
+def _openai_body(kind: _Kind) -> dict[str, Any]:
     return {
         "error": {
             "message": kind.message,
@@ -95,7 +96,7 @@ def _openai_body(kind: _Kind) -> dict:
     }
 
 
-def _mapper(match: accesslog_pb2.AccessLogFilter, body: dict) -> hcm_pb2.ResponseMapper:
+def _mapper(match: accesslog_pb2.AccessLogFilter, body: dict[str, Any]) -> hcm_pb2.ResponseMapper:
     json_format = struct_pb2.Struct()
     json_format.update(body)
     return hcm_pb2.ResponseMapper(

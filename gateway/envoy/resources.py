@@ -23,6 +23,7 @@ from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
+from google.protobuf.message import Message
 
 from gateway import names
 from gateway.envoy.affinity_filter import build_affinity_filters
@@ -75,7 +76,7 @@ class EnvoyResources:
     listeners: list[listener_pb2.Listener]
     routes: list[route_pb2.RouteConfiguration]
 
-    def by_type(self) -> dict[str, list]:
+    def by_type(self) -> dict[str, list[Message]]:
         """Keyed by xDS type URL, as the snapshot cache takes them."""
         return {
             types.CLUSTER: self.clusters,

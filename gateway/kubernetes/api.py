@@ -25,7 +25,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
     return client.ApiClient(configuration)
 
 
-def call_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
+def call_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """`method` (a generated API call) answered as the JSON object the server sent; ApiException on error."""
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
     response = method(*args, _preload_content=False, **kwargs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -63,7 +64,7 @@ class DeploymentCapacity:
         self.settings = settings
         self._apps = client.AppsV1Api(api)
         self._autoscaling = client.AutoscalingV2Api(api)
-        self.view: dict | None = None  # the last look, for `graystack status`
+        self.view: dict[str, Any] | None = None  # the last look, for `graystack status`
 
     def look(self, spec: RolloutSpec, state: RolloutState, routing: Routing, now: float) -> CapacityGate:
         """Scale every configured variant for the live `routing` and, near the end of the
@@ -93,7 +94,7 @@ class DeploymentCapacity:
         ready = self.view["candidate_ready"]
         return gate(candidate, sizing.candidate_needs, ready, timeout, problems.get(candidate, ""))
 
-    def _scale(self, variant: VariantCapacity, deployment: dict, replicas: int) -> None:
+    def _scale(self, variant: VariantCapacity, deployment: dict[str, Any], replicas: int) -> None:
         """`replicas` to the variant's HPA's minReplicas, else to its Deployment (as just read) through
         the scale subresource; written only where it differs."""
         if variant.hpa:
@@ -118,12 +119,12 @@ class DeploymentCapacity:
                 {"spec": {"replicas": replicas}},
             )
 
-    def _patch(self, method: Callable, name: str, body: dict) -> None:
+    def _patch(self, method: Callable[..., Any], name: str, body: dict[str, Any]) -> None:
         log.info("capacity: %s %s -> %s", method.__name__, name, body["spec"])
         call_json(method, name, self.namespace, body, _content_type=MERGE_PATCH)
 
 
-def pods_of(deployment: dict) -> Pods:
+def pods_of(deployment: dict[str, Any]) -> Pods:
     """The Deployment's pods as its status counts them."""
     status = deployment.get("status", {})
     return Pods(int(status.get("replicas") or 0), int(status.get("readyReplicas") or 0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 from gateway.envoy.resources import EndpointMap
 from gateway.spec.model import RolloutSpec
@@ -13,7 +14,7 @@ from gateway.spec.model import RolloutSpec
 SERVICE_LABEL = "kubernetes.io/service-name"
 
 
-def ready_addresses(slices: Mapping[str, dict]) -> dict[str, list[str]]:
+def ready_addresses(slices: Mapping[str, dict[str, Any]]) -> dict[str, list[str]]:
     """Service name -> its sorted ready addresses. A missing `ready` condition means ready (the API's
     rule); a terminating pod is not ready, so Envoy stops sending it new requests."""
     by_service: dict[str, set[str]] = {}
@@ -35,7 +36,7 @@ class EndpointSlices:
         self._lock = threading.Lock()
         self._by_service: dict[str, list[str]] = {}
 
-    def update(self, slices: Mapping[str, dict]) -> bool:
+    def update(self, slices: Mapping[str, dict[str, Any]]) -> bool:
         """Takes the whole set of slices; says whether any Service's addresses changed."""
         addresses = ready_addresses(slices)
         with self._lock:

@@ -8,6 +8,7 @@ import datetime
 import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 
@@ -21,7 +22,12 @@ MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
 
 
 def report(
-    api: client.ApiClient, involved: dict, reason: str, message: str, kind: str = "Warning", source: str = ""
+    api: client.ApiClient,
+    involved: dict[str, Any],
+    reason: str,
+    message: str,
+    kind: str = "Warning",
+    source: str = "",
 ) -> None:
     """A core/v1 Event about `involved` (an object as the server sent it); a failure is logged, not
     raised: the gateway's work does not depend on the Event being written."""
@@ -73,13 +79,13 @@ class EventRecorder:
         self.identity = identity
         self._leading = leading
         self._named = {"metadata": {"name": state_configmap, "namespace": namespace}}
-        self.state_object: dict | None = None  # the state ConfigMap as last watched: the story's object
+        self.state_object: dict[str, Any] | None = None  # the state ConfigMap as last watched: the story's object
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    def report(self, involved: dict, reason: str, message: str, kind: str) -> None:
+    def report(self, involved: dict[str, Any], reason: str, message: str, kind: str) -> None:
         if self._loop is not None:
             self._loop.run_in_executor(
                 None, functools.partial(report, self.api, involved, reason, message, kind, self.identity)

@@ -113,7 +113,7 @@ class LeaderElector:
             return False  # held, and renewed recently enough as far as we saw
         return self._write(lease)
 
-    def _write(self, lease: dict | None) -> bool:
+    def _write(self, lease: dict[str, Any] | None) -> bool:
         now = _now()
         spec = (lease or {}).get("spec") or {}
         taking_over = spec.get("holderIdentity") != self.identity

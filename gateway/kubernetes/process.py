@@ -119,7 +119,7 @@ class ClusterSources:
         )
         return self._reflector(f"configmap {name}", list_call)
 
-    def _reflector(self, what: str, list_call: Callable) -> Reflector:
+    def _reflector(self, what: str, list_call: Callable[..., Any]) -> Reflector:
         return Reflector(
             what, list_call, resync=self.kube.resync_seconds, watch_timeout=self.kube.watch_timeout
         )
@@ -153,10 +153,10 @@ class ClusterDriver:
             gateway.file.sha256 if gateway.file else None,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._controller_task: asyncio.Task | None = None
-        self._background_tasks: set[asyncio.Task] = set()
+        self._controller_task: asyncio.Task[None] | None = None
+        self._background_tasks: set[asyncio.Task[None]] = set()
 
-    def background(self) -> list[Coroutine]:
+    def background(self) -> list[Coroutine[Any, Any, None]]:
         return []
 
     async def start(self) -> None:
@@ -184,10 +184,10 @@ class ClusterDriver:
 
     # -- changes from the cluster (on the event loop) -----------------------------------------------
 
-    def _on_spec(self, objects: dict[str, dict]) -> None:
+    def _on_spec(self, objects: dict[str, dict[str, Any]]) -> None:
         self.spec_source.apply(objects)
 
-    def _on_slices(self, objects: dict[str, dict]) -> None:
+    def _on_slices(self, objects: dict[str, dict[str, Any]]) -> None:
         if not self.sources.slices.update(objects) or self.gateway.file is None:
             return
         try:  # the same spec, split and overrides, built again with the new endpoints
@@ -195,7 +195,7 @@ class ClusterDriver:
         except SpecError as error:
             log.error("new endpoints could not go live: %s", error)
 
-    def _on_state(self, objects: dict[str, dict]) -> None:
+    def _on_state(self, objects: dict[str, dict[str, Any]]) -> None:
         events = self.sources.events
         events.state_object = objects.get(self.kube.state_configmap, events.state_object)
         if self.sources.elector.leading:
@@ -218,7 +218,7 @@ class ClusterDriver:
         else:
             self._in_background(self._stop_controller())
 
-    def _in_background(self, work: Coroutine) -> None:
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` on the loop, keeping a reference until it is done."""
         task = asyncio.create_task(work)
         self._background_tasks.add(task)

@@ -40,11 +40,11 @@ class Reflector:
         (`list_now`); it watches, and calls `on_change` with each new set of objects, once started."""
         self.what = what
         self._list_call = list_call
-        self._on_change: Callable[[dict[str, dict]], None] = lambda objects: None
+        self._on_change: Callable[[dict[str, dict[str, Any]]], None] = lambda objects: None
         self._resync = resync
         self._watch_timeout = watch_timeout
         self._backoff = backoff
-        self._objects: dict[str, dict] = {}
+        self._objects: dict[str, dict[str, Any]] = {}
         self._version: str | None = None
         self._listed_at = 0.0
         self._stopping = threading.Event()
@@ -53,10 +53,10 @@ class Reflector:
         self._thread: threading.Thread | None = None
 
     @property
-    def objects(self) -> dict[str, dict]:
+    def objects(self) -> dict[str, dict[str, Any]]:
         return dict(self._objects)
 
-    def list_now(self) -> dict[str, dict]:
+    def list_now(self) -> dict[str, dict[str, Any]]:
         """List (raises on failure: a gateway that cannot read its sources at start should say so)."""
         answer = call_json(self._list_call)
         self._objects = {item["metadata"]["name"]: item for item in answer.get("items") or []}
@@ -64,7 +64,7 @@ class Reflector:
         self._listed_at = time.monotonic()
         return self.objects
 
-    def start(self, on_change: Callable[[dict[str, dict]], None]) -> None:
+    def start(self, on_change: Callable[[dict[str, dict[str, Any]]], None]) -> None:
         self._on_change = on_change
         self._thread = threading.Thread(target=self._run, name=f"reflector {self.what}", daemon=True)
         self._thread.start()
@@ -117,12 +117,12 @@ class Reflector:
             if event is not None:
                 self._apply(event["type"], event["raw_object"])
 
-    def _watching(self, *args, **kwargs):
+    def _watching(self, *args: Any, **kwargs: Any) -> Any:
         """The list call the watch makes, its response kept so that stop() can shut it down."""
         self._response = self._list_call(*args, **kwargs)
         return self._response
 
-    def _apply(self, kind: str, obj: dict) -> None:
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         self._version = obj["metadata"].get("resourceVersion", self._version)
         name = obj["metadata"].get("name")
         if kind in ("ADDED", "MODIFIED"):

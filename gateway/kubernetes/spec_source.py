@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError, parse_spec
@@ -23,7 +24,7 @@ def origin(namespace: str, name: str) -> str:
     return f"configmap/{namespace}/{name}"
 
 
-def spec_from_configmap(obj: dict, key: str = SPEC_KEY) -> tuple[RolloutSpec, str]:
+def spec_from_configmap(obj: dict[str, Any], key: str = SPEC_KEY) -> tuple[RolloutSpec, str]:
     """The spec in the ConfigMap and the sha256 of its text; SpecError (naming the ConfigMap) if absent or bad."""
     meta = obj["metadata"]
     where = f"{origin(meta['namespace'], meta['name'])}[{key}]"
@@ -41,7 +42,7 @@ class SpecConfigMap:
         self,
         gateway: Gateway,
         name: str,
-        report: Callable[[dict, str, str, str], None],
+        report: Callable[[dict[str, Any], str, str, str], None],
         key: str = SPEC_KEY,
         last_hash: str | None = None,
     ) -> None:
@@ -51,7 +52,7 @@ class SpecConfigMap:
         self._report = report
         self._last_hash = last_hash
 
-    def apply(self, objects: dict[str, dict]) -> None:
+    def apply(self, objects: dict[str, dict[str, Any]]) -> None:
         obj = objects.get(self.name)
         if obj is None:
             self._last_hash = None
@@ -78,7 +79,7 @@ class SpecConfigMap:
         log.info("spec %s applied (sha256 %s)", self.name, digest[:12])
         self._report(obj, APPLIED, f"rollout spec {spec.name} applied (sha256 {digest[:12]})", "Normal")
 
-    def _refuse(self, obj: dict, message: str, recorded: bool = False) -> None:
+    def _refuse(self, obj: dict[str, Any], message: str, recorded: bool = False) -> None:
         log.error("spec refused, the last good one stays live: %s", message)
         if not recorded:
             self.gateway.refuse(SpecError(message))

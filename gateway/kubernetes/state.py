@@ -32,7 +32,7 @@ STATE_KEY = "state.json"
 CORRUPT_KEY = "state.json.corrupt"
 
 
-def state_text(obj: dict | None) -> str | None:
+def state_text(obj: dict[str, Any] | None) -> str | None:
     return ((obj or {}).get("data") or {}).get(STATE_KEY)
 
 

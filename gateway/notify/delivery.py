@@ -56,7 +56,7 @@ class Outbox:
         self._delivery = delivery
         self._clock = clock
         self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=delivery.queue)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.counts = {"delivered": 0, "failed": 0, "dropped": 0}
         self.last_error: str | None = None
         self.last_error_at: float | None = None

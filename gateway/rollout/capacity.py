@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -88,7 +88,7 @@ class CapacitySettings(_Settings):
 class CapacityEdge(Protocol):
     """What scales the variants (gateway/kubernetes/capacity.py); the controller asks it each look."""
 
-    view: dict | None  # the last look (`capacity_view`), for status and the metrics
+    view: dict[str, Any] | None  # the last look (`capacity_view`), for status and the metrics
 
     def look(self, spec: RolloutSpec, state: RolloutState, routing: Routing, now: float) -> CapacityGate: ...
 
@@ -259,7 +259,7 @@ def capacity_view(
     split: Mapping[str, int],
     candidate: str,
     problems: Mapping[str, str],
-) -> dict:
+) -> dict[str, Any]:
     """What status and the metrics show of a look: per variant the replicas set, its pods, the share of
     the traffic it gets and the share its ready pods can take (each pod takes 1/fleetReplicas: after
     a rollback onto a baseline scaled down, how much of the traffic is served well meanwhile), and
@@ -287,7 +287,9 @@ def capacity_view(
     return view
 
 
-def per_million_tokens(view: dict | None, tokens_per_second: Mapping[str, float]) -> dict | None:
+def per_million_tokens(
+    view: dict[str, Any] | None, tokens_per_second: Mapping[str, float]
+) -> dict[str, Any] | None:
     """`view` with each priced variant's cost per million output tokens, where it served some:
     the number a GPU bill is judged by (gateway/rollout/throughput.py measures the tokens)."""
     if view is None:

@@ -154,7 +154,7 @@ class RollbackConfirmation:
         self.cut_off = CutOff()
         self.last_seconds: float | None = None  # graystack_rollback_seconds of the last one ACKed
         self._confirmed_late = confirmed_late
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def start(self, deadline: float) -> None:
         """Confirm the rollback in flight, unless a task does already."""

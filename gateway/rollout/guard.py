@@ -13,6 +13,8 @@ from collections.abc import Callable
 from gateway.metrics.provider import MetricsProvider
 from gateway.rollout.plan import roles
 from gateway.spec.model import RolloutSpec, SpecError
+from gateway.spec.quality import Quality
+from gateway.spec.strategy import Provider
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +24,15 @@ class ProviderUnavailable(Exception):
 
 
 ProviderFactory = Callable[[RolloutSpec], MetricsProvider]
+# What the provider is built from: the variants, the fallback, the metrics source, cohorts on, quality.
+_Key = tuple[tuple[str, ...], str | None, Provider, bool, Quality | None]
 
 
 class Guard:
     def __init__(self, make_provider: ProviderFactory) -> None:
         self._make_provider = make_provider
         self._provider: MetricsProvider | None = None
-        self._key: tuple | None = None
+        self._key: _Key | None = None
         self.off: str | None = None  # why the guard is off (None: it is on)
 
     def provider_for(self, spec: RolloutSpec) -> MetricsProvider | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from gateway.rollout import telemetry
 from gateway.rollout.rollout_state import RecordDecision, RolloutState
@@ -22,8 +23,8 @@ class Journal:
         """`name`: the rollout's (read at each entry: a new spec may rename it)."""
         self._name = name
         self._clock = clock
-        self.alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
-        self.last_decision: dict | None = None
+        self.alerts: deque[dict[str, Any]] = deque(maxlen=ALERTS_KEPT)
+        self.last_decision: dict[str, Any] | None = None
         self.tests_started: str | None = None
 
     def alert(self, message: str, now: float | None = None) -> None:

@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.metrics.observations import UNLABELLED
 from gateway.names import DEFAULT_SEGMENT
@@ -204,7 +205,7 @@ def _max_disagreement(analysis: Analysis) -> float | None:
     return None if agreement is None else 1 - agreement
 
 
-def _quality_settings(quality: Quality) -> dict:
+def _quality_settings(quality: Quality) -> dict[str, Any]:
     """What of `analysis.quality` defines the tests: the comparators' bounds, not what is captured or the
     judge's endpoint (moving the judge keeps its verdicts' evidence)."""
     return {

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -181,7 +181,7 @@ def forget_capacity() -> None:
     VARIANT_COST.clear()
 
 
-def record_capacity(rollout: str, view: dict) -> None:
+def record_capacity(rollout: str, view: dict[str, Any]) -> None:
     """A capacity look (gateway/rollout/capacity.py `capacity_view`): each variant's replicas and cost;
     a variant whose pods could not be counted keeps no stale count."""
     for variant, entry in view.get("variants", {}).items():

@@ -64,13 +64,13 @@ def rollout_status(
     *,
     guard_off: str | None,
     last_rollback_seconds: float | None,
-    last_decision: dict | None,
-    alerts: list[dict],
+    last_decision: dict[str, Any] | None,
+    alerts: list[dict[str, Any]],
     tests_started: str | None,
     store: str,
     save_error: str | None,
     rollback_pending: list[DisconnectedProxy] | None = None,
-    capacity: dict | None = None,
+    capacity: dict[str, Any] | None = None,
 ) -> RolloutStatus:
     """The rollout section of `graystack status` (and GET /v1/status); the controller keeps its last
     decision, alerts and capacity look as dicts (they feed its metrics), validated into the models here."""

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -42,7 +43,7 @@ async def call_webhooks(spec: RolloutSpec, index: int, now: Callable[[], float])
     return WebhookOutcome(index, True, "", False, now())
 
 
-async def _problem(client: httpx.AsyncClient, hook: Webhook, body: dict) -> str | None:
+async def _problem(client: httpx.AsyncClient, hook: Webhook, body: dict[str, Any]) -> str | None:
     """Why `hook` does not let the step go (None: it answered 2xx)."""
     try:
         async with asyncio.timeout(hook.timeout):
@@ -63,7 +64,7 @@ class WebhookCalls:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._answer: WebhookOutcome | None = None
 
     def start(self, spec: RolloutSpec, index: int) -> None:

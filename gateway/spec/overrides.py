@@ -20,7 +20,9 @@ def apply_overrides(spec: RolloutSpec, overrides: Overrides) -> RolloutSpec:
     return spec
 
 
-def surviving_overrides(old_file: RolloutSpec, new_file: RolloutSpec, overrides: Overrides) -> dict:
+def surviving_overrides(
+    old_file: RolloutSpec, new_file: RolloutSpec, overrides: Overrides
+) -> dict[Segment, dict[str, int]]:
     """The flips still in force after the file changed from `old_file` to `new_file`."""
     kept = {}
     for segment, weights in overrides.items():

@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
@@ -147,7 +148,7 @@ class SnapshotCache:
         Nodes given the same resources object share one check and one serialization, so a fleet
         of identical proxies costs one build, not one per proxy.
         """
-        packed_by_id: dict[int, dict[str, tuple[dict, dict]]] = {}
+        packed_by_id: dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}
         for resources in by_key.values():
             if id(resources) in packed_by_id:
                 continue
@@ -159,7 +160,7 @@ class SnapshotCache:
             packed_by_id[id(resources)] = {t: _pack(messages.get(t, [])) for t in types.PUSH_ORDER}
         return {key: self._swap_in(key, packed_by_id[id(resources)]) for key, resources in by_key.items()}
 
-    def _swap_in(self, key: str, packed: Mapping[str, tuple[dict, dict]]) -> Snapshot:
+    def _swap_in(self, key: str, packed: Mapping[str, tuple[dict[str, Any], dict[str, Any]]]) -> Snapshot:
         previous = self._snapshots.get(key)
         built: dict[str, TypeResources] = {}
         clusters_changed = False

@@ -188,7 +188,7 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         wake = asyncio.Event()
         reader = asyncio.create_task(self._read(request_iterator, stream, wake, context))
         self._streams[stream.id] = stream
-        waiter: asyncio.Task | None = None
+        waiter: asyncio.Task[bool] | None = None
         try:
             while True:
                 waiter = asyncio.create_task(wake.wait())
@@ -207,7 +207,11 @@ class AdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 waiter.cancel()
             await self._close(stream, wake)
 
-    async def DeltaAggregatedResources(self, request_iterator, context):
+    async def DeltaAggregatedResources(
+        self,
+        request_iterator: AsyncIterator[discovery_pb2.DeltaDiscoveryRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
         await context.abort(
             grpc.StatusCode.UNIMPLEMENTED, "graystack serves State-of-the-World ADS; use api_type: GRPC"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -137,7 +138,7 @@ def render(
     )
 
 
-def watch_stack(client: AdminClient, stack: dict, interval: float) -> None:
+def watch_stack(client: AdminClient, stack: dict[str, Any], interval: float) -> None:
     """`graystack status --watch` beside a running `graystack up`: the live view until Ctrl-C."""
     meter = VariantMeter(stack["model_servers"], stack["probes"])
     note = f"Envoy {stack['envoy_url']}   logs {stack['logs']}   Ctrl-C leaves (the stack keeps running)"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from copy import deepcopy
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 import yaml
@@ -28,7 +28,7 @@ INFERENCE_PATH = "/v1/chat/completions"
 STACK_PORTS = ("listen", "envoy_admin", "xds", "admin", "prometheus")  # the upstreams name theirs
 
 
-def default_spec(baseline_port: int, zero_layer_port: int) -> dict:
+def default_spec(baseline_port: int, zero_layer_port: int) -> dict[str, Any]:
     return {
         "name": "zero-layer",
         "variants": {
@@ -90,7 +90,7 @@ class UpstreamServers(Protocol):
 
     port_names: tuple[str, ...]  # the ports they listen on, chosen with the stack's (STACK_PORTS)
 
-    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
         """Start them (or find them) and wait until they answer; the spec the gateway starts with."""
         ...
 
@@ -115,7 +115,7 @@ class StandIns:
     def __init__(self) -> None:
         self.running: dict[str, ManagedProcess] = {}
 
-    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
         for variant in VARIANTS:
             argv = [sys.executable, "-m", "graystack.local.standin", "--name", variant]
             self.running[variant] = start_process(variant, [*argv, "--port", str(ports[variant])], logs)
@@ -157,7 +157,7 @@ class GatewayStack:
         names = (*STACK_PORTS, *self.upstreams.port_names)
         self.ports = {name: free_port() for name in names} | (ports or {})
         self.spec_path = workdir / "spec.yaml"
-        self._spec: dict = {}  # the upstreams' first spec, once they started
+        self._spec: dict[str, Any] = {}  # the upstreams' first spec, once they started
         self.gateway: ManagedProcess | None = None
         self.envoy: ManagedProcess | None = None
         self.prometheus: ManagedProcess | None = None
@@ -258,25 +258,25 @@ class GatewayStack:
         return f"http://127.0.0.1:{self.ports['admin']}"
 
     @property
-    def spec(self) -> dict:
+    def spec(self) -> dict[str, Any]:
         """A copy of the last spec written, to edit and write back."""
         return deepcopy(self._spec)
 
-    def write_spec(self, spec: dict) -> None:
+    def write_spec(self, spec: dict[str, Any]) -> None:
         self._spec = deepcopy(spec)
         tmp = self.spec_path.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
         tmp.replace(self.spec_path)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return httpx.get(f"{self.admin_url}/v1/status", timeout=5).json()
 
-    def wait_converged(self, generation_above: int = -1, timeout: float = 15) -> dict:
+    def wait_converged(self, generation_above: int = -1, timeout: float = 15) -> dict[str, Any]:
         """Every proxy has ACKed the current config (routes included: the gateway counts a proxy
         mid-handshake as not converged, gateway/xds/server.py), and none is a stream just opened that
         has not yet said which node it is (a reconnecting Envoy's, listed with no types)."""
 
-        def done():
+        def done() -> dict[str, Any] | None:
             status = self.status()
             proxies = status["xds"]["proxies"]
             named = proxies and all(proxy["node"] for proxy in proxies)
@@ -288,7 +288,7 @@ class GatewayStack:
 
         return wait_until(done, timeout, "every proxy to ACK the gateway's config")
 
-    def request(self, headers: dict | None = None) -> httpx.Response:
+    def request(self, headers: dict[str, str] | None = None) -> httpx.Response:
         return self.client.post(INFERENCE_PATH, json={}, headers=headers)
 
     def inject_fault(

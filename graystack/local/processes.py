@@ -49,7 +49,7 @@ class StartupError(RuntimeError):
     """A process of the stack did not come up; the message says which, why, and where its log is."""
 
 
-def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+def wait_until(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
     """Poll `check` until it returns something truthy; TimeoutError naming `what` otherwise."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
@@ -70,7 +70,7 @@ def wait_until(check: Callable[[], T], timeout: float, what: str, interval: floa
 @dataclass
 class ManagedProcess:
     name: str
-    popen: subprocess.Popen
+    popen: subprocess.Popen[bytes]
     log_path: Path
 
     @property
@@ -138,7 +138,9 @@ def dying_with_parent(argv: list[str], path: str | None = None) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), program, *argv[1:]]
 
 
-def start_process(name: str, argv: list[str], log_dir: Path, env: dict | None = None) -> ManagedProcess:
+def start_process(
+    name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None
+) -> ManagedProcess:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log_file = log_path.open("ab")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -19,9 +20,9 @@ SCRAPE_INTERVAL = "2s"
 
 def prometheus_config(
     jobs: dict[str, tuple[str, str]], rules: Sequence[Path], scrape_interval: str = SCRAPE_INTERVAL
-) -> dict:
+) -> dict[str, Any]:
     """Scrape configs for `jobs` (name -> `(host:port, metrics path)`), plus the `rules` files."""
-    config: dict = {
+    config: dict[str, Any] = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
         "scrape_configs": [
             {"job_name": job, "metrics_path": path, "static_configs": [{"targets": [address]}]}

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -31,7 +32,7 @@ Conversation = tuple[tuple[str, str], ...]  # (role, text) turns
 HI: Conversation = (("user", "Hi"),)
 
 
-def body(conversation: Conversation = HI) -> dict:
+def body(conversation: Conversation = HI) -> dict[str, Any]:
     """One greedy token: cheap, and the zero-layer's answers to shadow copies compare with the baseline's."""
     return {
         "model": "tiny",
@@ -53,7 +54,7 @@ class ModelServers:
     def __init__(
         self,
         workdir: Path,
-        spec_changes: dict,
+        spec_changes: dict[str, Any],
         error_rate: float = 0.0,
         *,
         weights: dict[str, Path] | None = None,
@@ -77,7 +78,7 @@ class ModelServers:
         analysis = self.spec_changes.get("analysis") or {}
         return list(analysis.get("expected_weight_status", Analysis().expected_weight_status) or [])
 
-    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
         weights = self.weights or fresh_weights(self.workdir)
         check_checkpoints(weights, self.expected_weight_status())
         for variant in VARIANTS:
@@ -143,7 +144,7 @@ class RolloutStack(GatewayStack):
         self,
         workdir: Path,
         envoy: str,
-        spec_changes: dict,
+        spec_changes: dict[str, Any],
         error_rate: float = 0.0,
         *,
         ports: dict[str, int] | None = None,
@@ -188,17 +189,17 @@ class RolloutStack(GatewayStack):
     def set_fault(self, error_rate: float, latency_ms: int = 0, variant: str = "zero-layer") -> None:
         self.models.set_fault(error_rate, latency_ms, variant)
 
-    def request(self, headers: dict | None = None) -> httpx.Response:
+    def request(self, headers: dict[str, str] | None = None) -> httpx.Response:
         return self.client.post("/v1/messages", json=body(), headers=headers)
 
-    def rollout(self) -> dict:
+    def rollout(self) -> dict[str, Any]:
         return self.status()["rollout"]
 
     def clear_fault(self) -> None:
         """Heal zero-layer. A `retry` after it starts new tests: no old failure counts against it."""
         self.set_fault(0.0)
 
-    def metric(self, url: str, name: str, labels: dict) -> float:
+    def metric(self, url: str, name: str, labels: dict[str, str]) -> float:
         """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""
         text = httpx.get(url, timeout=5).text
         return sum(
@@ -250,14 +251,14 @@ class Traffic:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | httpx.URL,
         rate: float,
         clients: int = 4,
         segment_share: float = 0.5,
         conversations: Sequence[Conversation] = (HI,),
         *,
         path: str = "/v1/messages",
-        bodies: Sequence[dict] = (),
+        bodies: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.base_url = base_url
         self.period = clients / rate
@@ -286,7 +287,7 @@ class Traffic:
         with self._lock:
             return dict(self.answers)
 
-    def _run(self, headers: dict, first: int) -> None:
+    def _run(self, headers: dict[str, str], first: int) -> None:
         bodies = itertools.islice(itertools.cycle(self.bodies), first, None)
         with httpx.Client(base_url=self.base_url, timeout=15) as client:
             while not self._stop.is_set():

@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ENV_VAR = "GRAYSTACK_RUN_STATE"
 
@@ -37,7 +37,7 @@ class RunState:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or default_path()
         self.lock_path = self.path.with_suffix(".lock")
-        self._lock: IO | None = None
+        self._lock: IO[str] | None = None
 
     def acquire(self) -> None:
         """Take the lock, or AlreadyRunning describing the stack that holds it."""
@@ -57,13 +57,13 @@ class RunState:
             ) from None
         self._lock = lock
 
-    def write(self, state: dict) -> None:
+    def write(self, state: dict[str, Any]) -> None:
         """Replace the file atomically (a reader never sees half of it)."""
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.path)
 
-    def read(self) -> dict | None:
+    def read(self) -> dict[str, Any] | None:
         try:
             return json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -78,7 +78,7 @@ class RunState:
         self._lock = None
 
 
-def running_stack() -> dict | None:
+def running_stack() -> dict[str, Any] | None:
     """The state of the `up` stack running now, or None (no file, or its supervisor is gone)."""
     state = RunState().read()
     if not state or not state.get("ready") or not _alive(state.get("pid")):

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 from collections import Counter
+from typing import Any
 
 import uvicorn
 from starlette.types import Receive, Scope, Send
@@ -43,7 +44,7 @@ def _asks_to_stream(body: bytes) -> bool:
 def _stream_events(messages: bool) -> list[bytes]:
     """A whole answer of STREAMED_TOKENS one-character tokens, as SSE events of either wire format."""
 
-    def sse(data: dict, event: str | None = None) -> bytes:
+    def sse(data: dict[str, Any], event: str | None = None) -> bytes:
         return ((f"event: {event}\n" if event else "") + f"data: {json.dumps(data)}\n\n").encode()
 
     if messages:
@@ -130,7 +131,7 @@ class StandInUpstream:
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
-    async def _answer(self, send: Send, status: int, payload: dict, count: bool = True) -> None:
+    async def _answer(self, send: Send, status: int, payload: dict[str, Any], count: bool = True) -> None:
         if count:
             self.answers[status] += 1
         body = json.dumps(payload).encode()

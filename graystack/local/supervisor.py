@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from graystack.binaries import find_binary
 from graystack.local.gateway_stack import STACK_PORTS, VARIANTS, default_spec
@@ -60,7 +61,9 @@ class Shutdown(BaseException):
 @dataclass
 class UpOptions:
     run_dir: Path
-    spec: dict  # top-level spec fields over the local default (variants are always the local servers)
+    spec: dict[
+        str, Any
+    ]  # top-level spec fields over the local default (variants are always the local servers)
     weights_dir: Path | None = None
     free_ports: bool = False
     prometheus: bool = True
@@ -158,7 +161,7 @@ class Supervisor:
         directory = self.options.weights_dir
         return None if directory is None else checkpoints_in(directory)
 
-    def _expecting_served(self, served: Mapping[str, Path]) -> dict:
+    def _expecting_served(self, served: Mapping[str, Path]) -> dict[str, Any]:
         """The spec, its guard expecting the form of the candidate checkpoints `served` (name -> path)
         where the spec names none: here the checkpoints are the user's choice (`--weights-dir`,
         `--weights NAME=PATH`), and the weight-status check then catches one changing under its server
@@ -188,7 +191,7 @@ class Supervisor:
             self.say("prometheus not on PATH: running without it (`make prometheus` installs it)")
         return binary
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The run-state file's contents: enough for the CLI, a test or a script to find everything."""
         stack = self.stack
         assert stack is not None
@@ -334,7 +337,7 @@ def upstream_options(
     return Upstreams(addresses, baseline, probes)
 
 
-def local_spec(user_spec: dict | None, upstreams: Upstreams | None = None) -> dict:
+def local_spec(user_spec: dict[str, Any] | None, upstreams: Upstreams | None = None) -> dict[str, Any]:
     """The top-level spec fields `up` runs with: the user's (variants excepted: they are always the
     servers `up` fronts), checked against the spec model now, before anything starts."""
     from gateway.spec.model import validate_spec

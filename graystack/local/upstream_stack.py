@@ -20,6 +20,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -101,7 +102,7 @@ def _ok(client: httpx.Client, path: str) -> bool:
         return False
 
 
-def upstream_spec(upstreams: Mapping[str, Upstream], baseline: str) -> dict:
+def upstream_spec(upstreams: Mapping[str, Upstream], baseline: str) -> dict[str, Any]:
     """The spec `up` starts with: every request on the baseline (flip with `graystack weight`), a failed
     attempt on another variant retried on the baseline, each server health-checked on its own route or
     not at all, and a guard that expects no probe unless one runs (`--weights`)."""
@@ -128,7 +129,7 @@ def upstream_spec(upstreams: Mapping[str, Upstream], baseline: str) -> dict:
 MERGED = ("analysis", "routing")  # sections a user's spec changes field by field, not wholesale
 
 
-def overlay(spec: dict, changes: dict) -> dict:
+def overlay(spec: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """`changes`' top-level fields over `spec`'s, `analysis` and `routing` merged field by field: a
     user's analysis that names some thresholds keeps the others `up` chose for servers it did not
     write, and `routing: {affinity: [...]}` turns cohorts on without restating the weights."""
@@ -144,7 +145,7 @@ class UserServers:
         self,
         addresses: Mapping[str, tuple[str, int]],
         baseline: str,
-        spec_changes: dict,
+        spec_changes: dict[str, Any],
         probes: Mapping[str, Path] | None = None,
         probe_interval: float = 2.0,
     ) -> None:
@@ -157,7 +158,7 @@ class UserServers:
         self.found: dict[str, Upstream] = {}
         self.probes: dict[str, tuple[ManagedProcess, int]] = {}
 
-    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
         """The spec is written once the servers were asked what they offer."""
         self.found = {name: discover(name, host, port) for name, (host, port) in self.addresses.items()}
         for name, weights in self.probe_weights.items():
@@ -202,7 +203,7 @@ class UpstreamStack(GatewayStack):
         envoy: str,
         upstreams: Mapping[str, tuple[str, int]],
         baseline: str,
-        spec_changes: dict,
+        spec_changes: dict[str, Any],
         *,
         probes: Mapping[str, Path] | None = None,
         ports: dict[str, int] | None = None,

@@ -11,7 +11,7 @@ The gateway creates `graystack_xds_nacks_total{type}` at 0 for every type (gatew
 from __future__ import annotations
 
 import re
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -74,8 +74,8 @@ def ttft_bad_ratio(window: str) -> str:
 
 def rule(
     name: str, expr: str, severity: str, summary: str, description: str, uid: str, for_: str | None = None
-) -> dict:
-    built: dict = {"alert": name, "expr": expr}
+) -> dict[str, Any]:
+    built: dict[str, Any] = {"alert": name, "expr": expr}
     if for_:
         built["for"] = for_
     built["labels"] = {"severity": severity}
@@ -83,7 +83,7 @@ def rule(
     return built
 
 
-def rollout_rules() -> list[dict]:
+def rollout_rules() -> list[dict[str, Any]]:
     allowed = "|".join(EXPECTED_WEIGHT_STATUS)
     return [
         rule(
@@ -145,7 +145,7 @@ def rollout_rules() -> list[dict]:
     ]
 
 
-def shadow_comparisons_missing() -> dict:
+def shadow_comparisons_missing() -> dict[str, Any]:
     """No agreement alert: answers are compared whole, so the agreement a good candidate reaches depends
     on the answers' length, and a spec's `min_shadow_agreement` is judged by the guard (a failure rolls
     back and pages). This one covers what the guard cannot see: comparisons that find no baseline
@@ -178,7 +178,7 @@ def replicas(state: str) -> str:
     )
 
 
-def capacity_not_ready() -> dict:
+def capacity_not_ready() -> dict[str, Any]:
     """A step that cannot get its pods (GPU quota, no GPU node, pods that crash): the leading gateway
     exports what the capacity plan wants and what runs (Kubernetes, rollout.capacity enabled)."""
     by = "max by (namespace, rollout, variant)"
@@ -197,7 +197,7 @@ def capacity_not_ready() -> dict:
     )
 
 
-def ttft_burn(speed: str, burn: float, long: str, short: str, for_: str, severity: str) -> dict:
+def ttft_burn(speed: str, burn: float, long: str, short: str, for_: str, severity: str) -> dict[str, Any]:
     budget = 1 - TTFT_OBJECTIVE
     limit = round(burn * budget, 6)
     return rule(
@@ -212,7 +212,7 @@ def ttft_burn(speed: str, burn: float, long: str, short: str, for_: str, severit
     )
 
 
-def control_plane_rules() -> list[dict]:
+def control_plane_rules() -> list[dict[str, Any]]:
     return [
         rule(
             "GraystackXdsNack",
@@ -246,7 +246,7 @@ def control_plane_rules() -> list[dict]:
     ]
 
 
-def rules() -> dict:
+def rules() -> dict[str, Any]:
     return {
         "groups": [
             {"name": "graystack-rollout", "rules": rollout_rules()},

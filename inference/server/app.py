@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -159,7 +160,7 @@ def create_app(loaded: LoadedModel, options: ServerOptions | None = None) -> Fas
         return response
 
     @app.get("/healthz")
-    async def healthz() -> dict:
+    async def healthz() -> dict[str, Any]:
         return {"status": "ok"}
 
     @app.get("/readyz")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
@@ -25,7 +26,7 @@ DISCARD_BYTES = 64 << 20  # read and dropped past the limit so the client sees t
 DISCARD_SECONDS = 30.0  # ... and for at most this long
 
 
-async def read_json_object(request: Request, limit: int = MAX_BODY_BYTES) -> dict:
+async def read_json_object(request: Request, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The body as a dict: 413 when over `limit`, 400 when not UTF-8, not JSON, or not an object, 499
     when the client left before sending all of it (e.g. Envoy gave up on a slow attempt)."""
     chunks = request.stream()
@@ -60,7 +61,7 @@ async def _discard(request: Request, chunks: AsyncIterator[bytes], declared: int
         return
 
 
-def _parse(raw: bytes) -> dict:
+def _parse(raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

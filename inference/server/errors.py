@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 from inference.engine import EngineError, GenerationFailed, InvalidRequest, Overloaded
@@ -57,6 +59,6 @@ def from_validation(error: ValidationError) -> ApiError:
     return invalid(f"{where}: {first['msg']}" + (f" (and {more} more problems)" if more else ""))
 
 
-def error_body(error: ApiError) -> dict:
+def error_body(error: ApiError) -> dict[str, Any]:
     """The Messages API's error object; the server's own routes (admin) answer in it too."""
     return {"type": "error", "error": {"type": error.kind, "message": error.message}}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import random
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -57,7 +57,7 @@ class Faults:
         if self.config.inter_token_latency_ms:
             await asyncio.sleep(self.config.inter_token_latency_ms / 1000)
 
-    def update(self, change: dict) -> FaultConfig:
+    def update(self, change: dict[str, Any]) -> FaultConfig:
         self.config = FaultConfig.model_validate({**self.config.model_dump(), **change})
         return self.config
 

@@ -35,7 +35,7 @@ async def with_keepalive(
     The pending `anext` runs as a task that outlives each wait, so a keep-alive never cancels the
     source mid-item; closing this iterator cancels that task and closes the source.
     """
-    pending: asyncio.Task | None = None
+    pending: asyncio.Task[Item] | None = None
     try:
         while True:
             if pending is None:

@@ -18,7 +18,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -79,7 +79,7 @@ def prompt_of(messages: list[Message], system: str | list[TextBlock] | None) -> 
     )
 
 
-def parse(body: dict) -> tuple[MessagesRequest, GenerationRequest]:
+def parse(body: dict[str, Any]) -> tuple[MessagesRequest, GenerationRequest]:
     request = MessagesRequest.model_validate(body)
     return request, GenerationRequest(
         prompt=prompt_of(request.messages, request.system),
@@ -94,11 +94,16 @@ def error_response(error: ApiError) -> JSONResponse:
     return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
 
 
-def _sse(kind: str, data: dict) -> str:
+def _sse(kind: str, data: dict[str, Any]) -> str:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, separators=(',', ':'))}\n\n"
 
 
-def _message(request: MessagesRequest, content: list, usage: dict, finished: Finished | None = None) -> dict:
+def _message(
+    request: MessagesRequest,
+    content: list[dict[str, str]],
+    usage: dict[str, int],
+    finished: Finished | None = None,
+) -> dict[str, Any]:
     return {
         "id": f"msg_{uuid.uuid4().hex}",
         "type": "message",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -37,10 +38,10 @@ def model_routes(variant: str, created: float | None = None) -> APIRouter:
     created = time.time() if created is None else created
     display_name = f"{MODEL_NAME} ({variant})"
 
-    def openai_model() -> dict:
+    def openai_model() -> dict[str, Any]:
         return {"id": MODEL_NAME, "object": "model", "created": int(created), "owned_by": OWNER}
 
-    def anthropic_model() -> dict:
+    def anthropic_model() -> dict[str, Any]:
         created_at = datetime.fromtimestamp(int(created), UTC).isoformat().replace("+00:00", "Z")
         return {"type": "model", "id": MODEL_NAME, "display_name": display_name, "created_at": created_at}
 

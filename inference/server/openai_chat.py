@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,7 +78,7 @@ def _text(content: str | list[TextPart]) -> str:
     return content if isinstance(content, str) else "".join(part.text for part in content)
 
 
-def parse(body: dict) -> tuple[ChatRequest, GenerationRequest]:
+def parse(body: dict[str, Any]) -> tuple[ChatRequest, GenerationRequest]:
     request = ChatRequest.model_validate(body)
     stops = [request.stop] if isinstance(request.stop, str) else request.stop or []
     if len(stops) > MAX_STOP_SEQUENCES:
@@ -94,7 +94,7 @@ def parse(body: dict) -> tuple[ChatRequest, GenerationRequest]:
     )
 
 
-def error_body(error: ApiError) -> dict:
+def error_body(error: ApiError) -> dict[str, Any]:
     kind = _OPENAI_TYPES.get(error.kind, error.kind)
     return {"error": {"message": error.message, "type": kind, "param": None, "code": None}}
 
@@ -107,7 +107,7 @@ def _finish_reason(finished: Finished) -> str:
     return "length" if finished.stop_reason == MAX_TOKENS else "stop"
 
 
-def _usage(finished: Finished) -> dict:
+def _usage(finished: Finished) -> dict[str, Any]:
     return {
         "prompt_tokens": finished.prompt_tokens,
         "completion_tokens": finished.output_tokens,
@@ -115,7 +115,7 @@ def _usage(finished: Finished) -> dict:
     }
 
 
-def _data(body: dict) -> str:
+def _data(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
 
 
@@ -130,7 +130,7 @@ async def _stream(
         "model": request.model,
     }
 
-    def chunk(delta: dict, finish_reason: str | None = None) -> str:
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
         body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
         return _data({**body, "usage": None} if include_usage else body)
 

@@ -88,7 +88,7 @@ class ShadowComparator:
         self.variant = variant
         self.wait = wait
         self.poll = poll
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None  # one for every comparison: its connections are kept
         for result in ("agree", "differ", "missing"):
             comparisons.labels(variant, result)  # present at 0 before the first comparison

@@ -82,7 +82,7 @@ class ResponsesRequest(BaseModel):
 class Stored:
     """A response as GET returns it, and the conversation a follow-up continues."""
 
-    body: dict
+    body: dict[str, Any]
     turns: tuple[Turn, ...]
 
 
@@ -139,7 +139,7 @@ def _turns(request: ResponsesRequest) -> list[Turn]:
     ]
 
 
-def _body(call: Call, status: str, text: str, finished: Finished | None) -> dict:
+def _body(call: Call, status: str, text: str, finished: Finished | None) -> dict[str, Any]:
     """The response object, in OpenAI's shape (the fields its SDK reads)."""
     request = call.request
     output = [
@@ -191,7 +191,7 @@ def _status(finished: Finished) -> str:
 def responses_routes(store: ResponseStore) -> APIRouter:
     """The create (through the shared flow, inference/server/serving.py), the read and the delete."""
 
-    def parse(body: dict) -> tuple[Call, GenerationRequest]:
+    def parse(body: dict[str, Any]) -> tuple[Call, GenerationRequest]:
         request = ResponsesRequest.model_validate(body)
         earlier: tuple[Turn, ...] = ()
         if request.previous_response_id is not None:
@@ -207,7 +207,7 @@ def responses_routes(store: ResponseStore) -> APIRouter:
             temperature=request.temperature,
         )
 
-    def keep(call: Call, text: str, finished: Finished) -> dict:
+    def keep(call: Call, text: str, finished: Finished) -> dict[str, Any]:
         body = _body(call, _status(finished), text, finished)
         if call.request.store:
             store.put(call.response_id, Stored(body, (*call.turns, ("assistant", text))))

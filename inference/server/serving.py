@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter
@@ -80,7 +80,7 @@ class Serving:
     def variant(self) -> str:
         return self.engine.variant
 
-    def bias_metadata(self, generation: Generation) -> dict:
+    def bias_metadata(self, generation: Generation) -> dict[str, Any]:
         """The `metadata` each Messages content_block_delta carries (docs/model-server.md).
 
         `zero_layer_active`: this request gets zero-layer bias work, i.e. a zero-layer server whose
@@ -90,7 +90,7 @@ class Serving:
         return {"zero_layer_active": self.variant == "zero-layer" and window > 0, "effective_window": window}
 
     async def accept(
-        self, request: Request, parse: Callable[[dict], tuple[Wire, GenerationRequest]]
+        self, request: Request, parse: Callable[[dict[str, Any]], tuple[Wire, GenerationRequest]]
     ) -> tuple[Wire, Generation, RequestTimer]:
         """Faults, body, validation, admission; an ApiError (already counted) when any of them refuses."""
         arrived = time.monotonic()
@@ -183,7 +183,7 @@ def sse_response(body: AsyncGenerator[str, None]) -> StreamingResponse:
 
 def protocol_router(
     path: str,
-    parse: Callable[[dict], tuple[Wire, GenerationRequest]],
+    parse: Callable[[dict[str, Any]], tuple[Wire, GenerationRequest]],
     stream: Callable[[Serving, Wire, Generation, RequestTimer], AsyncGenerator[str, None]],
     complete: Callable[[Serving, Wire, Generation, RequestTimer], Awaitable[Response]],
     error_response: Callable[[ApiError], Response],

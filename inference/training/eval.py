@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -74,5 +75,5 @@ def evaluate(
     return results
 
 
-def as_json(results: list[Quality]) -> list[dict]:
+def as_json(results: list[Quality]) -> list[dict[str, Any]]:
     return [asdict(result) for result in results]

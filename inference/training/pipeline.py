@@ -8,6 +8,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from inference.checkpoint import load_model, save_model
 from inference.config import ModelConfig
@@ -38,12 +39,12 @@ def checkpoints_in(directory: Path) -> dict[str, tuple[Path, str]]:
     return {name: (directory / f"{name}.safetensors", variant) for name, variant in VARIANT_OF.items()}
 
 
-def _manifest(directory: Path) -> dict:
+def _manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _write_manifest(directory: Path, manifest: dict) -> None:
+def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 

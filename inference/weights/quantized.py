@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class Unknown(ValueError):
 @dataclass(frozen=True)
 class Quantization:
     method: str  # "" when the checkpoint is not quantised
-    config: Mapping
+    config: Mapping[str, Any]
 
 
 class Reader(Protocol):
@@ -167,14 +167,14 @@ def _unpacked(packed: np.ndarray, bits: int, axis: int) -> np.ndarray:
     return np.moveaxis(codes, -1, axis).astype(np.int64)
 
 
-def _groups(config: Mapping, rows: int, read: Reader, roles: Mapping[str, str]) -> np.ndarray:
+def _groups(config: Mapping[str, Any], rows: int, read: Reader, roles: Mapping[str, str]) -> np.ndarray:
     if ".g_idx" in roles:
         return read.integers(roles[".g_idx"]).astype(np.int64).reshape(-1)
     size = int(config.get("group_size", config.get("q_group_size", 128)))
     return np.arange(rows) // (size if size > 0 else rows)
 
 
-def _gptq(roles: Mapping[str, str], read: Reader, config: Mapping) -> np.ndarray:
+def _gptq(roles: Mapping[str, str], read: Reader, config: Mapping[str, Any]) -> np.ndarray:
     """(q - z) * s; a v1 checkpoint (the default `checkpoint_format`) stores each zero point minus one."""
     bits = int(config.get("bits", 4))
     q = _unpacked(read.integers(roles[".qweight"]), bits, axis=0)  # [in, out]
@@ -186,7 +186,7 @@ def _gptq(roles: Mapping[str, str], read: Reader, config: Mapping) -> np.ndarray
     return (q - z[g]) * s[g]
 
 
-def _awq(roles: Mapping[str, str], read: Reader, config: Mapping) -> np.ndarray:
+def _awq(roles: Mapping[str, str], read: Reader, config: Mapping[str, Any]) -> np.ndarray:
     bits = int(config.get("bits", config.get("w_bit", 4)))
 
     def columns(name: str) -> np.ndarray:
@@ -213,7 +213,7 @@ def _broadcast(scale: np.ndarray, shape: tuple[int, ...], block: list[int]) -> n
     return np.repeat(np.repeat(grid, block[0], axis=0), block[1], axis=1)[:rows, :cols]
 
 
-def _scaled(roles: Mapping[str, str], read: Reader, config: Mapping) -> np.ndarray:
+def _scaled(roles: Mapping[str, str], read: Reader, config: Mapping[str, Any]) -> np.ndarray:
     """FP8 or int8 values times their scale (minus a zero point where there is one)."""
     weight = read.values(roles[".weight"])
     shape = weight.shape

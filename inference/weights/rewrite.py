@@ -16,6 +16,7 @@ import re
 import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def _write_shard(shard: Shard, target: Path, change: Change) -> bool:
     kept = sorted((t.begin, name) for name, t in shard.tensors.items() if change(name) != "drop")
     if not kept:
         return False
-    header: dict = {"__metadata__": shard.metadata} if shard.metadata else {}
+    header: dict[str, Any] = {"__metadata__": shard.metadata} if shard.metadata else {}
     offset = 0
     for _, name in kept:
         tensor = shard.tensors[name]

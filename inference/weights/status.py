@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 BIAS_MARKER = "position_adaptive_bias"
 ZERO_TOLERANCE = 1e-6
@@ -31,6 +32,6 @@ class StatusReport:
     status: WeightStatus
     reason: str
     bias_tensors: int = 0
-    metadata: dict | None = None
+    metadata: dict[str, Any] | None = None
     fingerprint: str | None = None
     shards: tuple[Path, ...] = ()

@@ -21,7 +21,7 @@ RELEVANT_SHARE = (0.02, 0.6)  # baseline exceedance shares where an edge pair ca
 IRRELEVANT_WEIGHT = 0.01  # relative weight of the other pairs: small, never 0 (their wealth still counts)
 
 
-def edge_pairs(edges: Sequence[float], max_slowdown: float) -> tuple[np.ndarray, np.ndarray]:
+def edge_pairs(edges: Sequence[float] | np.ndarray, max_slowdown: float) -> tuple[np.ndarray, np.ndarray]:
     """Indices (i, j): j is the smallest edge >= (1+m) e_i, within EDGE_TOLERANCE; edges without one drop."""
     e = np.asarray(edges, dtype=float)
     require(e.ndim == 1 and len(e) > 0 and bool(np.all(np.isfinite(e))), "edges", "expected finite numbers")
@@ -127,7 +127,7 @@ class ShiftTest(Detector, State):
     steps: int
 
     @classmethod
-    def new(cls, edges: Sequence[float], max_slowdown: float = 0.2) -> ShiftTest:
+    def new(cls, edges: Sequence[float] | np.ndarray, max_slowdown: float = 0.2) -> ShiftTest:
         edges = tuple(float(e) for e in edges)
         first, _ = edge_pairs(edges, max_slowdown)
         alternatives = ratio_alternatives(1.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -30,7 +31,7 @@ def render(name: str) -> str:
     return json.dumps(json.loads(JSONEncoder().encode(built)), sort_keys=True, indent=2) + "\n"
 
 
-def queries(board: dict) -> list[tuple[str, str]]:
+def queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and annotation of a rendered dashboard: what the tests
     send to Prometheus. `where` is `<panel title> [refId]` or `annotation <name>`."""
     found = [

@@ -79,7 +79,9 @@ class EventRecorder:
         self.identity = identity
         self._leading = leading
         self._named = {"metadata": {"name": state_configmap, "namespace": namespace}}
-        self.state_object: dict[str, Any] | None = None  # the state ConfigMap as last watched: the story's object
+        self.state_object: dict[str, Any] | None = (
+            None  # the state ConfigMap as last watched: the story's object
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:

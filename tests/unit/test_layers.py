@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gateway", "graystack", "inference", "probes", "loadtests")
+PACKAGES = ("bench", "gateway", "graystack", "inference", "probes", "loadtests")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

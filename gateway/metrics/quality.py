@@ -87,17 +87,17 @@ class QualityCounts:
             CounterKey(variant, signal, segment, source=QUALITY_SOURCE): float(count)
             for (variant, signal, segment), count in self._counts.items()
         }
-        return found | self._verdicts()
+        return found | self._preferences()
 
-    def _verdicts(self) -> dict[CounterKey, float]:
+    def _preferences(self) -> dict[CounterKey, float]:
         if self.judging is None:
             return {}
-        verdicts = self.judging.verdicts
+        preferences = self.judging.preferences
         found: Counter[tuple[str, str]] = Counter()
-        for (variant, verdict), count in verdicts.items():
-            found[variant, JUDGED] += count if verdict != "tie" else 0
-            found[variant, LOST] += count if verdict == "worse" else 0
-            found[variant, TIED] += count if verdict == "tie" else 0
+        for (variant, preference), count in preferences.items():
+            found[variant, JUDGED] += count if preference != "tie" else 0
+            found[variant, LOST] += count if preference == "worse" else 0
+            found[variant, TIED] += count if preference == "tie" else 0
         return {
             CounterKey(variant, signal, source=QUALITY_SOURCE): float(count)
             for (variant, signal), count in found.items()

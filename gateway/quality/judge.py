@@ -30,7 +30,7 @@ import httpx
 from gateway.errors import SpecError
 from gateway.spec.quality import check_template
 
-Verdict = Literal["worse", "tie", "better"]  # the candidate's answer against the baseline's
+Preference = Literal["worse", "tie", "better"]  # the candidate's answer against the baseline's
 Choice = Literal["A", "B", "TIE"]
 
 TEMPLATE = """You compare two answers to the same request. Judge which answer is better: correct, \
@@ -77,7 +77,7 @@ def parse_choice(reply: str) -> Choice | None:
     return found.group(1).upper() if found else None  # type: ignore[return-value]
 
 
-def verdict_of(choice: Choice, candidate_first: bool) -> Verdict:
+def preference_of(choice: Choice, candidate_first: bool) -> Preference:
     """The candidate's verdict from the judge's choice and the order the answers were shown in."""
     if choice == "TIE":
         return "tie"
@@ -88,7 +88,7 @@ def verdict_of(choice: Choice, candidate_first: bool) -> Verdict:
 class Judged:
     """One pair's outcome: a verdict, or None and why there is none."""
 
-    verdict: Verdict | None
+    preference: Preference | None
     why: str = ""
 
 
@@ -161,7 +161,7 @@ class Judge:
         choice = parse_choice(reply)
         if choice is None:
             return Judged(None, f"the judge's reply is not A, B or TIE: {reply[:80]!r}")
-        return Judged(verdict_of(choice, candidate_first))
+        return Judged(preference_of(choice, candidate_first))
 
 
 def _reply(response: httpx.Response) -> str | None:

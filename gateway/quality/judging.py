@@ -21,7 +21,7 @@ class Judging:
     def __init__(self, judge: Judge, concurrency: int = CONCURRENCY) -> None:
         self.judge = judge
         self.concurrency = concurrency
-        self.verdicts: Counter[tuple[str, str]] = Counter()  # (candidate variant, worse | tie | better)
+        self.preferences: Counter[tuple[str, str]] = Counter()  # (candidate variant, worse | tie | better)
         self.skipped = 0  # pairs that came while `concurrency` were with the judge
         self.problem: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -37,11 +37,11 @@ class Judging:
 
     async def _judge(self, pair: Pair) -> None:
         judged = await self.judge.compare(_content(pair.original), _content(pair.shadow))
-        if judged.verdict is None:
+        if judged.preference is None:
             self.problem = judged.why
             return
         self.problem = None
-        self.verdicts[pair.shadow.variant, judged.verdict] += 1
+        self.preferences[pair.shadow.variant, judged.preference] += 1
 
 
 def _content(answer: Answer) -> str:

@@ -23,4 +23,4 @@ def test_the_judge_speaks_to_llama_cpp(llama_cpp):
         return [await judge.compare("4", "5", "What is 2+2?") for _ in range(3)]
 
     for judged in asyncio.run(ask()):
-        assert judged.verdict is not None or "not A, B or TIE" in judged.why, judged
+        assert judged.preference is not None or "not A, B or TIE" in judged.why, judged

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.quality.judge import TEMPLATE, Budget, Judge, parse_choice, prompt, verdict_of
+from gateway.quality.judge import TEMPLATE, Budget, Judge, parse_choice, preference_of, prompt
 from gateway.spec.quality import check_template
 from tests.support.threaded_server import served
 
@@ -58,7 +58,7 @@ def test_verdicts_are_the_candidates_whichever_order_the_answers_were_shown_in()
     pairs = [("good: 4", "5")] * 10 + [("5", "good: 4")] * 10 + [("good", "good")] * 4
     with served(judge_app(behaviour), "the judge") as port:
         judged = asyncio.run(verdicts(judging(port), pairs))
-    assert [j.verdict for j in judged] == ["worse"] * 10 + ["better"] * 10 + ["tie"] * 4
+    assert [j.preference for j in judged] == ["worse"] * 10 + ["better"] * 10 + ["tie"] * 4
     shown_first = [p.index("good") < p.index("Answer B:") for p in behaviour["prompts"][:10]]
     assert 0 < sum(shown_first) < 10  # the baseline's answer was shown first in some pairs, second in others
 
@@ -74,14 +74,14 @@ def test_verdicts_are_the_candidates_whichever_order_the_answers_were_shown_in()
 def test_a_judge_that_fails_gives_no_verdict_and_says_why(mode, why):
     with served(judge_app({"mode": mode}), "the judge") as port:
         (judged,) = asyncio.run(verdicts(judging(port, timeout=0.5), [("good", "bad")]))
-    assert judged.verdict is None
+    assert judged.preference is None
     assert why in judged.why
 
 
 def test_an_unreachable_judge_gives_no_verdict():
     judge = Judge("http://127.0.0.1:9/v1", "judge", Budget(10), timeout=1.0)
     (judged,) = asyncio.run(verdicts(judge, [("good", "bad")]))
-    assert judged.verdict is None
+    assert judged.preference is None
     assert "unreachable" in judged.why
 
 
@@ -101,7 +101,7 @@ def test_over_budget_the_judge_is_not_called():
     behaviour = {"mode": "fair"}
     with served(judge_app(behaviour), "the judge") as port:
         judged = asyncio.run(verdicts(judging(port, per_hour=2), [("good", "bad")] * 3))
-    assert [j.verdict for j in judged] == ["worse", "worse", None]
+    assert [j.preference for j in judged] == ["worse", "worse", None]
     assert "budget of 2 calls an hour is spent" in judged[2].why
     assert len(behaviour["prompts"]) == 2
 
@@ -119,7 +119,7 @@ def test_the_prompt_keeps_answers_as_they_are_and_the_reply_is_read_strictly():
         None,
         None,
     ]
-    assert (verdict_of("A", candidate_first=True), verdict_of("A", candidate_first=False)) == (
+    assert (preference_of("A", candidate_first=True), preference_of("A", candidate_first=False)) == (
         "better",
         "worse",
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import envoy_binary, summarize, write_result
-from tests.support.aa_run import ANALYSIS, STEPS, USERS, clean_env, run_aa
+from tests.support.aa_run import ANALYSIS, MIN_DETECTABLE, STEPS, USERS, clean_env, run_aa
 from tests.support.trained import train_pipeline
 
 KINDS = {"split": False, "cohorts": True}
@@ -50,7 +50,8 @@ def main() -> None:
         kind: {"seconds_to_end": summarize([r["seconds_to_end"] for r in done], digits=1), "runs": done}
         for kind, done in runs.items()
     }
-    parameters = {"users": USERS, "steps": steps, "hold_s": 2, "analysis": ANALYSIS, "runs": args.runs}
+    analysis = {**ANALYSIS, "min_detectable_error_rate": MIN_DETECTABLE}
+    parameters = {"users": USERS, "steps": steps, "hold_s": 2, "analysis": analysis, "runs": args.runs}
     print(write_result("aa_rollout", parameters, results))
 
 

@@ -27,7 +27,8 @@ from tests.support.up import running_up
 USERS = 12
 CONVERSATIONS = "0.5"  # the share of the users that are the locustfile's conversation user, with cohorts
 STEPS = (50, 100)  # the candidate's percent per step, each held 2 s (the evidence decides how long)
-ANALYSIS = {"max_ttft_p95": None, "min_detectable_error_rate": 0.05}
+MIN_DETECTABLE = 0.05  # the issue's user's min_detectable_error_rate: each stage then needs ~155 requests
+ANALYSIS = {"max_ttft_p95": None}
 COHORTS = {"affinity": [{"header": "x-user-id"}]}
 
 
@@ -49,7 +50,7 @@ class AAOutcome:
     seconds: float  # from the first Locust user's start to the rollout's end
     stages: list[Stage]
     history: list[dict]
-    misnamed: set[tuple[str, str]]
+    misnamed: dict[tuple[str, str], int]  # (variant, the name its server gave itself) -> answers
     locust: dict = field(default_factory=dict)  # the Locust summary: requests, failures, variants
 
     @property
@@ -67,9 +68,10 @@ class AAOutcome:
         }
 
 
-def spec(cohorts: bool, steps: tuple[int, ...]) -> dict:
+def spec(cohorts: bool, steps: tuple[int, ...], min_detectable: float) -> dict:
     strategy = {"steps": [{"weight": w, "hold": "2s"} for w in steps[:-1]] + [{"weight": steps[-1]}]}
-    return {"strategy": strategy, "analysis": ANALYSIS, **({"routing": COHORTS} if cohorts else {})}
+    analysis = {**ANALYSIS, "min_detectable_error_rate": min_detectable}
+    return {"strategy": strategy, "analysis": analysis, **({"routing": COHORTS} if cohorts else {})}
 
 
 def status(admin_url: str) -> dict:
@@ -78,15 +80,24 @@ def status(admin_url: str) -> dict:
 
 
 def run_aa(
-    tmp_path: Path, env: dict, weights: Path, cohorts: bool, limit: float, steps: tuple[int, ...] = STEPS
+    tmp_path: Path,
+    env: dict,
+    weights: Path,
+    cohorts: bool,
+    limit: float,
+    steps: tuple[int, ...] = STEPS,
+    min_detectable: float = MIN_DETECTABLE,
 ) -> AAOutcome:
-    """Start the servers and `up`, run Locust until the rollout ends (or `limit` seconds), and stop all."""
+    """Start the servers and `up`, run Locust until the rollout ends (or `limit` seconds), and stop all.
+    `min_detectable`: the spec's min_detectable_error_rate, which sets the evidence each stage needs."""
     servers = {name: start_model_server(name, "baseline", weights, tmp_path / "logs") for name in ("a", "b")}
     try:
         for server in servers.values():
             wait_ready(server)
         flags = [option for name, s in servers.items() for option in ("--upstream", f"{name}={s.url}")]
-        up = running_up(tmp_path, env, spec(cohorts, steps), *flags, "--baseline", "a", "--no-prometheus")
+        up = running_up(
+            tmp_path, env, spec(cohorts, steps, min_detectable), *flags, "--baseline", "a", "--no-prometheus"
+        )
         process, state, _ = next(up)
         try:
             return _load_until_the_end(tmp_path / "locust", state, cohorts, limit)
@@ -123,7 +134,7 @@ def _load_until_the_end(run_dir: Path, state: dict, cohorts: bool, limit: float)
         seconds=seconds,
         stages=stages.stages,
         history=ended["history"],
-        misnamed={(m["variant"], m["named"]) for m in last["misnamed"]},
+        misnamed={(m["variant"], m["named"]): m["answers"] for m in last["misnamed"]},
         locust=_locust_totals(run_dir),
     )
 

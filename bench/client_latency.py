@@ -33,7 +33,7 @@ from bench._common import write_result
 from bench.client_rules import CLIENTS_PER_RPS, TOTAL_RPS, population
 from bench.decision_rules import STAGE_SHARE, TTFT_MEDIAN, TTFT_SIGMA, Job, run_jobs
 from bench.exact_rules import ExactTests
-from bench.shipped_rules import LOOK_SECONDS, seed_plan
+from bench.shipped_rules import LOOK_SECONDS, max_latency_ratio, max_ttft_p95, seed_plan
 from gateway.rollout.sequential import ThresholdTest, mixture, pooled_ranks, threshold_look
 
 SLOWNESS = 0.5
@@ -83,16 +83,15 @@ class LatencyRuns:
     def look(self, candidate: list[np.ndarray], baseline: list[np.ndarray]) -> np.ndarray:
         """One look's values per run; returns which runs' tests fire at it."""
         width = max(1, max(len(c) for c in candidate))
-        assert self.plan.max_latency_ratio is not None  # the seed spec sets it
         ranks = np.zeros((self.runs, width))
         pooled = np.zeros(self.runs, dtype=np.int64)
         for run, (ours, theirs) in enumerate(zip(candidate, baseline, strict=True)):
             if len(ours) and len(theirs):
-                ranks[run, : len(ours)] = pooled_ranks(ours, theirs, self.plan.max_latency_ratio - 1)
+                ranks[run, : len(ours)] = pooled_ranks(ours, theirs, max_latency_ratio(self.plan) - 1)
                 pooled[run] = len(ours) + len(theirs)
         shifted = self.shift.look(ranks, pooled)
         total = np.array([len(c) for c in candidate])
-        slow = np.array([(c > self.plan.max_ttft_p95).sum() for c in candidate])
+        slow = np.array([(c > max_ttft_p95(self.plan)).sum() for c in candidate])
         self.slo_lr, self.slo_sr = threshold_look(
             SLO_SHARE, self.slo, self.slo_lr, self.slo_sr, np.ones(self.runs, dtype=bool), total, slow
         )
@@ -187,7 +186,7 @@ def main() -> None:
     params = {
         "look_seconds": LOOK_SECONDS, "trials": args.trials, "hours": args.hours, "slowness": SLOWNESS,
         "ttft": {"median_s": TTFT_MEDIAN, "sigma": TTFT_SIGMA}, "stage_share": STAGE_SHARE,
-        "max_latency_ratio": plan.max_latency_ratio, "max_ttft_p95": plan.max_ttft_p95,
+        "max_latency_ratio": max_latency_ratio(plan), "max_ttft_p95": max_ttft_p95(plan),
         "wall_seconds": round(time.monotonic() - started, 1),
     }  # fmt: skip
     write_result("client_latency", params, {"false_rollbacks": false, "detection": found}, args.out)

@@ -24,7 +24,7 @@ import argparse
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,10 @@ from scipy.special import ndtr
 
 from bench._common import write_result
 from bench.decision_rules import EDGES, STAGE_SHARE, TTFT_MEDIAN, TTFT_SIGMA, bucket_probabilities
-from bench.shipped_rules import LOOK_SECONDS, ShiftTests, seed_plan
-from gateway.rollout.plan import Plan
+from bench.shipped_rules import LOOK_SECONDS, ShiftTests, max_latency_ratio, seed_plan, seed_spec
+from gateway.rollout.plan import Plan, plan_for
 from gateway.rollout.sequential import ExactShiftTest, mixture, rank_increments, shiryaev_roberts_step
+from gateway.spec.model import validate_spec
 
 VLLM_TTFT_BUCKETS = np.asarray(
     (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
@@ -83,9 +84,7 @@ class ExactTests:
         self.started = np.zeros(self.runs, dtype=bool)
 
     def ratio(self) -> float:
-        if self.plan.max_latency_ratio is None:
-            raise ValueError("the plan has no max_latency_ratio")
-        return self.plan.max_latency_ratio
+        return max_latency_ratio(self.plan)
 
     def look(self, ranks: np.ndarray, pooled: np.ndarray) -> np.ndarray:
         """One look's ranks (runs, C) and pooled counts (runs,); returns which runs' tests fire."""
@@ -121,7 +120,8 @@ def first_fires(
 ) -> np.ndarray:
     """Per run, the first look (1-based) at which `rule` fires, 0 where it did not within `looks`."""
     rng = np.random.default_rng(seed)
-    look = _looks(rule, replace(seed_plan(), max_latency_ratio=max_ratio), slowdown, trials, rng)
+    plan = plan_for(validate_spec(seed_spec(analysis={"max_latency_ratio": max_ratio})))
+    look = _looks(rule, plan, slowdown, trials, rng)
     base_rps = candidate_rps * (1 - STAGE_SHARE) / STAGE_SHARE
     first = np.zeros(trials, dtype=np.int64)
     for j in range(1, looks + 1):

@@ -24,7 +24,7 @@ import numpy as np
 
 from bench._common import write_result
 from bench.shipped_rules import LOOK_SECONDS, seed_plan, seed_spec
-from gateway.rollout.evidence import fired
+from gateway.rollout.checks.common import fired
 from gateway.rollout.plan import Plan, plan_for
 from gateway.rollout.sequential.errors import ThresholdTest
 from gateway.spec.model import validate_spec

@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from gateway.rollout.checks.error_ratio import ERROR_RATIO, RatioSettings
+from gateway.rollout.checks.latency import TTFT_VS_BASELINE, LatencySettings
+from gateway.rollout.checks.slo import TTFT_P95, SloSettings
 from gateway.rollout.plan import Plan, plan_for
 from gateway.rollout.sequential import (
     RatioTest,
@@ -33,6 +36,28 @@ from gateway.rollout.sequential import (
 from gateway.spec.model import validate_spec
 
 LOOK_SECONDS = 5.0
+
+
+def max_error_ratio(plan: Plan) -> float | None:
+    """The error ratio test's bound where the plan runs it."""
+    found = plan.settings.get(ERROR_RATIO)
+    return found.max_ratio if isinstance(found, RatioSettings) else None
+
+
+def max_latency_ratio(plan: Plan) -> float:
+    """The latency comparisons' bound (the seed spec sets one)."""
+    found = plan.settings.get(TTFT_VS_BASELINE)
+    if not isinstance(found, LatencySettings):
+        raise ValueError("the plan has no max_latency_ratio")
+    return found.max_ratio
+
+
+def max_ttft_p95(plan: Plan) -> float:
+    """The TTFT SLO (the seed spec sets one)."""
+    found = plan.settings.get(TTFT_P95)
+    if not isinstance(found, SloSettings):
+        raise ValueError("the plan has no max_ttft_p95")
+    return found.max_ttft_p95
 
 
 def seed_spec(**changes: Any) -> dict[str, Any]:
@@ -66,7 +91,7 @@ class ErrorTests:
 
     def __post_init__(self) -> None:
         self.alternatives = np.asarray(ThresholdTest.new(self.plan.max_error_rate).alternatives)
-        self.ratios = np.asarray(RatioTest.new(self.plan.max_error_ratio or 2.0).alternatives)
+        self.ratios = np.asarray(RatioTest.new(max_error_ratio(self.plan) or 2.0).alternatives)
         self.log_lr = np.zeros((self.runs, len(self.alternatives)))
         self.log_sr = np.zeros((self.runs, len(self.alternatives)))
         self.started = np.zeros(self.runs, dtype=bool)
@@ -89,13 +114,14 @@ class ErrorTests:
         self.log_sr = np.where(started[:, -1, None], log_sr[:, -1], self.log_sr)
         self.log_lr, self.started = log_lr[:, -1], started[:, -1]
         fired = _reaches(log_lr, plan.log_bound) | (started & _reaches(log_sr, plan.log_detector_bound))
-        if plan.max_error_ratio is not None and base_n.any():  # no baseline traffic: nothing to compare
+        ratio_bound = max_error_ratio(plan)
+        if ratio_bound is not None and base_n.any():  # no baseline traffic: nothing to compare
             # R1's factor is exactly 1 (log 0) at a look without errors or without one side's requests,
             # so the kernel runs on the other looks only
             counted = (cand_x + base_x > 0) & (cand_n > 0) & (base_n > 0)
             steps = np.zeros((*cand_n.shape, len(self.ratios)))
             steps[counted] = ratio_look(
-                plan.max_error_ratio, self.ratios, np.zeros((int(counted.sum()), len(self.ratios))),
+                ratio_bound, self.ratios, np.zeros((int(counted.sum()), len(self.ratios))),
                 *(counts[counted][:, None] for counts in (cand_n, cand_x, base_n, base_x)),
             )  # fmt: skip
             ratio_lr = self.ratio_lr[:, None, :] + steps.cumsum(axis=1)
@@ -114,8 +140,7 @@ class ShiftTests:
     edges: np.ndarray
 
     def __post_init__(self) -> None:
-        assert self.plan.max_latency_ratio is not None  # the seed spec sets it
-        test = ShiftTest.new(self.edges, self.plan.max_latency_ratio - 1)
+        test = ShiftTest.new(self.edges, max_latency_ratio(self.plan) - 1)
         self.pairs = edge_pairs(test.edges, test.max_slowdown)
         self.ratios = np.asarray(test.alternatives)
         pairs = len(self.pairs[0])
@@ -154,8 +179,7 @@ class LatencyTests:
 
     def __post_init__(self) -> None:
         self.shift = ShiftTests(self.plan, self.runs, self.edges)
-        assert self.plan.max_ttft_p95 is not None  # the seed spec sets it
-        self.slo_edge = int(np.searchsorted(self.edges, self.plan.max_ttft_p95))
+        self.slo_edge = int(np.searchsorted(self.edges, max_ttft_p95(self.plan)))
         self.slo = np.asarray(ThresholdTest.new(0.05).alternatives)
         self.slo_lr = np.zeros((self.runs, len(self.slo)))
         self.slo_sr = np.zeros((self.runs, len(self.slo)))
@@ -195,9 +219,10 @@ def error_floor(
     `_floor` over the best information rate among the shipped error tests (E1 against the threshold, R1
     against the baseline)."""
     rates = [candidate_rps * kl_bernoulli(p, plan.max_error_rate)] if p > plan.max_error_rate else []
-    if plan.max_error_ratio is not None:
+    ratio_bound = max_error_ratio(plan)
+    if ratio_bound is not None:
         rates.append(_ratio_information(candidate_rps * p, baseline_rps * p_base, candidate_rps, baseline_rps,
-                                        plan.max_error_ratio))  # fmt: skip
+                                        ratio_bound))  # fmt: skip
     return _floor(plan, rates, late)
 
 
@@ -212,13 +237,11 @@ def latency_floor(
 ) -> float:
     """As `error_floor`, for TTFT: the SLO's exceedance test and each edge pair of the shift test.
     `slower(e)`, `faster(e)`: P(T > e) for the candidate and the baseline."""
-    assert plan.max_ttft_p95 is not None  # the seed spec sets them
-    assert plan.max_latency_ratio is not None
     rates = []
-    above = slower(plan.max_ttft_p95)
+    above = slower(max_ttft_p95(plan))
     if above > 0.05:
         rates.append(candidate_rps * kl_bernoulli(above, 0.05))
-    first, second = edge_pairs(edges, plan.max_latency_ratio - 1)
+    first, second = edge_pairs(edges, max_latency_ratio(plan) - 1)
     for i, j in zip(first, second, strict=True):
         rates.append(_ratio_information(candidate_rps * slower(edges[j]), baseline_rps * faster(edges[i]),
                                         candidate_rps, baseline_rps, 1.0))  # fmt: skip

@@ -19,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gateway.rollout.analysis import Check, by_name
+from gateway.rollout.checks.errors import ERROR_RATE
+from gateway.rollout.checks.latency import TTFT_VS_BASELINE
+from gateway.rollout.evidence import candidate_errors
 from gateway.rollout.not_worse import Judgement, judge
 from gateway.rollout.outcome import Outcome, Reason
-from gateway.rollout.plan import ERROR_RATE, TTFT_VS_BASELINE, plan_for
+from gateway.rollout.plan import plan_for
 from gateway.rollout.rollout_state import ADVANCING, Action, CallWebhooks, Phase, RolloutState, WebhookOutcome
 from gateway.spec.approval import EvidenceApproval
 from gateway.spec.model import RolloutSpec, SpecError
@@ -93,9 +96,10 @@ def evidence_judgement(spec: RolloutSpec, state: RolloutState) -> Judgement | No
         plan = plan_for(spec)
     except SpecError:
         return None
-    if evidence is None or evidence.plan != plan.key:
+    errors = candidate_errors(evidence) if evidence is not None and evidence.plan == plan.key else None
+    if evidence is None or errors is None:
         return None
-    return judge(plan, evidence.not_worse, evidence.candidate_errors)
+    return judge(plan, evidence.not_worse, errors)
 
 
 def approval_problem(state: RolloutState) -> str | None:

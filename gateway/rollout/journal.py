@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.rollout import telemetry
+from gateway.rollout.evidence import error_bounds
 from gateway.rollout.rollout_state import RecordDecision, RolloutState
 from gateway.rollout.views import check_dict
 
@@ -41,6 +42,6 @@ class Journal:
         if self.last_decision is not None:
             telemetry.forget_checks(self._name(), {c["name"] for c in self.last_decision["checks"]} - ran)
         evidence = state.evidence
-        telemetry.record_checks(self._name(), decision.checks, evidence.error_bounds if evidence else None)
+        telemetry.record_checks(self._name(), decision.checks, error_bounds(evidence) if evidence else None)
         checks = [check_dict(c) for c in decision.checks]
         self.last_decision = {"at": now, "outcome": decision.outcome.sentence, "checks": checks}

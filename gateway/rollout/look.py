@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from gateway.metrics.observations import Observations
 from gateway.rollout import evidence as tests
 from gateway.rollout.analysis import Check, Verdict, analyse, error_checks
+from gateway.rollout.checks.base import Moment
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import step
 from gateway.rollout.plan import Plan, plan_for
@@ -93,16 +94,15 @@ def _judge(
     )
     evidence, started = _evidence(plan, state, now)
     evidence = tests.add_look(evidence, plan, looks, stage_of(state))
-    checks = analyse(
-        spec.analysis,
-        plan,
-        evidence,
-        seen.weight_status.get(plan.candidate, ()),
-        seen.effective_windows.get(plan.candidate, ()),
+    candidate = plan.candidate
+    said = Moment(
         shadowing=state.phase == Phase.SHADOW,
-        mismatches=seen.mismatches.get(plan.candidate, ()),
+        weight_status=seen.weight_status.get(candidate, ()),
+        effective_windows=seen.effective_windows.get(candidate, ()),
+        mismatches=seen.mismatches.get(candidate, ()),
         judge_problem=seen.judge_problem,
     )
+    checks = analyse(plan, evidence, said)
     return _measurable(checks, carried), replace(state, evidence=evidence), carried, started
 
 

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway.rollout.rollout_state import RolloutState
+from gateway.rollout.state_format1 import upgraded
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: each check's tests in a record of its own (1: one evidence record, still read)
 
 
 class StateStore(Protocol):
@@ -40,16 +41,20 @@ class StateStore(Protocol):
 
 
 def encode_state(state: RolloutState) -> str:
-    """The stored text: {"version": 1, "state": {...}}, the same in a file and in a ConfigMap."""
+    """The stored text: {"version": 2, "state": {...}}, the same in a file and in a ConfigMap."""
     return json.dumps({"version": FORMAT_VERSION, "state": state.to_dict()}, indent=2, sort_keys=True) + "\n"
 
 
 def decode_state(text: str) -> RolloutState:
-    """ValueError (with the reason) unless `text` is a state `encode_state` wrote."""
+    """ValueError (with the reason) unless `text` is a state `encode_state` wrote, in this format or
+    format 1 (gateway/rollout/state_format1.py)."""
     try:
         data = json.loads(text)
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"format version {data.get('version')!r}, expected {FORMAT_VERSION}")
+        version = data.get("version")
+        if version == 1:
+            return RolloutState.from_dict(upgraded(data["state"]))
+        if version != FORMAT_VERSION:
+            raise ValueError(f"format version {version!r}, expected {FORMAT_VERSION} (or 1)")
         return RolloutState.from_dict(data["state"])
     except (KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"not a rollout state: {error!r}") from None

@@ -1,12 +1,11 @@
-"""The check values and verdicts the analysis (gateway/rollout/analysis.py) and the answer-quality checks
-(gateway/rollout/quality_checks.py) return, and how a decision's sentences quote them. Pure."""
+"""The check values and verdicts every check returns (gateway/rollout/checks/), and how a decision's
+sentences quote them. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
 
 
 class Verdict(StrEnum):
@@ -50,14 +49,3 @@ def _num(value: float | None) -> str:
 def summary(checks: Sequence[Check]) -> str:
     """The checks in one line, value over samples each (what a step's reason quotes)."""
     return ", ".join(f"{c.name}={_num(c.value)}/{c.samples}" for c in checks)
-
-
-T = TypeVar("T")
-
-
-def given(value: T | None, what: str) -> T:
-    """What a running test implies: evidence.start makes a test only with the plan's bound for it (the
-    SLO test with its baseline twin), and the SLO test counts first tokens only once it has its edge."""
-    if value is None:
-        raise ValueError(f"the evidence runs a test without {what}")
-    return value

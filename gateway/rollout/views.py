@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gateway.rollout.analysis import Check
+from gateway.rollout.evidence import busier_looks, error_bounds
 from gateway.rollout.gates import evidence_judgement
 from gateway.rollout.machine import hold_needed
 from gateway.rollout.plan import plan_for, roles
@@ -158,7 +159,7 @@ def evidence_status(
         stage_requests=requests,
         stage_requests_needed=needed,
         extending=needed is not None and requests < needed,
-        error_rate_bounds=None if evidence is None else list(evidence.error_bounds),
-        latency_looks_left_out=0 if evidence is None else evidence.busier_looks,
+        error_rate_bounds=None if evidence is None else list(error_bounds(evidence)),
+        latency_looks_left_out=0 if evidence is None else busier_looks(evidence),
         incident=state.incident,
     )

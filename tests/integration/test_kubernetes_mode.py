@@ -34,6 +34,7 @@ from gateway.kubernetes.process import KubernetesOptions, gateway_options, kuber
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
+from gateway.rollout.evidence import candidate_errors
 from gateway.rollout.rollout_state import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
 from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
@@ -41,7 +42,7 @@ from graystack.local.processes import ManagedProcess, free_port, start_process, 
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.kube_api import FakeApiServer
 from tests.support.leader_service import LeaderService
-from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
+from tests.unit.test_rollout_controller import Clock, candidate_counts, new_controller, new_gateway
 
 NS = "llm"
 VARIANTS = ("baseline", "zero-layer")
@@ -534,7 +535,7 @@ async def test_a_new_leader_continues_the_same_evidence_from_the_configmap(api):
         clock.now += 1
         await old.tick()
     before = old.state.evidence
-    assert (before.candidate_errors.requests, before.candidate_errors.events) == (300, 3)
+    assert candidate_counts(before) == (300, 3)
 
     store = ConfigMapStateStore(client, NS, STATE_CM)  # the successor's own client and store
     successor = new_controller(new_gateway(), None, clock, provider, store=store)
@@ -544,9 +545,9 @@ async def test_a_new_leader_continues_the_same_evidence_from_the_configmap(api):
         clock.now += 1
         await successor.tick()
     after = decode_state(state_text(server.get("ConfigMap", NS, STATE_CM))).evidence
-    assert (after.candidate_errors.requests, after.candidate_errors.events) == (400, 4)
+    assert candidate_counts(after) == (400, 4)
     assert after.started == before.started
-    assert after.candidate_errors.log_evalue != before.candidate_errors.log_evalue  # it moved on
+    assert candidate_errors(after).log_evalue != candidate_errors(before).log_evalue  # it moved on
 
 
 def test_a_follower_store_writes_nothing_and_a_bad_stored_state_is_kept_aside(api, caplog):

@@ -110,11 +110,10 @@ def test_with_cohorts_the_error_tests_count_clients_and_start_anew_when_cohorts_
     for plan, counted in ((plain, (400, 40, 8000)), (cohorts, (10, 1, 200))):
         evidence = tests.add_look(tests.start(plan, "5%", 0.0), plan, look, "5%")
         got = (
-            evidence.candidate_errors.requests,
-            evidence.candidate_errors.events,
-            evidence.baseline_errors.requests,
+            evidence.tests["error_rate"].candidate.requests,
+            evidence.tests["error_rate"].candidate.events,
+            evidence.tests["error_rate"].baseline.requests,
         )
         assert got == counted
         assert evidence.stage.requests == counted[0]
-        assert evidence.error_ratio is not None
-        assert evidence.error_ratio.candidate_requests == counted[0]
+        assert evidence.tests["error_ratio"].test.candidate_requests == counted[0]

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from gateway.answers import telemetry as answers_metrics
 from gateway.rollout import telemetry as rollout_metrics
 from gateway.rollout.analysis import analyse
+from gateway.rollout.checks.base import Moment
 from gateway.rollout.evidence import start
 from gateway.rollout.plan import plan_for
 from gateway.spec.model import validate_spec
@@ -127,7 +128,7 @@ def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
     )
     plan = plan_for(every_check)
     evidence = start(plan, "shadow:0", 0.0)
-    ran = {c.name for c in analyse(every_check.analysis, plan, evidence, ["ERASED"], [], shadowing=True)}
+    ran = {c.name for c in analyse(plan, evidence, Moment(shadowing=True, weight_status=["ERASED"]))}
     board = json.loads(dashboards.render("rollout-decisions"))
     plotted = {m for _, expr in dashboards.queries(board) for m in re.findall(r'check="(\w+)"', expr)}
     assert plotted == set(dashboards.CHECKS)

@@ -23,8 +23,12 @@ from gateway.metrics.observations import (
 from gateway.metrics.quality import QUALITY_SOURCE, QualityCounts
 from gateway.rollout import evidence as tests
 from gateway.rollout.analysis import Check, Verdict, analyse
+from gateway.rollout.checks.agreement import SHADOW_AGREEMENT, AgreementSettings
+from gateway.rollout.checks.base import Moment
+from gateway.rollout.checks.judge import JUDGE, JudgeSettings
+from gateway.rollout.checks.structure import STRUCTURE, StructureSettings
 from gateway.rollout.increments import VariantLook
-from gateway.rollout.plan import JUDGE, SHADOW_AGREEMENT, STRUCTURE, plan_for
+from gateway.rollout.plan import plan_for
 from gateway.spec.model import validate_spec
 from tests.unit.test_answers import STREAM, entry
 from tests.unit.test_answers_into_errors import Fixed
@@ -107,8 +111,8 @@ def test_each_comparator_is_a_test_in_the_budget_and_without_quality_the_plan_is
     assert {SHADOW_AGREEMENT, STRUCTURE} <= set(plan.tests)
     assert STRUCTURE not in before.tests
     assert plan.alpha == before.alpha * len(before.tests) / len(plan.tests)
-    assert plan.max_disagreement == 0.01
-    assert (plan.max_structure_ratio, plan.structure_live) == (2.0, False)
+    assert plan.settings[SHADOW_AGREEMENT] == AgreementSettings(0.01)
+    assert plan.settings[STRUCTURE] == StructureSettings(2.0, live=False)
     assert before.key == plan_for(validate_spec(spec(None))).key != plan.key
 
 
@@ -125,11 +129,7 @@ def test_a_candidate_whose_answers_stop_parsing_fails_structure_and_an_equal_one
         evidence = tests.start(plan, "5%", 0.0)
         for _ in range(5):
             evidence = tests.add_look(evidence, plan, structure_look(malformed), "5%")
-        (check,) = [
-            c
-            for c in analyse(validate_spec(spec(None)).analysis, plan, evidence, (), ())
-            if c.name == STRUCTURE
-        ]
+        (check,) = [c for c in analyse(plan, evidence, Moment()) if c.name == STRUCTURE]
         assert check.verdict == verdict, check.reason
         assert f"{5 * malformed} of 1000 candidate answers malformed" in check.reason
         assert "cut at the token limit: 750 of 1000 against 750 of 1000 (shown, not tested)" in check.reason
@@ -139,10 +139,8 @@ def test_structure_runs_live_only_where_live_answers_are_captured():
     for capture, live in ((0, False), (10, True)):
         plan = plan_for(validate_spec(spec({"structure": True, "capture_percent": capture})))
         evidence = tests.start(plan, "5%", 0.0)
-        names = [c.name for c in analyse(validate_spec(spec(None)).analysis, plan, evidence, (), ())]
-        shadow = [
-            c for c in analyse(validate_spec(spec(None)).analysis, plan, evidence, (), (), shadowing=True)
-        ]
+        names = [c.name for c in analyse(plan, evidence, Moment())]
+        shadow = [c for c in analyse(plan, evidence, Moment(shadowing=True))]
         assert (STRUCTURE in names) == live
         (held,) = [c for c in shadow if c.name == STRUCTURE]
         assert held.verdict == Verdict.INCONCLUSIVE  # nothing compared yet: a hold, never a pass
@@ -182,7 +180,7 @@ def judge_spec(**judge: object) -> dict:
 def test_the_judge_is_a_test_in_the_budget_whose_endpoint_can_move():
     plan = plan_for(validate_spec(judge_spec()))
     assert JUDGE in plan.tests
-    assert plan.max_judge_loss == 0.55
+    assert plan.settings[JUDGE] == JudgeSettings(0.55)
     assert plan_for(validate_spec(judge_spec(url="http://other:9000/v1"))).key == plan.key
     assert plan_for(validate_spec(judge_spec(max_loss=0.6))).key != plan.key
 
@@ -192,9 +190,7 @@ def judge_after(decisive: int, lost: int, tied: int) -> Check:
     evidence = tests.start(plan, "shadow", 0.0)
     look = {"zero-layer": VariantLook(judged=decisive, lost=lost, tied=tied)}
     evidence = tests.add_look(evidence, plan, look, "shadow")
-    checks = analyse(
-        validate_spec(spec(None)).analysis, plan, evidence, (), (), shadowing=True, judge_problem="HTTP 503"
-    )
+    checks = analyse(plan, evidence, Moment(shadowing=True, judge_problem="HTTP 503"))
     (check,) = [c for c in checks if c.name == JUDGE]
     return check
 

@@ -17,6 +17,7 @@ from gateway.app import provider_factory
 from gateway.metrics import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.rollout.controller import RolloutController
+from gateway.rollout.evidence import Evidence, candidate_errors
 from gateway.rollout.facts import Watcher
 from gateway.rollout.guard import ProviderUnavailable
 from gateway.rollout.plan import CHECK_NAMES
@@ -140,6 +141,13 @@ def new_controller(
 
 def saved(tmp_path) -> dict:
     return json.loads((tmp_path / "spec.yaml.state.json").read_text())["state"]
+
+
+def candidate_counts(evidence: Evidence) -> tuple[int, int]:
+    """(observations, errors) the candidate's error test has counted."""
+    errors = candidate_errors(evidence)
+    assert errors is not None
+    return errors.requests, errors.events
 
 
 def metric(name: str, **labels) -> float | None:
@@ -570,9 +578,9 @@ async def test_a_restarted_gateway_continues_the_same_evidence(tmp_path, clock):
         clock.now += 1
         await controller.tick()
     before = controller.state.evidence
-    assert (before.candidate_errors.requests, before.candidate_errors.events) == (300, 3)
+    assert candidate_counts(before) == (300, 3)
     log_e = metric("graystack_analysis_log_evalue", rollout=NAME, check="error_rate")
-    assert log_e == before.candidate_errors.log_evalue
+    assert log_e == candidate_errors(before).log_evalue
     assert metric("graystack_analysis_log_evalue_bound", rollout=NAME, check="error_rate") > log_e
 
     restarted = new_controller(new_gateway(), tmp_path, clock, provider)
@@ -583,7 +591,7 @@ async def test_a_restarted_gateway_continues_the_same_evidence(tmp_path, clock):
     clock.now += 1
     await restarted.tick()
     after = restarted.state.evidence
-    assert (after.candidate_errors.requests, after.candidate_errors.events) == (400, 4)
+    assert candidate_counts(after) == (400, 4)
     assert after.started == before.started
 
 
@@ -595,7 +603,7 @@ async def test_a_restarted_server_counts_from_zero_and_no_increment_is_negative(
         await controller.tick()
     provider.restart("zero-layer")
     await controller.tick()  # its counters fell to this look's 100: all of them new since the restart
-    assert controller.state.evidence.candidate_errors.requests == 300
+    assert candidate_counts(controller.state.evidence)[0] == 300
 
 
 async def test_a_lost_state_starts_new_count_and_says_so(tmp_path, clock):

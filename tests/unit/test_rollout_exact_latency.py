@@ -11,6 +11,7 @@ import numpy as np
 from gateway.metrics.observations import ITL, TTFT, SampleKey, stratum
 from gateway.names import DEFAULT_SEGMENT
 from gateway.rollout.analysis import Verdict, analyse, by_name
+from gateway.rollout.checks.base import Moment
 from gateway.rollout.evidence import Evidence, add_look, start
 from gateway.rollout.increments import VariantLook
 from gateway.rollout.plan import plan_for
@@ -50,12 +51,12 @@ def run(rollout, slowdown: float, n_looks: int, answered: bool = True, seed: int
 
 
 def checks(rollout, evidence: Evidence):
-    return by_name(analyse(rollout.analysis, plan_for(rollout), evidence, ["ERASED"], []))
+    return by_name(analyse(plan_for(rollout), evidence, Moment(weight_status=["ERASED"])))
 
 
 def test_a_slower_first_token_fails_on_the_answers_exact_times():
     rollout = spec()  # the example tolerates 1.5x
-    assert plan_for(rollout).max_latency_ratio == 1.5
+    assert plan_for(rollout).settings["ttft_vs_baseline"].max_ratio == 1.5
     found = checks(rollout, run(rollout, slowdown=2.5, n_looks=60))
     assert found["ttft_vs_baseline"].verdict == Verdict.FAIL
     assert "each answer's exact time" in found["ttft_vs_baseline"].reason
@@ -68,8 +69,9 @@ def test_an_equal_candidate_passes_and_the_histogram_tests_are_not_run():
     found = checks(rollout, evidence)
     assert found["ttft_vs_baseline"].verdict == Verdict.PASS
     # every look both variants answered in, but those before the load ratio was bounded (busier pods)
-    assert 0 < found["ttft_vs_baseline"].samples == evidence.ttft_seen < 240
-    assert (evidence.ttft_shift, evidence.itl_shift) == (None, None)
+    comparisons = [evidence.tests[name] for name in ("ttft_vs_baseline", "itl_vs_baseline")]
+    assert 0 < found["ttft_vs_baseline"].samples == comparisons[0].seen < 240
+    assert [c.shift for c in comparisons] == [None, None]
 
 
 def test_with_the_answers_missing_the_latency_checks_hold_and_say_why():
@@ -95,7 +97,7 @@ def test_answers_are_the_default_source_and_histograms_keep_the_key_rollouts_wer
 def test_the_ttft_slo_counts_the_answers_slower_than_the_slo_itself():
     rollout = spec()  # the example's SLO: p95 at most 2 s
     slow = checks(rollout, evidence := run(rollout, slowdown=8.0, n_looks=60))  # most first tokens ~2.4 s
-    assert evidence.ttft_edge == 2.0
+    assert evidence.tests["ttft_p95"].edge == 2.0
     assert slow["ttft_p95"].verdict == Verdict.FAIL
     assert "each answer's exact time" in slow["ttft_p95"].reason
     assert checks(rollout, run(rollout, slowdown=1.0, n_looks=60))["ttft_p95"].verdict == Verdict.PASS
@@ -124,5 +126,5 @@ def test_the_exact_tests_are_saved_with_the_rollout_and_read_back_the_same():
     rollout = spec()
     state = replace(initial_state(rollout, 0.0), evidence=run(rollout, slowdown=1.2, n_looks=60))
     assert state.evidence is not None
-    assert state.evidence.ttft_exact is not None
+    assert state.evidence.tests["ttft_vs_baseline"].exact is not None
     assert RolloutState.from_dict(json.loads(json.dumps(state.to_dict()))) == state

@@ -109,10 +109,12 @@ def test_healthy_counters_hold_through_the_stage_and_advance_after_it():
     run = Run(spec())
     first = run.after(0, HEALTHY)
     assert "no saved evidence for this rollout" in first.tests_started
-    assert run.state.evidence.candidate_errors.requests == 0  # the first look only sets the start
+    assert (
+        run.state.evidence.tests["error_rate"].candidate.requests == 0
+    )  # the first look only sets the start
     assert run.looks[-1].actions[0].outcome.sentence == "hold: 0s of 600s held"
     assert run.after(300, HEALTHY).tests_started is None  # the same tests go on
-    assert (run.state.step, run.state.evidence.candidate_errors.requests) == (0, 5000)
+    assert (run.state.step, run.state.evidence.tests["error_rate"].candidate.requests) == (0, 5000)
     assert run.looks[-1].actions[0].outcome.sentence == "hold: 300s of 600s held"
     run.after(300, HEALTHY)
     assert (run.state.step, run.state.weight) == (1, 20)

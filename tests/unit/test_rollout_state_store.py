@@ -46,7 +46,7 @@ def test_the_file_is_plain_json_with_a_format_version(tmp_path):
     path = tmp_path / "rollout.json"
     save_state(path, STATE)
     data = json.loads(path.read_text())
-    assert data["version"] == 1
+    assert data["version"] == 2
     assert data["state"]["phase"] == "progressing"
     assert data["state"]["held"] == 1000.0
 
@@ -56,7 +56,13 @@ def test_no_file_means_no_state(tmp_path):
 
 
 def test_a_corrupt_file_is_moved_aside_with_a_warning(tmp_path, caplog):
-    for bad in ("{not json", "[]", '{"version": 1, "state": {"phase": "nowhere"}}', '{"version": 7}'):
+    for bad in (
+        "{not json",
+        "[]",
+        '{"version": 2, "state": {"phase": "nowhere"}}',
+        '{"version": 1, "state": {"phase": "nowhere"}}',
+        '{"version": 7}',
+    ):
         path = tmp_path / "rollout.json"
         path.write_text(bad)
         with caplog.at_level(logging.WARNING, logger="gateway.rollout.state_store"):

@@ -94,7 +94,7 @@ def test_the_gates_tests_are_saved_with_the_rollout_and_judged_from_them():
         evidence = add_look(evidence, plan, looks(1.0, 40, rng), STAGE)
     state = replace(initial_state(rollout, 0.0), evidence=evidence)
     assert RolloutState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
-    judgement = judge(plan, evidence.not_worse, evidence.candidate_errors)
+    judgement = judge(plan, evidence.not_worse, evidence.tests["error_rate"].candidate)
     assert judgement is not None
     assert [(p.name, p.samples) for p in judgement.parts] == [("ttft", 1200), ("itl", 1200), ("errors", 1200)]
     assert judgement.parts[0].shown

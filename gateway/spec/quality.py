@@ -61,6 +61,8 @@ class Quality(SpecModel):
     keep: Literal["text", "digest"] = "text"  # digest: only a SHA-256 of each answer stays in the gateway
     structure: bool = False
     max_structure_ratio: float = Field(default=2.0, ge=1)  # malformed answers vs the baseline's share
+    # answers cut at the token limit vs the baseline's share (None: not tested, only shown beside structure)
+    max_cut_ratio: float | None = Field(default=None, ge=1)
     judge: Judge | None = None
 
     @model_validator(mode="after")

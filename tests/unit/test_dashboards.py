@@ -122,7 +122,11 @@ def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
             "routing": {"weights": {"baseline": 100, "zero-layer": 0}},
             "analysis": {
                 "min_shadow_agreement": 0.9,
-                "quality": {"structure": True, "judge": {"url": "http://judge:8000/v1", "model": "judge"}},
+                "quality": {
+                    "structure": True,
+                    "max_cut_ratio": 1.5,
+                    "judge": {"url": "http://judge:8000/v1", "model": "judge"},
+                },
             },
         }
     )
@@ -133,7 +137,14 @@ def test_the_rollout_dashboard_plots_every_check_the_analysis_runs():
     plotted = {m for _, expr in dashboards.queries(board) for m in re.findall(r'check="(\w+)"', expr)}
     assert plotted == set(dashboards.CHECKS)
     # without a value (or without one most of the time): drawn on the evidence panel only
-    assert ran == plotted | {"error_rate_change", "error_ratio", "itl_vs_baseline", "structure", "judge"}
+    assert ran == plotted | {
+        "error_rate_change",
+        "error_ratio",
+        "itl_vs_baseline",
+        "structure",
+        "length_cut",
+        "judge",
+    }
     evidence_panel = [
         expr for _, expr in dashboards.queries(board) if "graystack_analysis_log_evalue" in expr
     ]

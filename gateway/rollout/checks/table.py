@@ -17,6 +17,7 @@ from gateway.rollout.checks.error_ratio import ErrorRatio, RatioTests
 from gateway.rollout.checks.errors import ErrorRate, ErrorTests
 from gateway.rollout.checks.judge import Judge, JudgeTests
 from gateway.rollout.checks.latency import ITL_COMPARISON, TTFT_COMPARISON, LatencyTests
+from gateway.rollout.checks.length_cut import CutTests, LengthCut
 from gateway.rollout.checks.slo import SloTests, TtftSlo
 from gateway.rollout.checks.structure import Structure, StructureTests
 from gateway.rollout.checks.weights import WeightStatus
@@ -30,12 +31,20 @@ CHECKS: tuple[CheckKind[Any, Any], ...] = (
     WeightStatus(),
     ShadowAgreement(),
     Structure(),
+    LengthCut(),
     Judge(),
 )
 
 # One row's tests as the saved state keeps them, told apart by their `kind`.
 TestState = Annotated[
-    ErrorTests | RatioTests | SloTests | LatencyTests | AgreementTests | StructureTests | JudgeTests,
+    ErrorTests
+    | RatioTests
+    | SloTests
+    | LatencyTests
+    | AgreementTests
+    | StructureTests
+    | CutTests
+    | JudgeTests,
     Field(discriminator="kind"),
 ]
 

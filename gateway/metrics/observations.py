@@ -49,7 +49,7 @@ UNIT_ERRORS = "unit_errors"
 # and those with a problem (gateway/quality/structure.py), stratum: the segment
 STRUCTURED = "structured"
 MALFORMED = "malformed"
-CUT = "cut"  # ... and those cut at the request's token limit (shown, not tested)
+CUT = "cut"  # ... and those cut at the request's token limit (the length_cut check's)
 # ... and the judge's verdicts on shadow pairs (gateway/quality/judging.py): decisive ones, of those the
 # candidate's losses, and ties
 JUDGED = "judged"

@@ -8,7 +8,8 @@ and the candidate's share of such answers is tested against the baseline's in th
                             and the text does not parse
     invalid_tool_arguments  a tool call whose arguments do not parse as a JSON object
 
-An answer cut at the limit is counted and shown, not tested: servers stop at the client's own
+An answer cut at the limit is counted apart, not as malformed (the length_cut check tests it against the
+baseline's share, where `max_cut_ratio` asks): servers stop at the client's own
 `max_tokens`, which many clients set low, so such cuts can be the rule on both sides, and an answer
 counted malformed for that could hide every other problem behind it (a JSON-mode answer cut short is
 invalid JSON anyway). `malformed` is any of the other problems.

@@ -132,7 +132,10 @@ def test_a_candidate_whose_answers_stop_parsing_fails_structure_and_an_equal_one
         (check,) = [c for c in analyse(plan, evidence, Moment()) if c.name == STRUCTURE]
         assert check.verdict == verdict, check.reason
         assert f"{5 * malformed} of 1000 candidate answers malformed" in check.reason
-        assert "cut at the token limit: 750 of 1000 against 750 of 1000 (shown, not tested)" in check.reason
+        assert (
+            "cut at the token limit: 750 of 1000 against 750 of 1000 (length_cut tests them, with max_cut_ratio)"
+            in check.reason
+        )
 
 
 def test_structure_runs_live_only_where_live_answers_are_captured():

@@ -91,7 +91,7 @@ def _verdict(tests: StructureTests, most: float, plan: Plan) -> Check:
     counts = (
         f"{test.candidate_events} of {test.candidate_requests} candidate answers malformed against "
         f"{test.baseline_events} of {test.baseline_requests} of the baseline's; cut at the token limit: "
-        f"{ours_cut} of {ours} against {theirs_cut} of {theirs} (shown, not tested)"
+        f"{ours_cut} of {ours} against {theirs_cut} of {theirs} (length_cut tests them, with max_cut_ratio)"
     )
     if not test.candidate_requests:
         why = "no captured answers of both variants compared yet (is `analysis.quality` capturing any?)"

@@ -32,9 +32,9 @@ from gateway.metrics.answered import WithAnswers
 from gateway.metrics.direct import DirectProvider
 from gateway.metrics.prometheus import PrometheusProvider
 from gateway.metrics.provider import MetricsProvider
-from gateway.metrics.quality import QualityCounts
 from gateway.metrics.queries import histogram_queries
 from gateway.notify.notifier import Notifier
+from gateway.quality.counts import QualityCounts
 from gateway.quality.judge import Budget, Judge, read_template
 from gateway.quality.judging import Judging
 from gateway.rollout.capacity import CapacityEdge

@@ -17,7 +17,7 @@
   (client_units.py), as the cumulative UNITS and UNIT_ERRORS series (failed: a failure the client saw,
   or an attempt a fallback retry moved to another variant), and the exact latencies of those answers
   only. Envoy's counters stay as they are, for the load and "measurements missing" checks.
-- with `analysis.quality`, the answer-quality series (quality.py): greedy shadow pairs compared at the
+- with `analysis.quality`, the answer-quality series (gateway/quality/counts.py, given as a QualitySource): greedy shadow pairs compared at the
   gateway (in place of the servers' own COMPARED and DIFFERED) and the captured answers' form.
 """
 
@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from typing import Protocol
 
 from gateway.answers.answer import Answer
 from gateway.answers.store import AnswerStore
@@ -46,11 +47,31 @@ from gateway.metrics.observations import (
     stratum,
 )
 from gateway.metrics.provider import MetricsProvider
-from gateway.metrics.quality import QualityCounts
 
 ANSWERS_SOURCE = "gateway: answers failed after their status"
 TOKENS_SOURCE = "gateway: output tokens of the answers measured"
 UNITS_SOURCE = "gateway: answers, each client once per variant"
+
+
+class QualitySource(Protocol):
+    """The answer-quality series `analysis.quality` asks for (gateway/quality/counts.py), given to the
+    look as a part: it is fed each look's answers, and closed when its provider is replaced."""
+
+    def add(
+        self, answers: Iterable[Answer], observed: Iterable[Answer], now: float
+    ) -> Mapping[CounterKey, float]:
+        """The cumulative quality series with this look's answers counted (`observed`: those the tests
+        count, with cohorts each client once)."""
+        ...
+
+    @property
+    def judge_problem(self) -> str | None:
+        """Why the judge's last call gave no verdict (None: it gave one, or there is no judge)."""
+        ...
+
+    def close(self) -> None:
+        """Stop what it runs in the background (the judge's calls in flight are cancelled)."""
+        ...
 
 
 class WithAnswers:
@@ -59,7 +80,7 @@ class WithAnswers:
         provider: MetricsProvider,
         answers: AnswerStore,
         clients: bool = False,
-        quality: QualityCounts | None = None,
+        quality: QualitySource | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
@@ -75,6 +96,11 @@ class WithAnswers:
         if self.units is not None:
             self.units.restart()
         self.provider.new_count()
+
+    def close(self) -> None:
+        if self.quality is not None:
+            self.quality.close()
+        self.provider.close()
 
     async def observe(self) -> Observations:
         seen = await self.provider.observe()

@@ -189,6 +189,9 @@ class DirectProvider:
     def new_count(self) -> None:
         """Nothing is kept between looks."""
 
+    def close(self) -> None:
+        """Nothing runs in the background: each look opens and closes its own client."""
+
     async def observe(self) -> Observations:
         targets = [(None, self.envoy_url, {"filter": ENVOY_FILTER}), *((v, url, {}) for v, url in self.pods)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:

@@ -45,7 +45,7 @@ GENERATED = (
 # gateway's answers with each client counted once per variant (gateway/metrics/client_units.py)
 UNITS = "units"
 UNIT_ERRORS = "unit_errors"
-# Answer quality (analysis.quality, gateway/metrics/quality.py): captured answers whose form was checked
+# Answer quality (analysis.quality, gateway/quality/counts.py): captured answers whose form was checked
 # and those with a problem (gateway/quality/structure.py), stratum: the segment
 STRUCTURED = "structured"
 MALFORMED = "malformed"

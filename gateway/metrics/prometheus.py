@@ -67,6 +67,9 @@ class PrometheusProvider:
     def new_count(self) -> None:
         """Nothing is kept between looks."""
 
+    def close(self) -> None:
+        """Nothing runs in the background: each look opens and closes its own client."""
+
     async def observe(self) -> Observations:
         at = self.clock()
         asked = [(variant, name) for variant in self.variants for name in self.queries]

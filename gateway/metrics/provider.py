@@ -24,3 +24,8 @@ class MetricsProvider(Protocol):
         """A new count began (the rollout moved to another stage, or its tests started over): forget
         who was counted (the clients, gateway/metrics/client_units.py). Stateless providers do nothing."""
         ...
+
+    def close(self) -> None:
+        """Stop what it runs in the background (the judge's calls): it is being replaced (a spec change)
+        or the controller stops. Providers that run nothing do nothing."""
+        ...

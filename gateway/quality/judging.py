@@ -35,6 +35,11 @@ class Judging:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def close(self) -> None:
+        """Cancel the calls in flight: their verdicts would count for a provider that is gone."""
+        for task in list(self._tasks):
+            task.cancel()
+
     async def _judge(self, pair: Pair) -> None:
         judged = await self.judge.compare(_content(pair.original), _content(pair.shadow))
         if judged.preference is None:

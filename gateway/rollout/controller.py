@@ -169,6 +169,7 @@ class RolloutController:
                     log.exception("rollout analysis interval failed")
                 await asyncio.sleep(self.spec.analysis.look_interval)
         finally:
+            self.guard.close()
             await self.rollback.stop()
             await self.webhooks.stop()
 

@@ -46,6 +46,7 @@ class Guard:
         )
         if key != self._key:
             self._key = key
+            self.close()
             try:
                 roles(spec)
                 self._provider, self.off = self._make_provider(spec), None
@@ -53,6 +54,12 @@ class Guard:
                 self._provider, self.off = None, str(error)
                 log.warning("rollout %s: the guard is off: %s", spec.name, error)
         return self._provider
+
+    def close(self) -> None:
+        """Close the provider (a spec change replaces it, or the controller stops)."""
+        if self._provider is not None:
+            self._provider.close()
+            self._provider = None
 
     def new_count(self) -> None:
         """A new stage, or new tests: the provider forgets who it counted (client_units.py)."""

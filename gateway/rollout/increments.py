@@ -87,7 +87,7 @@ class VariantLook:
     units: int = 0
     unit_errors: int = 0
     # captured answers whose form was checked, those malformed and those cut at the token limit, by
-    # segment (metrics/quality.py)
+    # segment (quality/counts.py)
     structure: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
     # the judge's verdicts on its shadow pairs: decisive ones, the candidate's losses, ties
     judged: int = 0

@@ -60,9 +60,13 @@ class CountingProvider:
     counters: dict[CounterKey, float] = field(default_factory=lambda: defaultdict(float))
     looks: int = 0
     counts_started: int = 0  # new_count() calls: a new stage, or new tests
+    closed: bool = False  # close() was called: the guard replaced it, or the controller stopped
 
     def new_count(self) -> None:
         self.counts_started += 1
+
+    def close(self) -> None:
+        self.closed = True
 
     async def observe(self) -> Observations:
         if self.error is not None:

@@ -22,6 +22,9 @@ class Fixed:
     def new_count(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     async def observe(self) -> Observations:
         return self.seen
 

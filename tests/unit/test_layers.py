@@ -71,6 +71,12 @@ def test_the_contracts_hold_on_main(house: Path):
             "from gateway.quality import judge",
             "gateway.spec is not allowed to import gateway.quality",
         ),
+        # the readers count; what compares answers is given to them (metrics/answered.py's QualitySource)
+        (
+            "gateway/metrics/answered.py",
+            "from gateway.quality import judging",
+            "gateway.metrics is not allowed to import gateway.quality",
+        ),
         # xDS knows nothing of rollouts
         (
             "gateway/xds/cache.py",

@@ -67,7 +67,7 @@ def test_with_nothing_captured_it_holds_and_without_live_capture_it_reports_in_s
 
 def counters(n: int, cut_share: float) -> Observations:
     """The quality counters after `n` looks of 200 captured answers per variant, as the gateway counts them
-    (gateway/metrics/quality.py): the baseline's 30 % cut, the candidate's `cut_share`."""
+    (gateway/quality/counts.py): the baseline's 30 % cut, the candidate's `cut_share`."""
     found = {}
     for variant, share in (("baseline", 0.3), ("zero-layer", cut_share)):
         found[CounterKey(variant, REQUESTS, source=f"{variant}-rq")] = 200.0 * n

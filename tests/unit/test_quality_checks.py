@@ -20,7 +20,7 @@ from gateway.metrics.observations import (
     CounterKey,
     Observations,
 )
-from gateway.metrics.quality import QUALITY_SOURCE, QualityCounts
+from gateway.quality.counts import QUALITY_SOURCE, QualityCounts
 from gateway.rollout import evidence as tests
 from gateway.rollout.analysis import Check, Verdict, analyse
 from gateway.rollout.checks.agreement import SHADOW_AGREEMENT, AgreementSettings
@@ -238,3 +238,40 @@ def test_the_receiver_keeps_digests_where_the_spec_says_so():
         assert kept.captured
         assert (kept.text == "Paris is lovely") == (expected is not None)
         assert digests_only == (len(kept.text or "") == 64)
+
+
+def test_a_replaced_provider_stops_its_judge_and_no_late_verdict_counts():
+    """The guard rebuilds its provider when the spec's quality section changes: the old one's calls to the
+    judge (a real, slow one: 2 s a verdict) are cancelled, not left running for a provider that is gone."""
+    from gateway.answers.store import AnswerStore
+    from gateway.metrics.answered import WithAnswers
+    from gateway.quality.judge import Budget, Judge
+    from gateway.quality.judging import Judging
+    from gateway.rollout.guard import Guard
+    from tests.support.counting_provider import CountingProvider
+    from tests.support.threaded_server import served
+    from tests.unit.test_judge import judge_app
+
+    async def run(port: int) -> None:
+        made: list[Judging] = []
+
+        def provider(rollout):
+            made.append(Judging(Judge(f"http://127.0.0.1:{port}/v1", "judge", Budget(100), timeout=5.0)))
+            return WithAnswers(CountingProvider(), AnswerStore(), quality=QualityCounts(made[-1]))
+
+        guard = Guard(provider)
+        first = guard.provider_for(validate_spec(judge_spec()))
+        assert isinstance(first, WithAnswers)
+        assert first.quality is not None
+        first.quality.add([*pair("r1", "good: Paris", "Lyon"), *pair("r2", "Paris", "good")], [], now=0.0)
+        in_flight = list(made[0]._tasks)
+        guard.provider_for(validate_spec(judge_spec(max_loss=0.6)))  # another quality section: rebuilt
+        await asyncio.gather(*in_flight, return_exceptions=True)
+        assert len(in_flight) == 2
+        assert all(task.cancelled() for task in in_flight)
+        assert not made[0].preferences  # nothing the gone provider would count
+        guard.provider_for(validate_spec(judge_spec(max_loss=0.6)))  # the same spec: kept
+        assert len(made) == 2
+
+    with served(judge_app({"mode": "slow"}), "the judge") as port:
+        asyncio.run(run(port))

@@ -661,3 +661,17 @@ async def test_a_candidate_pod_serving_other_weights_than_its_file_is_rolled_bac
     assert status.reason.startswith("rolled back: weight_status fail")
     assert f"a server did not load its probe's checkpoint: {reason}" in status.reason
     assert split(gateway)["default"] == {"baseline": 100, "zero-layer": 0}
+
+
+async def test_a_stopped_controller_closes_its_provider(tmp_path, clock):
+    """What the provider runs in the background (the judge's calls) stops with the controller."""
+    provider = CountingProvider(HEALTHY)
+    controller = new_controller(new_gateway(), tmp_path, clock, provider)
+    await controller.tick()  # the guard built its provider
+    running = asyncio.create_task(controller.run())
+    await asyncio.sleep(0)  # the loop started
+    assert provider.looks
+    assert not provider.closed
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    assert provider.closed

@@ -177,6 +177,9 @@ async def test_the_label_the_look_returns_is_the_one_status_shows_and_the_metric
         def new_count(self) -> None:
             pass
 
+        def close(self) -> None:
+            pass
+
         async def observe(self) -> Observations:
             return self.seen
 

@@ -103,6 +103,10 @@ class QualityCounts:
             for (variant, signal), count in found.items()
         }
 
+    def close(self) -> None:
+        if self.judging is not None:
+            self.judging.close()
+
     @property
     def judge_problem(self) -> str | None:
         return self.judging.problem if self.judging is not None else None

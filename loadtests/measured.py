@@ -21,7 +21,7 @@ class Readings:
     segments and prompt buckets), answers by ending, answers that stopped on `length`, output tokens."""
 
     ttft: defaultdict[str, Counter[float]] = field(default_factory=lambda: defaultdict(Counter))
-    tpot: defaultdict[str, Counter[float]] = field(default_factory=lambda: defaultdict(Counter))
+    itl: defaultdict[str, Counter[float]] = field(default_factory=lambda: defaultdict(Counter))
     endings: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     length: Counter[str] = field(default_factory=Counter)
     output_tokens: Counter[str] = field(default_factory=Counter)
@@ -35,7 +35,7 @@ class GatewayStats:
     length_share: float  # of its answers, those that stopped on max_tokens
     output_tokens: int
     ttft: dict[str, float]  # "p50", "p95", "p99": seconds (absent: no observation)
-    tpot: dict[str, float]
+    itl: dict[str, float]
 
 
 def read(text: str) -> Readings:
@@ -49,7 +49,7 @@ def read(text: str) -> Readings:
             if sample.name == f"{GEN_AI_TTFT}_bucket":
                 found.ttft[variant][float(sample.labels["le"])] += int(sample.value)
             elif sample.name == f"{GEN_AI_TPOT}_bucket":
-                found.tpot[variant][float(sample.labels["le"])] += int(sample.value)
+                found.itl[variant][float(sample.labels["le"])] += int(sample.value)
             elif sample.name == ANSWERS:
                 found.endings[variant][sample.labels["ending"]] += int(sample.value)
                 if sample.labels["finish"] == "length":
@@ -77,7 +77,7 @@ def measured(before: Readings, after: Readings) -> list[GatewayStats]:
                 length_share=(after.length[variant] - before.length[variant]) / answers,
                 output_tokens=after.output_tokens[variant] - before.output_tokens[variant],
                 ttft=_quantiles(before.ttft.get(variant, Counter()), after.ttft[variant], (0.5, 0.95, 0.99)),
-                tpot=_quantiles(before.tpot.get(variant, Counter()), after.tpot[variant], (0.5, 0.95)),
+                itl=_quantiles(before.itl.get(variant, Counter()), after.itl[variant], (0.5, 0.95)),
             )
         )
     return stats

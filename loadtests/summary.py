@@ -150,14 +150,14 @@ def _gateway_lines(gateway: list[GatewayStats] | None) -> list[str]:
         return ["as the gateway measured: not read (no admin URL)"]
     lines = [
         "as the gateway measured every answer (any server; buckets 1.2 apart):",
-        f"  {'variant':<12}{'answers':>8}  {'TTFT p50/95/99 ms':<20}{'TPOT p50/95 ms':<16}"
+        f"  {'variant':<12}{'answers':>8}  {'TTFT p50/95/99 ms':<20}{'ITL p50/95 ms':<16}"
         f"{'error/cut/gone':<16}{'length':>7}{'out tokens':>12}",
     ]
     for g in gateway:
         ended = "/".join(str(g.endings.get(e, 0)) for e in ("error", "cut", "client_gone"))
         lines.append(
             f"  {g.variant:<12}{g.answers:>8}  {_ms(g.ttft, ('p50', 'p95', 'p99')):<20}"
-            f"{_ms(g.tpot, ('p50', 'p95')):<16}{ended:<16}{g.length_share:>7.1%}{g.output_tokens:>12}"
+            f"{_ms(g.itl, ('p50', 'p95')):<16}{ended:<16}{g.length_share:>7.1%}{g.output_tokens:>12}"
         )
     return lines
 

@@ -59,7 +59,8 @@ class Answer:
     the servers' `prompt_bucket` ranges applied to the request body's bytes, which every server has (a
     token count comes only where a server sends `usage`), so both variants' answers to like prompts share
     a stratum. `ttft`: to the first event carrying generated content (a non-streamed answer: its first
-    body byte). `tpot`: the mean time per output token after the first, on streams of two tokens or more.
+    body byte). `itl`: the inter-token latency, the mean time per output token after the first (as
+    OpenTelemetry and vLLM export it: `time_per_output_token`), on streams of two tokens or more.
     `tokens_counted`: `output_tokens` counts content events (no `usage` arrived). `unreadable`: lines
     and events the filter could not place (malformed SSE, unknown events, parse failures). `shadow`: a
     mirrored copy, whose answer went to no client (gateway/envoy/shadow.py). `affinity`: the
@@ -85,7 +86,7 @@ class Answer:
     prompt_bucket: str
     started_at: float
     ttft: float | None
-    tpot: float | None
+    itl: float | None
     duration: float | None
     input_tokens: int | None
     output_tokens: int | None

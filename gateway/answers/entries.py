@@ -120,7 +120,7 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
     streamed = end.get("sse") is True
     # without `usage`, a stream's content events are its tokens; a whole body's words are not
     tokens = output if output is not None else (content if streamed else None)
-    tpot = None
+    itl = None
     if (
         latency
         and streamed
@@ -129,7 +129,7 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
         and first_us is not None
         and last_us is not None
     ):
-        tpot = (last_us - first_us) / 1e6 / (tokens - 1)
+        itl = (last_us - first_us) / 1e6 / (tokens - 1)
     body_bytes = entry.request.request_body_bytes
     keyed = common.metadata.filter_metadata.get(names.AFFINITY_METADATA)
     source = json_format.MessageToDict(keyed).get("source") if keyed is not None else None
@@ -149,7 +149,7 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
         prompt_bucket=prompt_bucket(body_bytes),
         started_at=started_us / 1e6,
         ttft=_seconds(first_us, started_us) if latency and (not end or content) else None,
-        tpot=tpot,
+        itl=itl,
         duration=(
             common.time_to_last_downstream_tx_byte.ToMicroseconds() / 1e6
             if common.HasField("time_to_last_downstream_tx_byte")

@@ -43,7 +43,7 @@ TTFT = Histogram(
     ["variant", "segment", "prompt_bucket"],
     buckets=TTFT_BUCKETS,
 )
-TPOT = Histogram(
+ITL = Histogram(
     families.GEN_AI_TPOT,
     "Each streamed answer's mean time per output token after the first",
     ["variant", "segment"],
@@ -64,8 +64,8 @@ def record(answer: Answer) -> None:
         MISNAMED.labels(variant, named).inc()
     if answer.ttft is not None:
         TTFT.labels(variant, segment, answer.prompt_bucket).observe(answer.ttft)
-    if answer.tpot is not None:
-        TPOT.labels(variant, segment).observe(answer.tpot)
+    if answer.itl is not None:
+        ITL.labels(variant, segment).observe(answer.itl)
     for kind, tokens in (("input", answer.input_tokens), ("output", answer.output_tokens)):
         if tokens is not None:
             TOKEN_USAGE.labels(variant, segment, kind).observe(tokens)

@@ -152,6 +152,6 @@ def samples(answers: Iterable[Answer]) -> dict[SampleKey, tuple[float, ...]]:
             found[SampleKey(answer.variant, TTFT, stratum(answer.segment, answer.prompt_bucket))].append(
                 answer.ttft
             )
-        if answer.tpot is not None:
-            found[SampleKey(answer.variant, ITL, stratum(answer.segment))].append(answer.tpot)
+        if answer.itl is not None:
+            found[SampleKey(answer.variant, ITL, stratum(answer.segment))].append(answer.itl)
     return {key: tuple(values) for key, values in found.items()}

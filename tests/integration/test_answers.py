@@ -78,8 +78,8 @@ async def test_ttft_is_the_first_content_event_and_agrees_with_the_client(measur
     assert (chat.api, chat.streamed, chat.segment, chat.variant) == ("chat", True, "default", "baseline")
     assert (chat.input_tokens, chat.output_tokens, chat.tokens_counted) == (5, 3, False)
     assert (chat.finish, chat.ending, chat.failed) == ("stop", "complete", False)
-    assert chat.tpot is not None
-    assert TOKEN_GAP_S * 0.9 <= chat.tpot <= TOKEN_GAP_S + 0.03
+    assert chat.itl is not None
+    assert TOKEN_GAP_S * 0.9 <= chat.itl <= TOKEN_GAP_S + 0.03
     assert (messages.api, messages.input_tokens, messages.output_tokens) == ("messages", 7, 3)
     assert (messages.finish, messages.ending) == ("length", "complete")
     unstreamed = results["json-messages"][2]

@@ -125,7 +125,7 @@ async def test_the_gateway_agrees_with_the_sdks_on_graystack_servers(measured):
             assert answer.streamed == ("streamed" in case), case
             assert answer.api == case.partition(",")[0], case
             if answer.streamed and answer.output_tokens >= 2:
-                assert answer.tpot is not None, case
+                assert answer.itl is not None, case
             assert answer.tokens_counted == (case == "chat, streamed, no usage"), (case, answer)
     finally:
         await openai.close()

@@ -70,7 +70,7 @@ def test_a_complete_stream_without_usage_counts_its_content_events():
     )
     assert (answer.prompt_bytes, answer.prompt_bucket, answer.streamed) == (300, "129-512", True)
     assert answer.ttft == pytest.approx(0.25)
-    assert answer.tpot == pytest.approx(0.1)  # 400 ms over the 4 tokens after the first
+    assert answer.itl == pytest.approx(0.1)  # 400 ms over the 4 tokens after the first
     assert (answer.output_tokens, answer.tokens_counted, answer.input_tokens) == (5, True, None)
     assert (answer.finish, answer.ending, answer.failed) == ("stop", "complete", False)
 
@@ -86,7 +86,7 @@ def test_usage_wins_over_counted_events_and_reasons_are_named_alike():
         40,
         False,
     )
-    assert answer.tpot == pytest.approx(0.05)
+    assert answer.itl == pytest.approx(0.05)
     assert answer.finish == "length"
     assert answer_from(entry({**STREAM, "finish": "tool_use"})).finish == "tool_call"  # type: ignore[union-attr]
     assert answer_from(entry({**STREAM, "finish": "something_new"})).finish == "other"  # type: ignore[union-attr]
@@ -118,13 +118,13 @@ def test_an_error_body_has_no_first_token_and_a_body_that_is_not_json_no_tokens(
     assert error.ttft is None
     plain = answer_from(entry({"sse": False, "content": 0}))
     assert plain is not None
-    assert (plain.output_tokens, plain.tpot, plain.ending) == (None, None, "complete")
+    assert (plain.output_tokens, plain.itl, plain.ending) == (None, None, "complete")
 
 
 def test_an_api_that_feeds_no_latency_checks_has_no_first_token_nor_time_per_token():
     answer = answer_from(entry({**STREAM, "output": 3}, kind="openai_embeddings", checks=("errors",)))
     assert answer is not None
-    assert (answer.api, answer.ttft, answer.tpot, answer.ending) == ("embeddings", None, None, "complete")
+    assert (answer.api, answer.ttft, answer.itl, answer.ending) == ("embeddings", None, None, "complete")
     failed = answer_from(entry({"sse": False, "error": "server_error"}, status=500, checks=("errors",)))
     assert failed is not None
     assert failed.failed

@@ -156,7 +156,7 @@ def test_a_body_cut_at_the_cap_is_read_to_the_cut_and_bad_input_is_unreadable():
 
 ANSWER = Answer(
     variant="baseline", answered_by=None, segment="default", api="chat", streamed=True, status=200,
-    prompt_bytes=10, prompt_bucket="0-512", started_at=0.0, ttft=None, tpot=None, duration=None,
+    prompt_bytes=10, prompt_bucket="0-512", started_at=0.0, ttft=None, itl=None, duration=None,
     input_tokens=None, output_tokens=None, tokens_counted=False, finish=None, ending="complete",
     request_id="r1", captured=True, text="abc",
 )  # fmt: skip

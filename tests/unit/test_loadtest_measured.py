@@ -28,7 +28,7 @@ def test_the_run_adds_what_the_gateway_received_during_it():
     assert (baseline.answers, baseline.output_tokens, baseline.endings.get("cut")) == (5, 42, 1)
     assert baseline.length_share == 1 / 5
     assert 0.2 < baseline.ttft["p50"] < 0.3  # 250 ms, within its bucket (edges 1.2 apart)
-    assert set(baseline.tpot) == {"p50", "p95"}
+    assert set(baseline.itl) == {"p50", "p95"}
     summary = Summary([], 5, 0, 0, None, Objectives(), gateway=list(stats.values()))
     text = render(summary, 0.0)
     assert "as the gateway measured every answer" in text

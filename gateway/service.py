@@ -107,6 +107,11 @@ class Gateway:
             problems = secret_problems(spec.notifications)  # the secrets live here, not where the CLI runs
             if problems:
                 raise SpecError("; ".join(problems))
+            if spec.gateway_api is not None:  # validated for the CLI; no driver in this gateway yet
+                raise SpecError(
+                    "gateway_api: this gateway drives its own Envoy; the driver of a Gateway API route "
+                    "(issue 36) is not in this release, so the spec is refused rather than half applied"
+                )
             judge = spec.analysis.quality.judge if spec.analysis.quality is not None else None
             if judge is not None:
                 read_template(judge.prompt)  # so does the judge's prompt file: SpecError naming it

@@ -25,6 +25,7 @@ from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.apis import PROTECTED, Apis, reaches
 from gateway.spec.evidence_gates import check_evidence_gates
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
+from gateway.spec.gateway_api import GatewayApi, check_gateway_api
 from gateway.spec.notifications import Notifications
 from gateway.spec.strategy import Analysis, Strategy
 
@@ -232,6 +233,7 @@ class RolloutSpec(SpecModel):
     analysis: Analysis = Analysis()
     apis: Apis = Apis()
     notifications: Notifications = Notifications()  # where the rollout's events go (gateway/notify/)
+    gateway_api: GatewayApi | None = None  # the user's own gateway's routes instead of graystack's Envoy
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutSpec:
@@ -257,6 +259,9 @@ class RolloutSpec(SpecModel):
         if self.timeouts.first_byte is not None and self.timeouts.first_byte == 0:
             raise ValueError("timeouts.first_byte: must be above 0 (omit it for none)")
         check_evidence_gates(self.strategy, self.analysis)
+        check_gateway_api(
+            self.gateway_api, self.variants, bool(self.routing.affinity), self.routing.body is not None
+        )
         for entry in self.apis.table():
             for path in self.protected_paths():
                 if reaches(entry.path, path):

@@ -78,3 +78,16 @@ def test_an_invalid_flip_changes_nothing(gateway):
         gateway.set_split({"baseline": 10, "zero-layer": 10})
     assert gateway.generation == generation
     assert gateway.status().routing == routing
+
+
+def test_a_spec_for_a_gateway_api_route_is_refused_until_a_driver_applies_it(gateway):
+    """The spec's gateway_api section validates (the CLI writes it), but this gateway drives only its own
+    Envoy: it refuses the spec, naming why, and keeps the live one, rather than ignore the section."""
+    generation = gateway.generation
+    api = {
+        "routes": [{"name": "llm"}],
+        "backends": {"baseline": {"name": "a", "port": 8000}, "zero-layer": {"name": "b", "port": 8000}},
+    }
+    gateway.load(spec(gateway_api=api), "sha-4")
+    assert gateway.generation == generation
+    assert "gateway_api: this gateway drives its own Envoy" in gateway.status().spec.last_error.message

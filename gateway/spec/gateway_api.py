@@ -1,0 +1,89 @@
+"""The spec's `gateway_api`: the rollout drives the user's own Gateway API gateway instead of graystack's
+Envoy (issue 36). It names the HTTPRoute(s) and, for each variant, the backendRef that stands for it (a
+Service or an InferencePool); graystack writes only those backendRefs' weights, in every rule of the
+routes that has them, and header segments become rules of graystack's own (gateway/gatewayapi/).
+
+What a Gateway API route cannot express is refused here, with the field named: affinity (a gateway draws
+each request's backend at random by weight: no cohort sticks) and routing on a body field (HTTPRoute
+matches paths, headers, query parameters and methods only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gateway.spec.fields import SpecModel
+
+CORE = ""  # a Service's group
+INFERENCE = "inference.networking.k8s.io"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class BackendRef(SpecModel):
+    """A variant's backend as the routes reference it: a Service (with its port) or an InferencePool."""
+
+    kind: Literal["Service", "InferencePool"] = "Service"
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    namespace: str | None = Field(default=None, pattern=DNS_LABEL)  # None: the route's own
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _port_where_needed(self) -> BackendRef:
+        if self.kind == "Service" and self.port is None:
+            raise ValueError(f"backendRef {self.name!r}: a Service needs its port (as the route names it)")
+        if self.kind == "InferencePool" and self.port is not None:
+            raise ValueError(f"backendRef {self.name!r}: an InferencePool has no port (its targetPorts)")
+        return self
+
+    @property
+    def group(self) -> str:
+        return CORE if self.kind == "Service" else INFERENCE
+
+    def describe(self, route_namespace: str) -> str:
+        port = f":{self.port}" if self.port is not None else ""
+        return f"{self.kind} {self.namespace or route_namespace}/{self.name}{port}"
+
+
+class RouteRef(SpecModel):
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    namespace: str = Field(default="default", pattern=DNS_LABEL)
+
+
+class GatewayApi(SpecModel):
+    """`routes`: the HTTPRoutes whose weights the rollout sets; `backends`: each variant's backendRef;
+    `on_drift`: what a change of those weights by someone else (a GitOps tool reverting them) gets:
+    `restore` writes them back and tells, `hold` holds the rollout and tells."""
+
+    routes: list[RouteRef] = Field(min_length=1)
+    backends: dict[str, BackendRef]
+    on_drift: Literal["restore", "hold"] = "restore"
+
+
+def check_gateway_api(
+    gateway_api: GatewayApi | None, variants: Mapping[str, object], affinity: bool, body: bool
+) -> None:
+    """ValueError naming the field where the spec asks a Gateway API route for what it cannot do."""
+    if gateway_api is None:
+        return
+    missing = sorted(set(variants) - set(gateway_api.backends))
+    if missing:
+        raise ValueError(f"gateway_api.backends: no backendRef for variant(s) {missing}")
+    unknown = sorted(set(gateway_api.backends) - set(variants))
+    if unknown:
+        raise ValueError(f"gateway_api.backends: unknown variant(s) {unknown}")
+    refs = [(b.kind, b.namespace, b.name, b.port) for b in gateway_api.backends.values()]
+    if len(set(refs)) < len(refs):
+        raise ValueError("gateway_api.backends: two variants name the same backendRef")
+    if affinity:
+        raise ValueError(
+            "routing.affinity: a Gateway API route draws each request's backend at random by weight, so no "
+            "cohort can stick; drop affinity, or route through graystack's Envoy"
+        )
+    if body:
+        raise ValueError(
+            "routing.body: an HTTPRoute matches paths, headers, query parameters and methods only"
+        )

@@ -1,5 +1,5 @@
 """The rollout state in the cluster: a ConfigMap whose `state.json` holds exactly what the file store
-writes (gateway/rollout/state_store.py: {"version": 1, "state": {...}}), so a rollout moves between
+writes (gateway/rollout/state_store.py: {"version": 2, "state": {...}}), so a rollout moves between
 modes by a copy.
 
 It is the controller's `StateStore` in Kubernetes mode. The leader saves every new state straight into

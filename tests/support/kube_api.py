@@ -12,7 +12,8 @@ no controller runs, so tests say when pods are ready: `pods_ready`). Like the re
 compaction point gets a 200 and a single ERROR event whose Status has code 410 (reason Expired). Tests
 change objects as kubectl would (`put`, `delete`), break every open watch mid-stream (`break_watches`),
 and compact history (`compact`). Every request is logged, with what the server answered, for tests to
-inspect.
+inspect. Custom resources (HTTPRoute) are validated against their vendored CRDs, count their generation
+and keep a status subresource, as with the CRDs installed (tests/support/kube_crds.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from graystack.local.processes import free_port
+from tests.support.kube_crds import CUSTOM, problems, stored
+from tests.support.kube_objects import matches, merge_patch, scale_of, status_body
 
 KINDS = {  # kind -> (API prefix, resource)
     "ConfigMap": ("/api/v1", "configmaps"),
@@ -41,10 +44,13 @@ KINDS = {  # kind -> (API prefix, resource)
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
     "Deployment": ("/apis/apps/v1", "deployments"),
     "HorizontalPodAutoscaler": ("/apis/autoscaling/v2", "horizontalpodautoscalers"),
+    **{kind: (prefix, resource) for kind, (prefix, resource, _) in CUSTOM.items()},
 }
 RESOURCES = {resource: kind for kind, (_, resource) in KINDS.items()}
 MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
-PATH = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+)(?:/(scale))?)?$")
+PATH = re.compile(
+    r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+)(?:/(scale|status))?)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -54,63 +60,6 @@ class Logged:
     query: dict[str, str]
     status: int
     note: str = ""  # "watch", "410", "broken"
-
-
-def status_body(code: int, reason: str, message: str) -> dict:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-
-
-def merge_patch(target: object, patch: object) -> object:
-    """RFC 7386: a map patches a map key by key, a null removes the key, anything else replaces."""
-    if not isinstance(patch, dict):
-        return patch
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = merge_patch(merged.get(key), value)
-    return merged
-
-
-def scale_of(deployment: dict) -> dict:
-    """The Deployment's `scale` subresource as the API server shows it (kind Scale, autoscaling/v1)."""
-    meta = deployment["metadata"]
-    labels = deployment["spec"].get("selector", {}).get("matchLabels", {})
-    return {
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": {
-            key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-        },
-        "spec": {"replicas": deployment["spec"].get("replicas", 1)},
-        "status": {
-            "replicas": deployment.get("status", {}).get("replicas", 0),
-            "selector": ",".join(f"{key}={value}" for key, value in sorted(labels.items())),
-        },
-    }
-
-
-def matches(obj: dict, query: dict[str, str]) -> bool:
-    field = query.get("fieldSelector", "")
-    if field:
-        key, _, value = field.partition("=")
-        if key != "metadata.name" or obj["metadata"]["name"] != value:
-            return False
-    labels = obj["metadata"].get("labels") or {}
-    for term in filter(None, query.get("labelSelector", "").split(",")):
-        key, sep, value = term.partition("=")
-        if key not in labels or (sep and labels[key] != value):
-            return False
-    return True
 
 
 class FakeApiServer:
@@ -159,13 +108,16 @@ class FakeApiServer:
 
     # -- what tests do, as kubectl would ------------------------------------------------------------
 
-    def put(self, obj: dict) -> dict:
-        """Create or replace `obj` (apiVersion, kind, metadata.name/namespace), whatever its version."""
+    def put(self, obj: dict, status: bool = False) -> dict:
+        """Create or replace `obj` (apiVersion, kind, metadata.name/namespace), whatever its version;
+        `status`: only its status, as a controller writes the status subresource."""
         _, resource = KINDS[obj["kind"]]
+        if (invalid := problems(obj["kind"], obj)) is not None:
+            raise ValueError(invalid)
         meta = obj["metadata"]
         with self._changed:
             current = self._store.get((resource, meta["namespace"]), {}).get(meta["name"])
-            return self._write(resource, copy.deepcopy(obj), current)
+            return self._write(resource, stored(obj["kind"], copy.deepcopy(obj), current, status), current)
 
     def get(self, kind: str, namespace: str, name: str) -> dict | None:
         with self._changed:
@@ -270,15 +222,29 @@ class FakeApiServer:
         if method == "PATCH" and patch_type not in MERGE_PATCHES:
             answer = status_body(415, "UnsupportedMediaType", f"the double does not serve {patch_type}")
             return self._reply(request, method, url.path, query, 415, answer)
+        kind = RESOURCES[resource]
+        invalid = problems(kind, body) if method in ("POST", "PUT") and body is not None else None
+        if invalid is not None:
+            answer = status_body(422, "Invalid", f'{kind} "{name or ""}" is invalid: {invalid}')
+            return self._reply(request, method, url.path, query, 422, answer)
         with self._changed:
-            if subresource is not None:
+            if subresource == "scale":
                 code, answer = self._scale(method, resource, namespace, name, body)
             else:
-                code, answer = self._act(method, resource, namespace, name, query, body)
+                code, answer = self._act(
+                    method, resource, namespace, name, query, body, subresource == "status"
+                )
         return self._reply(request, method, url.path, query, code, answer)
 
     def _act(
-        self, method: str, resource: str, namespace: str, name: str | None, query: dict, body: dict | None
+        self,
+        method: str,
+        resource: str,
+        namespace: str,
+        name: str | None,
+        query: dict,
+        body: dict | None,
+        status_only: bool = False,
     ) -> tuple[int, dict]:
         objects = self._store.get((resource, namespace), {})
         kind = RESOURCES[resource]
@@ -298,7 +264,7 @@ class FakeApiServer:
             if meta["name"] in objects:
                 return 409, status_body(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
             body.setdefault("kind", kind)
-            return 201, self._write(resource, body, None)
+            return 201, self._write(resource, stored(kind, body, None, False), None)
         current = objects.get(name)
         if current is None:
             return 404, status_body(404, "NotFound", f'{resource} "{name}" not found')
@@ -317,7 +283,7 @@ class FakeApiServer:
             return 409, status_body(409, "Conflict", message)
         body["metadata"]["namespace"] = namespace
         body.setdefault("kind", kind)
-        return 200, self._write(resource, body, current)
+        return 200, self._write(resource, stored(kind, body, current, status_only), current)
 
     def _scale(
         self, method: str, resource: str, namespace: str, name: str, body: dict | None

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from graystack.local.processes import free_port
-from tests.support.kube_crds import CUSTOM, problems, stored
+from tests.support.kube_crds import CUSTOM, defaulted, problems, stored
 from tests.support.kube_objects import matches, merge_patch, scale_of, status_body
 
 KINDS = {  # kind -> (API prefix, resource)
@@ -112,6 +112,7 @@ class FakeApiServer:
         """Create or replace `obj` (apiVersion, kind, metadata.name/namespace), whatever its version;
         `status`: only its status, as a controller writes the status subresource."""
         _, resource = KINDS[obj["kind"]]
+        obj = defaulted(obj["kind"], obj)
         if (invalid := problems(obj["kind"], obj)) is not None:
             raise ValueError(invalid)
         meta = obj["metadata"]
@@ -223,6 +224,7 @@ class FakeApiServer:
             answer = status_body(415, "UnsupportedMediaType", f"the double does not serve {patch_type}")
             return self._reply(request, method, url.path, query, 415, answer)
         kind = RESOURCES[resource]
+        body = defaulted(kind, body) if method in ("POST", "PUT") and body is not None else body
         invalid = problems(kind, body) if method in ("POST", "PUT") and body is not None else None
         if invalid is not None:
             answer = status_body(422, "Invalid", f'{kind} "{name or ""}" is invalid: {invalid}')

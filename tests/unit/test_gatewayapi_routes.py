@@ -1,25 +1,20 @@
 """What graystack writes into a user's HTTPRoute (gateway/gatewayapi/routes.py): only the weights of the
 variants' backendRefs, in every rule that has them, and rules of its own for header segments; another
 team's rule, a platform filter, annotations and labels come out as they went in. Every route written is
-valid against the vendored Gateway API HTTPRoute CRD's schema (tests/crds/gateway-api/; its CEL rules are
-not evaluated here). The variants are named otherwise than their Services (v1 is `llm-v1`, v2 `llm-v2`)."""
+valid against the vendored Gateway API HTTPRoute CRD (tests/crds/gateway-api/): its schema, with its
+defaults applied, and its CEL rules (tests/support/kube_crds.py). The variants are named otherwise than their Services (v1 is `llm-v1`, v2 `llm-v2`)."""
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 
 from gateway.errors import SpecError
 from gateway.gatewayapi.routes import RouteError, drift, owned, released, rule_name, written
 from gateway.spec.model import validate_spec
-
-CRD = (
-    Path(__file__).resolve().parents[1] / "crds" / "gateway-api" / "gateway.networking.k8s.io_httproutes.yaml"
-)
+from tests.support.kube_crds import defaulted, problems
 
 ROUTE = yaml.safe_load(
     """
@@ -75,9 +70,7 @@ SEGMENTS = {
 
 
 def valid(route: dict) -> None:
-    crd = yaml.safe_load(CRD.read_text())
-    (served,) = [v for v in crd["spec"]["versions"] if v["storage"]]
-    jsonschema.validate(route, served["schema"]["openAPIV3Schema"])
+    assert problems("HTTPRoute", defaulted("HTTPRoute", route)) is None
 
 
 def without_ours(route: dict) -> dict:
@@ -217,3 +210,16 @@ def test_what_a_route_cannot_do_is_refused_with_the_field_named(change, named):
         SpecError, match=named.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
     ):
         validate_spec(data)
+
+
+def test_the_crds_cel_rules_are_evaluated_as_the_api_server_would():
+    """The check the writer's routes pass is a real one: a Service backendRef without its port breaks
+    the CRD's CEL rule (a schema alone allows it), and a rule naming two matching parents too."""
+    portless = copy.deepcopy(ROUTE)
+    del portless["spec"]["rules"][1]["backendRefs"][0]["port"]
+    assert problems("HTTPRoute", defaulted("HTTPRoute", portless)) == (
+        "HTTPRoute.spec.rules[1].backendRefs[0]: Must have port for Service reference"
+    )
+    twice = copy.deepcopy(ROUTE)
+    twice["spec"]["parentRefs"] *= 2
+    assert "spec.parentRefs" in str(problems("HTTPRoute", defaulted("HTTPRoute", twice)))

@@ -135,3 +135,51 @@ def test_the_end_removes_graystacks_rules_only(server, writer):
     writer.release(spec(**SEGMENTS))
     stored = server.get("HTTPRoute", "serving", "llm")
     assert [r["name"] for r in stored["spec"]["rules"]] == ["chat", "embeddings"]
+
+
+def test_the_stand_in_serves_gateways_and_inference_pools_as_their_crds_say(server, tmp_path):
+    """What the driver reads beside the routes, through the official client: a Gateway and an
+    InferencePool are kept as the real server keeps them, and one the CRD refuses is answered 422."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from gateway.kubernetes.api import call_json
+
+    pool = {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": {"name": "llm-v2", "namespace": "serving"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "llm", "version": "v2"}},
+            "targetPorts": [{"number": 8000}],
+            "endpointPickerRef": {"name": "epp", "port": {"number": 9002}},
+        },
+    }
+    server.put(pool)
+    objects = client.CustomObjectsApi(api_client(str(server.write_kubeconfig(tmp_path / "kubeconfig"))))
+    read = call_json(
+        objects.get_namespaced_custom_object,
+        "inference.networking.k8s.io",
+        "v1",
+        "serving",
+        "inferencepools",
+        "llm-v2",
+    )
+    assert read["spec"]["selector"] == pool["spec"]["selector"]
+    assert read["metadata"]["generation"] == 1
+    broken = copy.deepcopy(pool)
+    broken["metadata"]["name"] = "no-ports"
+    del broken["spec"]["targetPorts"]
+    with pytest.raises(ApiException) as refused:
+        call_json(
+            objects.create_namespaced_custom_object,
+            "inference.networking.k8s.io",
+            "v1",
+            "serving",
+            "inferencepools",
+            broken,
+        )
+    assert getattr(refused.value, "status", None) == 422
+    assert "InferencePool.spec: 'targetPorts' is a required property" in str(
+        getattr(refused.value, "body", "")
+    )

@@ -28,6 +28,16 @@ CUSTOM = {
         "httproutes",
         "gateway-api/gateway.networking.k8s.io_httproutes.yaml",
     ),
+    "Gateway": (
+        "/apis/gateway.networking.k8s.io/v1",
+        "gateways",
+        "gateway-api/gateway.networking.k8s.io_gateways.yaml",
+    ),
+    "InferencePool": (
+        "/apis/inference.networking.k8s.io/v1",
+        "inferencepools",
+        "inference-extension/inference.networking.k8s.io_inferencepools.yaml",
+    ),
 }
 
 

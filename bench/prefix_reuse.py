@@ -16,10 +16,13 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
+
+import httpx
 
 from bench._common import envoy_binary, write_result
 from bench.answer_hop import VARIANTS, answers_200, bootstrap
@@ -58,9 +61,17 @@ def start_pods(logs: Path) -> tuple[dict[str, list[str]], list[ManagedProcess]]:
 
 
 def conversations(
-    name: str, endpoints: dict[str, list[str]], logs: Path, users: int, seconds: int, turns: int
+    name: str,
+    endpoints: dict[str, list[str]],
+    logs: Path,
+    users: int,
+    seconds: int,
+    turns: int,
+    requests: int | None = None,
 ) -> dict[str, Any]:
-    """One configuration: its Envoy up, the conversation users through it for `seconds`, their summary."""
+    """One configuration: its Envoy up, the conversation users through it for `seconds` (with `requests`:
+    until Envoy has sent that many upstream, `seconds` the bound, then stopped as a user stops Locust,
+    by SIGTERM, on which it writes its summary), their summary."""
     config = CONFIGS[name]
     variants = {
         v: {"endpoints": hosts, **config.get("variants", {}).get(v, {})} for v, hosts in endpoints.items()
@@ -86,6 +97,10 @@ def conversations(
         argv += ["--summary-dir", str(folder)]
         locust = start_process(f"locust-{name}", argv, logs, env)
         try:
+            if requests is not None:
+                sent = functools.partial(upstream_requests, f"http://127.0.0.1:{admin}")
+                wait_until(lambda: sent() >= requests, seconds, f"{requests} requests through Envoy {name}")
+                locust.popen.send_signal(signal.SIGTERM)
             locust.popen.wait(timeout=seconds + 60)
         finally:
             locust.stop()  # by its PID, if it outlived its run
@@ -100,18 +115,32 @@ def conversations(
         "same_variant": turned["same_variant"],
         "same_pod": turned["same_pod"],
         "pod_turns": turned["pod_turns"],
-        "same_variant_share": round(turned["variant_share"], 4),
-        "same_pod_share": round(turned["pod_share"], 4),
+        "same_variant_share": _rounded(turned["variant_share"]),
+        "same_pod_share": _rounded(turned["pod_share"]),
     }
 
 
+def _rounded(share: float | None) -> float | None:
+    """A share to 4 places; None where no turn after a first was seen (nothing to divide)."""
+    return None if share is None else round(share, 4)
+
+
+def upstream_requests(admin: str) -> int:
+    """The requests Envoy has sent to its clusters (every variant's), from its admin stats."""
+    text = httpx.get(f"{admin}/stats", params={"filter": r"^cluster\..*\.upstream_rq_total$"}).text
+    return sum(int(line.rpartition(": ")[2]) for line in text.splitlines() if line.strip())
+
+
 def measure(
-    names: list[str], users: int, seconds: int, turns: int, workdir: Path
+    names: list[str], users: int, seconds: int, turns: int, workdir: Path, requests: int | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Each named configuration's shares, on one set of stand-in pods (stopped by PID after)."""
+    """Each named configuration's shares, on one set of stand-in pods (stopped by PID after); `requests`:
+    each runs until that many went through its Envoy (`seconds` the bound), not for `seconds`."""
     endpoints, processes = start_pods(workdir)
     try:
-        return {name: conversations(name, endpoints, workdir, users, seconds, turns) for name in names}
+        return {
+            name: conversations(name, endpoints, workdir, users, seconds, turns, requests) for name in names
+        }
     finally:
         for process in processes:
             process.stop()

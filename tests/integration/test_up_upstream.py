@@ -65,8 +65,12 @@ def test_up_fronts_servers_it_did_not_start_promotes_on_errors_and_rolls_a_gatew
                 "the rollout to reach 100 %",
                 0.5,
             )
+            # promoted on the evidence: the step's reason quotes the checks that passed (the last decision
+            # may already be a look after the promotion, whose fresh stage is still extending)
+            (step,) = [t for t in promoted["history"] if t["target"] == "promoted"]
+            assert step["reason"].startswith("checks passed after"), step
+            assert "error_rate=" in step["reason"], step
             checks = {c["name"]: c for c in promoted["last_decision"]["checks"]}
-            assert checks["error_rate"]["verdict"] == "pass"
             assert checks["ttft_p95"]["samples"] > 0  # no TTFT histogram from either: the gateway measured
 
             injected = graystack(env, "fault", "transformers", "--error-rate", "1.0")

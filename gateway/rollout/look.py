@@ -27,7 +27,15 @@ from gateway.rollout.checks.base import Moment
 from gateway.rollout.increments import Counters, increase, per_variant
 from gateway.rollout.machine import step
 from gateway.rollout.plan import Plan, plan_for
-from gateway.rollout.rollout_state import Action, CapacityGate, Command, Phase, RolloutState, WebhookOutcome
+from gateway.rollout.rollout_state import (
+    ADVANCING,
+    Action,
+    CapacityGate,
+    Command,
+    Phase,
+    RolloutState,
+    WebhookOutcome,
+)
 from gateway.rollout.throughput import TokenRates
 from gateway.rollout.views import stage_of
 from gateway.spec.model import RolloutSpec
@@ -97,6 +105,7 @@ def _judge(
     candidate = plan.candidate
     said = Moment(
         shadowing=state.phase == Phase.SHADOW,
+        advancing=state.phase in ADVANCING,
         weight_status=seen.weight_status.get(candidate, ()),
         effective_windows=seen.effective_windows.get(candidate, ()),
         mismatches=seen.mismatches.get(candidate, ()),

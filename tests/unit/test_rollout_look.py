@@ -20,6 +20,7 @@ from tests.unit.test_rollout_controller import (
     FAILING,
     HEALTHY,
     NAME,
+    candidate_counts,
     metric,
     new_controller,
     new_gateway,
@@ -109,17 +110,28 @@ def test_healthy_counters_hold_through_the_stage_and_advance_after_it():
     run = Run(spec())
     first = run.after(0, HEALTHY)
     assert "no saved evidence for this rollout" in first.tests_started
-    assert (
-        run.state.evidence.tests["error_rate"].candidate.requests == 0
-    )  # the first look only sets the start
+    assert candidate_counts(run.state.evidence)[0] == 0  # the first look only sets the start
     assert run.looks[-1].actions[0].outcome.sentence == "hold: 0s of 600s held"
     assert run.after(300, HEALTHY).tests_started is None  # the same tests go on
-    assert (run.state.step, run.state.evidence.tests["error_rate"].candidate.requests) == (0, 5000)
+    assert (run.state.step, candidate_counts(run.state.evidence)[0]) == (0, 5000)
     assert run.looks[-1].actions[0].outcome.sentence == "hold: 300s of 600s held"
     run.after(300, HEALTHY)
     assert (run.state.step, run.state.weight) == (1, 20)
     assert run.looks[-1].actions[0].outcome.sentence == "advance to step 1"
     assert run.carried.token_rates.looks[-1][0] == run.now
+
+
+def test_once_promoted_no_stage_extends_and_the_error_rate_is_its_test_alone():
+    """Promoted, no stage ends on evidence: a look with a handful of requests is no "extending" hold
+    (status once showed error_rate inconclusive right after a promotion, read as a failing guard)."""
+    run = Run(spec())
+    run.after(0, LOW)
+    run.after(1, LOW)
+    assert run.checks()["error_rate"] == Verdict.INCONCLUSIVE  # a stage that ends on evidence extends
+    while run.state.phase != Phase.PROMOTED:  # the operator steps it through to the last step
+        run.after(1, Command.PROMOTE)
+    run.after(1, LOW)
+    assert run.checks()["error_rate"] == Verdict.PASS
 
 
 def test_an_error_burst_rolls_back_on_the_failing_checks_and_says_which():

@@ -59,6 +59,7 @@ class Moment:
     stage_observations: int = 0  # the candidate's requests (clients, with cohorts) this stage
     latency_ratio: float | None = None  # its mean TTFT over the baseline's, this stage
     shadowing: bool = False  # a shadow stage: the copies' comparators report
+    advancing: bool = True  # a stage that ends on evidence (not promoted, manual or rolled back)
     weight_status: Sequence[str] = ()  # its probes' statuses
     effective_windows: Sequence[int] = ()  # its model servers' effective windows
     mismatches: Sequence[str] = ()  # its probes' findings that their server did not load their file

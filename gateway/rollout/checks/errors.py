@@ -4,8 +4,9 @@ One test on the candidate's attempts and failed attempts (Envoy's cluster counte
 the fallback retry still counts; and the answers the gateway measured failing after their `200`,
 gateway/metrics/answered.py; with cohorts each client once): its e-value is error_rate, its change
 detector error_rate_change. The same test on the baseline's own counts tells a shared incident from
-the candidate's. error_rate passes only once the stage has seen enough requests to catch
-`min_detectable_error_rate` (the plan's stage_requests): until then it extends the stage.
+the candidate's. In a stage that ends on evidence, error_rate passes only once the stage has seen enough
+requests to catch `min_detectable_error_rate` (the plan's stage_requests): until then it extends the
+stage. Promoted or manual, no stage ends, and only the test itself decides.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _rate(tests: ErrorTests, settings: ErrorSettings, plan: Plan, moment: Moment
             f"anytime {1 - plan.alpha:.1%} CS [{lower:.3%}, {upper:.3%}]"
         )
         verdict, bound = Verdict.FAIL, lower
-    elif moment.stage_observations < plan.stage_requests:
+    elif moment.advancing and moment.stage_observations < plan.stage_requests:
         reason = (
             f"extending: {moment.stage_observations} of the {plan.stage_requests} candidate {units(plan)} "
             f"this stage needs to catch its smallest regression; {counts}"

@@ -1,9 +1,33 @@
 """Without a GPU the Triton kernels run under the interpreter. Triton picks interpreter or compiler
-when a kernel is decorated, so the variable is set here, before any test module imports one."""
+when a kernel is decorated, so the variable is set here, before any test module imports one.
+
+Under pytest-xdist, the tests of a module with a module-scoped fixture go to one worker (below)."""
 
 import os
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# pytest-xdist (`make test` runs the suite side by side: -n, --dist loadgroup). A test whose module builds
+# something for all its tests (a module-scoped fixture: a stack, servers, Prometheus) stays on one worker
+# with the module's other tests, so it is built once, as in a serial run, instead of once per worker that
+# happens to get one of them. Without xdist the group marks are inert.
+SHARED_SCOPES = {"module", "package", "class"}
+
+
+def shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether `item` uses a fixture wider than itself and narrower than the session."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(fixturedef.scope in SHARED_SCOPES for chain in defs for fixturedef in chain)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

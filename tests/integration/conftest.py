@@ -9,6 +9,7 @@ from graystack.local.gateway_stack import GatewayStack
 from graystack.local.rollout_stack import RolloutStack
 from loadtests.launch import LOCAL_ANALYSIS
 from tests.support.processes import require_binary
+from tests.support.shared import once_per_run
 from tests.support.stacks import running
 from tests.support.third_party.models import TinyModel, tiny_model
 from tests.support.third_party.servers import (
@@ -28,8 +29,9 @@ def envoy_binary() -> str:
 
 @pytest.fixture(scope="session")
 def trained_weights(tmp_path_factory):
-    """A `make weights` directory, CI-sized (tests/support/trained.py); trained once per session."""
-    return train_pipeline(tmp_path_factory.mktemp("weights"))
+    """A `make weights` directory, CI-sized (tests/support/trained.py); trained once per run (under
+    xdist, by the first worker that needs it: tests/support/shared.py)."""
+    return once_per_run(tmp_path_factory, "weights", train_pipeline)
 
 
 @pytest.fixture

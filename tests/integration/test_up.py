@@ -107,7 +107,9 @@ def test_up_runs_the_stack_for_the_cli_rolls_back_a_fault_and_stops_every_proces
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**env, "COLUMNS": "160"},
+        # wide enough that the footer (Envoy's URL, the logs' path under tmp_path, the Ctrl-C hint) fits on
+        # one line: the path is longer under pytest-xdist (.../popen-gw3/...) and under a long TMPDIR
+        env={**env, "COLUMNS": "240"},
     )
     try:
         time.sleep(10)  # a few frames; then leave it as an operator does

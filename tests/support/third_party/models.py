@@ -2,7 +2,8 @@
 
 The model is made here by make_tiny_model.py in the `transformers` venv, never downloaded, and kept
 under .tools/third-party-models/ keyed by that script's hash: a test session makes it once (about 10 s),
-later sessions on the same checkout reuse it, and editing the script makes a new one.
+under a lock so that xdist's workers wait for the first instead of making it each, later sessions on the
+same checkout reuse it, and editing the script makes a new one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.processes import unavailable
+from tests.support.shared import locked
 
 REPO = Path(__file__).resolve().parents[3]
 VENVS = REPO / ".tools" / "venvs"
@@ -59,6 +61,14 @@ def tiny_model(cache: Path = MODELS, perturbed: float = 0.0) -> TinyModel:
     model = TinyModel(cache / key)
     if model.gguf.exists():
         return model
+    with locked(cache / f".{key}.lock"):  # xdist's workers, or sessions side by side: one makes it
+        if not model.gguf.exists():
+            make(model, cache, perturbed)
+    return model
+
+
+def make(model: TinyModel, cache: Path, perturbed: float) -> None:
+    """make_tiny_model.py into a scratch directory of `cache`, then renamed to `model`'s."""
     python = venv_bin("transformers", "python")
     cache.mkdir(parents=True, exist_ok=True)
     scratch = TinyModel(Path(tempfile.mkdtemp(dir=cache, prefix=".making-")))
@@ -77,8 +87,7 @@ def tiny_model(cache: Path = MODELS, perturbed: float = 0.0) -> TinyModel:
         )
         if made.returncode != 0:
             raise RuntimeError(f"{SCRIPT.name} failed ({made.returncode}):\n{made.stderr[-3000:]}")
-        if not model.gguf.exists():  # another session may have made it meanwhile: same script, same model
+        if not model.gguf.exists():  # a session without the lock may have made it: same script, same model
             scratch.directory.replace(model.directory)
     finally:
         shutil.rmtree(scratch.directory, ignore_errors=True)
-    return model

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import uvicorn
 
 from gateway.admin.api import Leadership, create_admin_app, fault_injection_refusal
+from gateway.answers.entries import Placement
 from gateway.answers.receiver import AnswerReceiver
 from gateway.answers.store import AnswerStore
 from gateway.envoy.resources import EndpointMap
@@ -38,7 +39,7 @@ from gateway.quality.counts import QualityCounts
 from gateway.quality.judge import Budget, Judge, read_template
 from gateway.quality.judging import Judging
 from gateway.rollout.capacity import CapacityEdge
-from gateway.rollout.controller import RolloutController
+from gateway.rollout.controller import RolloutController, SplitProofs
 from gateway.rollout.facts import Watcher
 from gateway.rollout.guard import ProviderFactory, ProviderUnavailable
 from gateway.rollout.state_store import StateStore
@@ -121,6 +122,16 @@ class Driver(Protocol):
         """First thing at stop, while the admin API still serves."""
 
 
+class UserGateway(SplitProofs, Placement, Protocol):
+    """The user's own Gateway API gateway (issue 36, gateway/kubernetes/gateway_api.py): the controller's
+    proofs, the answer receiver's placement, and the writer of the live split, run beside the admin API."""
+
+    async def run(self) -> None: ...
+
+
+UserGatewayFactory = Callable[[AnswerStore, Callable[[], RolloutSpec], Callable[[], bool]], UserGateway]
+
+
 def _alone() -> Leadership | None:
     return None
 
@@ -142,6 +153,9 @@ class GatewayParts:
     capacity: CapacityEdge | None = None  # what scales the variants from the split; None: nothing does
     leadership: Callable[[], Leadership | None] = _alone
     watchers: tuple[Watcher, ...] = ()  # told every look of the rollout, beside the notifications
+    # the rollout drives the user's Gateway API gateway where the first spec names one (`gateway_api`):
+    # called with the answer store, the live spec and whether this replica leads
+    user_gateway: UserGatewayFactory | None = None
 
 
 class GatewayProcess:
@@ -163,19 +177,25 @@ class GatewayProcess:
         # follows the leader's state, and would tell every step again); they queue, never wait.
         self.leadership = parts.leadership
         self.notifier = Notifier(lambda: self.gateway.spec, leading=self._leading)
+        # Every answer Envoy measured (gateway/answers/), reported on the xDS port: the store is what
+        # the rollout's looks will read.
+        self.answers = AnswerStore()
+        self.user_gateway = (
+            parts.user_gateway(self.answers, lambda: self.gateway.live, self._leading)
+            if parts.user_gateway is not None and spec.gateway_api is not None
+            else None
+        )
         self.gateway = Gateway(
             self.cache,
             options.spec,
             parts.endpoints_for,
             fault_injection=fault_refusal is None,
             on_refused=(self.notifier.on_refused,),
+            drives_routes=self.user_gateway is not None,
         )
         self.gateway.load(spec, digest)
         if self.gateway.last_error:
             raise SpecError(self.gateway.last_error["message"])
-        # Every answer Envoy measured (gateway/answers/), reported on the xDS port: the store is what
-        # the rollout's looks will read.
-        self.answers = AnswerStore()
         self.ads = AdsServer(
             self.cache, on_connect=self.gateway.on_connect, forget_after=self.options.forget_proxies_after
         )
@@ -186,6 +206,7 @@ class GatewayProcess:
             parts.store,
             capacity=parts.capacity,
             watchers=(self.notifier.on_fact, *parts.watchers),
+            split_proofs=self.user_gateway,
         )
         self.controller.restore()
         self.driver = parts.driver(self.gateway, self.controller)
@@ -233,10 +254,13 @@ class GatewayProcess:
             self.ads,
             self.options.xds_host,
             self.options.xds_port,
-            also=[AnswerReceiver(self.answers, self._leading, self._digests_only).register],
+            also=[
+                AnswerReceiver(self.answers, self._leading, self._digests_only, self.user_gateway).register
+            ],
         )
         self._admin_task = asyncio.create_task(self.admin.serve())
-        self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in self.driver.background())]
+        background = [*self.driver.background(), *([self.user_gateway.run()] if self.user_gateway else [])]
+        self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in background)]
         self.notifier.start()  # what restore() told before the event loop ran
         while not self.admin.started:
             if self._admin_task.done():

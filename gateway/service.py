@@ -65,9 +65,11 @@ class Gateway:
         clock: Callable[[], float] = time.time,
         fault_injection: bool = False,
         on_refused: Sequence[Callable[[str], None]] = (),
+        drives_routes: bool = False,
     ) -> None:
         """`fault_injection`: `set_fault` is taken (off: refused). `on_refused`: told each refusal's
-        message (notifications)."""
+        message (notifications). `drives_routes`: the split goes to the user's Gateway API routes (a
+        spec must name them, `gateway_api`), not to graystack's Envoys."""
         self.cache = cache
         self.fault_injection = fault_injection
         self.spec_path = spec_path
@@ -82,6 +84,7 @@ class Gateway:
         self.faults: dict[str, Fault] = {}
         self._nodes: dict[str, ListenerAddress] = {}
         self.on_refused = tuple(on_refused)
+        self.drives_routes = drives_routes
 
     @property
     def spec(self) -> RolloutSpec:
@@ -107,10 +110,15 @@ class Gateway:
             problems = secret_problems(spec.notifications)  # the secrets live here, not where the CLI runs
             if problems:
                 raise SpecError("; ".join(problems))
-            if spec.gateway_api is not None:  # validated for the CLI; no driver in this gateway yet
+            if spec.gateway_api is not None and not self.drives_routes:
                 raise SpecError(
-                    "gateway_api: this gateway drives its own Envoy; the driver of a Gateway API route "
-                    "(issue 36) is not in this release, so the spec is refused rather than half applied"
+                    "gateway_api: this gateway drives its own Envoy; a Gateway API route is driven by "
+                    "`graystack kube-gateway` started with a spec that names it"
+                )
+            if spec.gateway_api is None and self.drives_routes:
+                raise SpecError(
+                    "gateway_api: this gateway drives the user's Gateway API routes; a spec without them "
+                    "needs the gateway restarted (its Envoys were never started)"
                 )
             judge = spec.analysis.quality.judge if spec.analysis.quality is not None else None
             if judge is not None:

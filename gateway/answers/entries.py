@@ -2,12 +2,19 @@
 that is not a variant's answer. Pure: the receiver (receiver.py) feeds it, the unit tests too.
 
 What the answer filter wrote (gateway/envoy/answer_filter.py) and what Envoy recorded are read together:
-the filter's `end` is missing exactly when the stream was reset, and Envoy's response flags say by whom."""
+the filter's `end` is missing exactly when the stream was reset, and Envoy's response flags say by whom.
+
+The user's own gateway (issue 36) logs through the same service, but its routes and clusters are its own:
+there a `Placement` names the variant by the endpoint that served the answer (its upstream host), and
+the segment by the routing header the log carries. Where no answer filter is attached to that gateway,
+an entry has no `end`: what the log alone gives is kept (status, duration, bytes; a reset from Envoy's
+flags), and no first token, tokens or finish."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from envoy.data.accesslog.v3 import accesslog_pb2
 from google.protobuf import json_format
@@ -29,6 +36,23 @@ _APIS: dict[str, Api] = {
     "openai_embeddings": "embeddings",
 }
 _EVERY_CHECK = ("other", frozenset({"errors", "latency"}))
+
+
+class Placement(Protocol):
+    """The variant and segment of an answer the user's gateway logged (gateway/kubernetes/gateway_api.py)."""
+
+    def variant(self, upstream_host: str) -> str | None: ...  # None: not a variant's endpoint, or ""
+
+    def segment(self, headers: Mapping[str, str]) -> str: ...
+
+
+def upstream_host(entry: accesslog_pb2.HTTPAccessLogEntry) -> str:
+    """`10.0.0.5:8000` (`[fd00::5]:8000`), or "" where the request reached no upstream."""
+    socket = entry.common_properties.upstream_remote_address.socket_address
+    if not socket.address:
+        return ""
+    host = f"[{socket.address}]" if ":" in socket.address else socket.address
+    return f"{host}:{socket.port_value}"
 
 
 def variant_of(cluster: str) -> str:
@@ -91,26 +115,50 @@ def _captured_fields(end: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -> Answer | None:
+def _reset(flags: accesslog_pb2.ResponseFlags) -> bool:
+    """Envoy's own word that the stream was cut (where no filter saw its last byte)."""
+    return bool(
+        flags.upstream_connection_termination
+        or flags.upstream_remote_reset
+        or flags.upstream_request_timeout
+        or flags.downstream_connection_termination
+        or flags.downstream_remote_reset
+        or flags.stream_idle_timeout
+    )
+
+
+def answer_from(
+    entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False, placement: Placement | None = None
+) -> Answer | None:
     """The entry's answer; None where no cluster was chosen (no route, a refusal) or where its route feeds
     no checks (a pinned API, an unknown path sent to the baseline: not a variant's answer). The route's
     name (gateway/envoy/api_routes.py) gives its API and whether it feeds the latency checks: an API
     without a first token (embeddings) gets no TTFT nor time per token. The log holds only POSTs.
-    `shadow`: the entry came on the mirrored copies' log, whose cluster is `<variant>-shadow`."""
+    `shadow`: the entry came on the mirrored copies' log, whose cluster is `<variant>-shadow`.
+    `placement`: the entry came from the user's gateway; None where its upstream host is no variant's."""
     common = entry.common_properties
     cluster = common.upstream_cluster
     kind, checks = names.api_of_route(common.route_name) or _EVERY_CHECK
-    if not cluster or "errors" not in checks:
+    if placement is not None:
+        placed = placement.variant(upstream_host(entry))
+        if placed is None:
+            return None
+        variant = placed
+    elif not cluster or "errors" not in checks:
         return None
-    # A mirrored copy carries its original's choice in x-graystack-routed; its cluster is `<variant>-shadow`.
-    # After a fallback retry, the logged cluster is the fallback's; the split's choice is in the header.
-    routed = entry.request.request_headers.get(names.ROUTED_HEADER)
-    variant = cluster.removesuffix(_SHADOW_SUFFIX) if shadow else routed or variant_of(cluster)
+    else:
+        # A mirrored copy carries its original's choice in x-graystack-routed; its cluster is
+        # `<variant>-shadow`. After a fallback retry, the logged cluster is the fallback's; the split's
+        # choice is in the header.
+        routed = entry.request.request_headers.get(names.ROUTED_HEADER)
+        variant = cluster.removesuffix(_SHADOW_SUFFIX) if shadow else routed or variant_of(cluster)
     latency = "latency" in checks
     measured = common.metadata.filter_metadata.get(names.ANSWER_METADATA)
     fields = json_format.MessageToDict(measured) if measured is not None else {}
     end = fields.get("end")
     status = entry.response.response_code.value
+    if placement is not None and measured is None:  # no answer filter on the user's gateway
+        end = None if _reset(common.response_flags) else {}
     ending = _ending(end if isinstance(end, dict) else None, status, common.response_flags)
     end = end if isinstance(end, dict) else {}
     started_us = common.start_time.ToMicroseconds()
@@ -141,7 +189,9 @@ def answer_from(entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -
         variant=variant,
         answered_by=headers.get(names.VARIANT_HEADER) or None,
         named=headers.get(names.SERVER_VARIANT_HEADER) or None,
-        segment=entry.request.request_headers.get(names.SEGMENT_HEADER, names.DEFAULT_SEGMENT),
+        segment=placement.segment(entry.request.request_headers)
+        if placement is not None
+        else entry.request.request_headers.get(names.SEGMENT_HEADER, names.DEFAULT_SEGMENT),
         api=_APIS.get(kind, "other"),
         streamed=streamed,
         status=status,

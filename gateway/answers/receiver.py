@@ -25,7 +25,7 @@ from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from gateway import names
 from gateway.answers import telemetry
 from gateway.answers.capture import digested
-from gateway.answers.entries import answer_from
+from gateway.answers.entries import Placement, answer_from
 from gateway.answers.store import AnswerStore
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,13 @@ class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
         store: AnswerStore,
         leading: Callable[[], bool] = lambda: True,
         digests_only: Callable[[], bool] = lambda: False,
+        placement: Placement | None = None,
     ) -> None:
+        """`placement`: the answers come from the user's own gateway (issue 36), placed by it."""
         self.store = store
         self.leading = leading
         self.digests_only = digests_only  # `analysis.quality.keep: digest`: no captured text is kept
+        self.placement = placement
 
     def register(self, server: grpc.aio.Server) -> None:
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self, server)
@@ -69,7 +72,7 @@ class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
     def take(self, entry: accesslog_pb2.HTTPAccessLogEntry, shadow: bool = False) -> None:
         now = time.time()
         try:
-            answer = answer_from(entry, shadow)
+            answer = answer_from(entry, shadow, self.placement)
         except Exception as error:  # bad input is counted, never fatal to the stream
             log.warning("unreadable access-log entry (%s: %s)", type(error).__name__, error)
             self.store.ignore(now, unreadable=True)

@@ -9,7 +9,10 @@ Only what graystack owns changes:
   segment's header added to every match and the segment's own weights. A match with one more header is
   more specific, so Gateway API's precedence gives the segment's requests to it wherever they would have
   matched the base rule. They come last, and are known again by their names after a restart; a segment
-  the spec no longer has loses its rule, and `released` removes them all.
+  the spec no longer has loses its rule, and `released` removes them all;
+- the shadow stage's copy (`routing.mirror`): Gateway API's standard `RequestMirror` filter with a
+  `percent`, to the mirrored variant's backendRef, in every rule that carries the split. It is known as
+  graystack's by that backendRef, and removed when the shadow stage ends.
 Everything else (another's rules and backendRefs, filters, annotations, labels, the rules' order) is
 left as it was read.
 """
@@ -74,10 +77,14 @@ def written(route: Mapping[str, Any], spec: RolloutSpec) -> Route:
     out: Route = copy.deepcopy(dict(route))
     theirs = [rule for rule in out.get("spec", {}).get("rules", []) if not owned(rule)]
     for rule in theirs:
+        ours = False
         for ref in rule.get("backendRefs", []):
             variant = variant_of(ref, api.backends, namespace)
             if variant is not None:
                 ref["weight"] = spec.routing.weights.get(variant, 0)
+                ours = True
+        if ours:
+            _mirror(rule, spec, api, namespace)
     base = _base(theirs, api, namespace, route)
     segments = [
         _segment_rule(base, rule.value, rule.split(), spec, api, namespace) for rule in spec.routing.rules
@@ -100,9 +107,10 @@ def drift(route: Mapping[str, Any], spec: RolloutSpec) -> list[str]:
     api = _api(spec)
     namespace = route.get("metadata", {}).get("namespace", "default")
     found = []
-    for index, rule in enumerate(route.get("spec", {}).get("rules", [])):
-        if owned(rule):
-            continue
+    theirs = [r for r in wanted["spec"]["rules"] if not owned(r)]
+    for index, rule in enumerate(r for r in route.get("spec", {}).get("rules", []) if not owned(r)):
+        if index < len(theirs) and theirs[index].get("filters") != rule.get("filters"):
+            found.append(f"rule {rule.get('name', index)}: the shadow copy's RequestMirror filter changed")
         for ref in rule.get("backendRefs", []):
             variant = variant_of(ref, api.backends, namespace)
             if variant is not None and ref.get("weight", 1) != spec.routing.weights.get(variant, 0):
@@ -161,7 +169,34 @@ def _segment_rule(
     for kept in ("filters", "timeouts"):
         if kept in base:
             rule[kept] = copy.deepcopy(base[kept])
+    _mirror(rule, spec, api, namespace)
     return rule
+
+
+def _mirror(rule: Route, spec: RolloutSpec, api: GatewayApi, namespace: str) -> None:
+    """`rule` with graystack's RequestMirror filter as `routing.mirror` asks (none: removed)."""
+    filters = [
+        f
+        for f in rule.get("filters", [])
+        if not (
+            f.get("type") == "RequestMirror"
+            and variant_of(f.get("requestMirror", {}).get("backendRef", {}), api.backends, namespace)
+        )
+    ]
+    mirror = spec.routing.mirror
+    if mirror is not None:
+        backend = api.backends[mirror.variant]
+        ref: Route = {"group": backend.group, "kind": backend.kind, "name": backend.name}
+        ref.update(
+            {k: v for k, v in (("namespace", backend.namespace), ("port", backend.port)) if v is not None}
+        )
+        filters.append(
+            {"type": "RequestMirror", "requestMirror": {"backendRef": ref, "percent": mirror.percent}}
+        )
+    if filters:
+        rule["filters"] = filters
+    else:
+        rule.pop("filters", None)
 
 
 def _check_limits(route: Route) -> None:

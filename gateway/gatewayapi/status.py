@@ -34,28 +34,39 @@ def _same_parent(ref: Mapping[str, Any], other: Mapping[str, Any], namespace: st
 
 def not_accepted(route: Mapping[str, Any], generation: int) -> list[str]:
     """Why `route` at `generation` is not yet proven accepted by every parent (empty: it is)."""
+    return [why for why, _ in problems(route, generation)]
+
+
+def refused(route: Mapping[str, Any], generation: int) -> bool:
+    """A parent reports a required condition False at `generation`: the gateway refused the route (as
+    opposed to not having looked at it yet)."""
+    return any(refusal for _, refusal in problems(route, generation))
+
+
+def problems(route: Mapping[str, Any], generation: int) -> list[tuple[str, bool]]:
+    """(why, a refusal) for each parent's condition that does not yet prove the route accepted."""
     metadata = route.get("metadata", {})
     namespace = metadata.get("namespace", "default")
     parents = route.get("spec", {}).get("parentRefs", [])
     reported = route.get("status", {}).get("parents", [])
     if not parents:
-        return ["the route names no parent Gateway"]
+        return [("the route names no parent Gateway", True)]
     found = []
     for parent in parents:
         name = f"Gateway {parent.get('namespace', namespace)}/{parent.get('name')}"
         entries = [entry for entry in reported if _same_parent(entry.get("parentRef", {}), parent, namespace)]
         if not entries:
-            found.append(f"{name} has not reported on the route")
+            found.append((f"{name} has not reported on the route", False))
             continue
         conditions = {c.get("type"): c for entry in entries for c in entry.get("conditions", [])}
         for kind in REQUIRED:
             condition = conditions.get(kind)
             if condition is None:
-                found.append(f"{name}: no {kind} condition")
+                found.append((f"{name}: no {kind} condition", False))
             elif condition.get("observedGeneration", 0) < generation:
                 seen = condition.get("observedGeneration", 0)
-                found.append(f"{name}: {kind} is of generation {seen}, the write was {generation}")
+                found.append((f"{name}: {kind} is of generation {seen}, the write was {generation}", False))
             elif condition.get("status") != "True":
                 why = f"{condition.get('reason', '?')}: {condition.get('message', '')}".rstrip(": ")
-                found.append(f"{name}: {kind} is {condition.get('status')} ({why})")
+                found.append((f"{name}: {kind} is {condition.get('status')} ({why})", True))
     return found

@@ -37,6 +37,7 @@ from gateway.kubernetes.api import api_client
 from gateway.kubernetes.capacity import DeploymentCapacity
 from gateway.kubernetes.endpoints import SERVICE_LABEL, EndpointSlices
 from gateway.kubernetes.events import EventRecorder
+from gateway.kubernetes.gateway_api import GatewayApiDataPlane
 from gateway.kubernetes.leader import LeaderElector
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import RoleLabel
@@ -269,6 +270,7 @@ def kubernetes_parts(kube: KubernetesOptions) -> GatewayParts:
         capacity=capacity,
         leadership=sources.leadership,
         watchers=(storyteller(sources.events.tell),),
+        user_gateway=functools.partial(GatewayApiDataPlane, sources.api),
     )
 
 

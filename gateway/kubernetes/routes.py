@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from gateway.gatewayapi.routes import RouteError, released, route_name, written
-from gateway.gatewayapi.status import not_accepted
+from gateway.gatewayapi.status import problems
 from gateway.kubernetes.api import call_json, status_of
 from gateway.spec.gateway_api import RouteRef
 from gateway.spec.model import RolloutSpec
@@ -64,11 +64,16 @@ class RouteWriter:
 
     def not_accepted(self, done: list[Written]) -> list[str]:
         """What still stands between each written route and its parents' acceptance (empty: accepted)."""
+        return [why for why, _ in self.problems(done)]
+
+    def problems(self, done: list[Written]) -> list[tuple[str, bool]]:
+        """(why, a refusal) for each condition of each written route not yet proving it accepted."""
         found = []
         for route in done:
             current = self.read(route.route)
             found += [
-                f"{route_name(current)}: {problem}" for problem in not_accepted(current, route.generation)
+                (f"{route_name(current)}: {why}", refusal)
+                for why, refusal in problems(current, route.generation)
             ]
         return found
 

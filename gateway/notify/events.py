@@ -20,7 +20,7 @@ from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.facts import Fact, Looked, RollbackAcked, RollbackConfirmedLate
 from gateway.rollout.outcome import Identity, Outcome, Reason
 from gateway.rollout.plan import roles
-from gateway.rollout.reasons import CAPACITY_NOT_READY, HOLDS, MOVES
+from gateway.rollout.reasons import CAPACITY_NOT_READY, HOLDS, MOVES, SPLIT_NOT_SERVED
 from gateway.rollout.rollout_state import ADVANCING, Phase, RecordDecision, RolloutState
 from gateway.rollout.views import evidence_status, stage_of
 from gateway.spec.model import RolloutSpec, SpecError
@@ -114,6 +114,10 @@ def _holding(
     if kind == CAPACITY_NOT_READY:
         text = f"the stage waits for the candidate's pods: {outcome.why}"
         return [_event(kind, spec, state, now, text, "check its pods.", fields)], memory
+    if kind == SPLIT_NOT_SERVED:
+        text = f"the stage holds: {outcome.why}"
+        hint = "check the gateway's routes and endpoints (graystack status shows the counts)."
+        return [_event(kind, spec, state, now, text, hint, fields)], memory
     needed = fields["requests_still_needed"]
     more = f" ({needed} more candidate requests needed)" if needed else ""
     text = f"the stage is holding: {outcome.why}{more}"

@@ -18,6 +18,11 @@ whether the candidate's next pods are ready. Step webhooks run in the background
 (gateway/rollout/webhooks.py), their answer handed to the next look. Each look and rollback
 confirmation is told to the `watchers` (gateway/rollout/facts.py): notifications, Kubernetes Events.
 
+The user's own Gateway API gateway (issue 36) has no proxies of graystack's to ACK anything: there the
+`split_proofs` edge (gateway/kubernetes/gateway_api.py) writes the split into the HTTPRoutes and
+proves it served, and each look hands the machine its `SplitGate`. A stage advances, and a rollback is
+done, only once both of its proofs hold for the split asked.
+
 Without a metrics source (no `--envoy-admin` for `direct`, or a provider that cannot be built) the
 guard is off (gateway/rollout/guard.py), and says so in status: no analysis runs, the strategy moves
 only by operator commands.
@@ -44,6 +49,7 @@ from gateway.rollout.look import Carried, look
 from gateway.rollout.machine import initial_state, rollback_acked
 from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import (
+    CONTROL_PLANE,
     Alert,
     CallWebhooks,
     CapacityGate,
@@ -53,6 +59,7 @@ from gateway.rollout.rollout_state import (
     RecordDecision,
     RolledBack,
     RolloutState,
+    SplitGate,
     WebhookOutcome,
 )
 from gateway.rollout.state_store import SavedState, StateStore
@@ -83,6 +90,12 @@ class SplitTarget(Protocol):
     def set_rollout_split(self, rollout: RolloutSplit) -> RolloutSpec: ...
 
 
+class SplitProofs(Protocol):
+    """The proofs that the user's gateway serves the live split (gateway/kubernetes/gateway_api.py)."""
+
+    async def look(self, live: RolloutSpec, now: float) -> SplitGate: ...
+
+
 class RolloutController:
     def __init__(
         self,
@@ -94,15 +107,18 @@ class RolloutController:
         ack_deadline: float = ACK_DEADLINE,
         capacity: CapacityEdge | None = None,
         watchers: Sequence[Watcher] = (),
+        split_proofs: SplitProofs | None = None,
     ) -> None:
         """`clock` is wall time: the state (and its hold) is saved and read back across restarts.
-        `watchers`: told every look and rollback confirmation (notifications, Kubernetes Events)."""
+        `watchers`: told every look and rollback confirmation (notifications, Kubernetes Events).
+        `split_proofs`: the user's gateway serves the split (None: graystack's Envoys, by xDS)."""
         self.gateway = gateway
         self.proxies = proxies
         self.guard = Guard(make_provider)
         self._clock = clock
         self.ack_deadline = ack_deadline
         self.capacity = capacity
+        self.split_proofs = split_proofs
         self._lock = asyncio.Lock()
         self._state: RolloutState | None = None  # restore() or resume() sets the first
         self.journal = Journal(lambda: self.spec.name, clock)
@@ -161,7 +177,7 @@ class RolloutController:
         """The analysis loop, until cancelled."""
         try:
             if self.state.rollback_started is not None:  # killed before the rollback was ACKed
-                self.rollback.start(self.ack_deadline)
+                self._confirm_rollback()
             while True:
                 try:
                     await self.tick()
@@ -186,16 +202,32 @@ class RolloutController:
         """One look: measure, then judge, step and apply (`look`), and save."""
         spec = self.spec
         capacity = await self._capacity_look(spec)  # replicas follow the split even with the guard off
+        split = await self._split_look()
         provider = self.guard.provider_for(spec)
         if provider is None:
             return
         # Asked before the scrape: a proxy that connects during it was not up for it.
-        if not self._carried.proxy_seen and any(s.key for s in self.proxies.streams()):
+        if not self._carried.proxy_seen and self._data_plane_seen(split):
             self._carried = replace(self._carried, proxy_seen=True)
         seen = await provider.observe()
         async with self._lock:
-            self._look(spec, self._clock(), seen=seen, capacity=capacity, webhook=self.webhooks.take())
+            now = self._clock()
+            webhook = self.webhooks.take()
+            self._look(spec, now, seen=seen, capacity=capacity, webhook=webhook, split=split)
+            if split is not None and split.proven and split.asked == self.gateway.live.routing.weights:
+                await self._rollback_acked(now)  # nothing to do unless a rollback is in flight
             await self.saved.save(self.state)
+
+    async def _split_look(self) -> SplitGate | None:
+        if self.split_proofs is None:
+            return None
+        return await self.split_proofs.look(self.gateway.live, self._clock())
+
+    def _data_plane_seen(self, split: SplitGate | None) -> bool:
+        """A proxy of ours connected, or the user's gateway took the route (its control plane's proof)."""
+        if split is not None:
+            return split.waiting_on != CONTROL_PLANE
+        return any(stream.key for stream in self.proxies.streams())
 
     async def _capacity_look(self, spec: RolloutSpec) -> CapacityGate | None:
         if self.capacity is None:
@@ -214,6 +246,7 @@ class RolloutController:
         command: Command | None = None,
         capacity: CapacityGate | None = None,
         webhook: WebhookOutcome | None = None,
+        split: SplitGate | None = None,
     ) -> str | None:
         """Look (gateway/rollout/look.py) and apply what it decided but the save (the caller's); returns
         why `command` was ignored (None: it was not)."""
@@ -226,6 +259,7 @@ class RolloutController:
             command=command,
             capacity=capacity,
             webhook=webhook,
+            split=split,
         )
         if done.tests_started is not None:
             self.journal.new_tests(done.tests_started)
@@ -254,7 +288,7 @@ class RolloutController:
         self._push(spec, state)
         telemetry.record_phase(spec.name, state.phase.value, [phase.value for phase in Phase])
         if state.rollback_started is not None and before.rollback_started != state.rollback_started:
-            self.rollback.start(self.ack_deadline)
+            self._confirm_rollback()
         tell(self.watchers, Looked(spec, before, state, decision, now, done.actions))
         return ignored
 
@@ -270,8 +304,14 @@ class RolloutController:
 
     # -- rollback ACK -----------------------------------------------------------------------------
 
+    def _confirm_rollback(self) -> None:
+        """Wait for every proxy's ACK; on the user's gateway, each look's proofs confirm it instead."""
+        if self.split_proofs is None:
+            self.rollback.start(self.ack_deadline)
+
     async def _rollback_acked(self, now: float) -> None:
-        """Every connected proxy ACKed the rollback (under the lock): it is done; save that."""
+        """Every connected proxy ACKed the rollback, or the user's gateway is proven to serve it (under
+        the lock): it is done; save that."""
         state, seconds = rollback_acked(self.state, now)
         if seconds is None:
             return

@@ -34,6 +34,7 @@ from gateway.rollout.rollout_state import (
     Command,
     Phase,
     RolloutState,
+    SplitGate,
     WebhookOutcome,
 )
 from gateway.rollout.throughput import TokenRates
@@ -73,13 +74,14 @@ def look(
     command: Command | None = None,
     capacity: CapacityGate | None = None,
     webhook: WebhookOutcome | None = None,
+    split: SplitGate | None = None,
 ) -> Look:
     """Judge `seen` (None: no metrics this call) and step the machine with it, `command` and `webhook`
     (the answer of step webhooks the machine asked for)."""
     checks, started = None, None
     if seen is not None:
         checks, state, carried, started = _judge(spec, state, carried, seen, now)
-    state, actions = step(spec, state, checks, command, now, capacity, webhook)
+    state, actions = step(spec, state, checks, command, now, capacity, webhook, split)
     return Look(state, tuple(actions), carried, started)
 
 

@@ -43,6 +43,10 @@ One call handles, in order:
    never advancing onto pods it does not have. A rollback is never gated; an operator promote is not
    either (the operator's override). Last, the next step's own gates (gateway/rollout/gates.py): its
    webhooks' answer, then its manual approval (`approve` takes the step; promote passes them).
+   Where the rollout drives the user's Gateway API gateway (issue 36), the split written must be proven
+   served (`SplitGate`: Accepted by its Gateways, then the answers' own split) before a stage advances:
+   a data plane shown to serve another split holds at once (even within the hold time), one not yet
+   proven holds where the capacity gate would. Neither is a failure: the candidate is not at fault.
 
 Time: the hold is accrued, not recomputed from a start time. Each call folds `now - held_until` into
 `held` (never negative), so a clock that jumps backwards loses nothing and restarts nothing, a clock
@@ -92,6 +96,7 @@ from gateway.rollout.rollout_state import (
     RecordDecision,
     RolledBack,
     RolloutState,
+    SplitGate,
     Transition,
     WebhookOutcome,
 )
@@ -117,10 +122,12 @@ def step(
     now: float,
     capacity: CapacityGate | None = None,
     webhook: WebhookOutcome | None = None,
+    split: SplitGate | None = None,
 ) -> tuple[RolloutState, list[Action]]:
     """The next state and the actions for the controller; see the module docstring for the rules.
     `capacity` None: nothing scales the variants, so nothing waits for them. `webhook`: the answer of
-    the webhooks a `CallWebhooks` asked for (gateway/rollout/gates.py)."""
+    the webhooks a `CallWebhooks` asked for (gateway/rollout/gates.py). `split` None: graystack's own
+    Envoy serves the split (its proxies' ACKs are the proof)."""
     actions: list[Action] = []
     state = gates.record(_reconcile(spec, _fold(state, now), now), webhook)
     outcome: Outcome | None = None  # None: no checks this call, so no decision to record
@@ -141,7 +148,7 @@ def step(
         if command is not None:
             state, applied = _command(spec, state, command, now, actions)
         if checks is not None:
-            state, outcome = _judge(spec, state, tuple(checks), now, actions, not applied, capacity)
+            state, outcome = _judge(spec, state, tuple(checks), now, actions, not applied, capacity, split)
     if outcome is not None:
         actions.insert(0, RecordDecision(tuple(checks or ()), outcome))
     return state, actions
@@ -291,6 +298,7 @@ def _judge(
     actions: list[Action],
     may_advance: bool,
     capacity: CapacityGate | None,
+    split: SplitGate | None,
 ) -> tuple[RolloutState, Outcome]:
     """Apply one interval's (non-failing) verdicts; returns the state and the decision's outcome."""
     if state.phase == Phase.ROLLED_BACK:
@@ -304,6 +312,8 @@ def _judge(
         return state, Outcome(Reason.GUARD_ONLY)
     if state.paused or not may_advance:
         return state, Outcome(Reason.PAUSED if state.paused else Reason.COMMAND_MOVED)
+    if split is not None and split.refuted:
+        return state, _split_hold(split)
     needed = hold_needed(spec, state)
     if needed is not None and state.held < needed:
         return state, Outcome(Reason.HOLD_TIME, seconds=state.held, limit=needed)
@@ -315,6 +325,8 @@ def _judge(
         missed = gates.shadow_gate_missed(shadow.gate, checks) if shadow is not None else None
         if missed is not None:
             return state, missed
+    if split is not None and not split.proven:
+        return state, _split_hold(split)
     if capacity is not None and not capacity.ready:
         return _wait_for_capacity(state, capacity, now, actions)
     state, shut = gates.step_gate(spec, state, now, actions)
@@ -353,6 +365,13 @@ def _wait_for_capacity(
     cause = f"capacity not ready after {now - since:.0f}s: {gate.reason}"
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
     return _pause(state, now, f"frozen: {cause}"), Outcome(Reason.FROZEN_CAPACITY)
+
+
+def _split_hold(split: SplitGate) -> Outcome:
+    """A hold on the user's gateway, naming the proof that does not hold (its identity: a new proof
+    failing is a new hold, told again)."""
+    reason = Reason.SPLIT_REFUTED if split.refuted else Reason.SPLIT_UNPROVEN
+    return Outcome(reason, checks=(split.waiting_on or "",), cause=split.reason)
 
 
 def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:

@@ -26,6 +26,8 @@ class Reason(StrEnum):
     INCONCLUSIVE = "inconclusive"  # a check is not (yet) PASS
     SHADOW_GATE = "shadow_gate"  # the shadow gate's success rate or latency ratio missed
     CAPACITY = "capacity"  # the candidate's pods for the next weight are not ready
+    SPLIT_UNPROVEN = "split_unproven"  # the user's gateway has not yet been shown to serve the split
+    SPLIT_REFUTED = "split_refuted"  # its data plane serves another split than the one written
     METRICS_ERROR = "metrics_error"  # below the error limit
     METRICS_ERROR_ESCALATED = "metrics_error_escalated"  # past it: on_error has applied already
     SHARED_INCIDENT = "shared_incident"  # the baseline fails the same test: alerted in this look
@@ -52,6 +54,8 @@ SENTENCES: dict[Reason, tuple[str, str]] = {
     Reason.INCONCLUSIVE: ("hold", "inconclusive {checks}"),
     Reason.SHADOW_GATE: ("hold", "shadow gate: {cause}"),
     Reason.CAPACITY: ("hold", "capacity: {cause} ({seconds:.0f}s of {limit:.0f}s)"),
+    Reason.SPLIT_UNPROVEN: ("hold", "the split is not yet proven served: {cause}"),
+    Reason.SPLIT_REFUTED: ("hold", "the gateway does not serve the split written: {cause}"),
     Reason.METRICS_ERROR: ("hold", "metrics error {count} of {limit:.0f}: {cause}"),
     Reason.METRICS_ERROR_ESCALATED: ("hold", "metrics error {count} (already escalated): {cause}"),
     Reason.SHARED_INCIDENT: ("hold", "shared incident"),

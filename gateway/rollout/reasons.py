@@ -46,6 +46,7 @@ class Held:
 HOLDING = KubeEvent("Holding")
 AWAITING_APPROVAL = KubeEvent("AwaitingApproval", warning=True)
 CAPACITY_NOT_READY = "capacity_not_ready"
+SPLIT_NOT_SERVED = "split_not_served"
 
 MOVES: dict[Reason, Moved] = {
     Reason.STEPPED: Moved(KubeEvent("StepTaken"), "step_taken"),
@@ -61,6 +62,8 @@ HOLDS: dict[Reason, Held] = {
     Reason.SHADOW_GATE: Held(HOLDING, "stage_holding"),
     Reason.CAPACITY: Held(HOLDING, CAPACITY_NOT_READY),
     Reason.FROZEN_CAPACITY: Held(None, CAPACITY_NOT_READY),  # its Event: its Alert and its pause
+    Reason.SPLIT_UNPROVEN: Held(HOLDING, None),  # routine: every change waits for its proofs
+    Reason.SPLIT_REFUTED: Held(KubeEvent("SplitNotServed", warning=True), SPLIT_NOT_SERVED),
     Reason.METRICS_ERROR: Held(HOLDING, "stage_holding"),
     Reason.METRICS_ERROR_ESCALATED: Held(HOLDING, "stage_holding"),
     Reason.SHARED_INCIDENT: Held(HOLDING, "stage_holding"),

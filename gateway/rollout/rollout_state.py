@@ -44,6 +44,28 @@ class CapacityGate:
     timeout: float  # seconds a stage waits for them before it freezes with an alert
 
 
+CONTROL_PLANE = "control plane"  # the proofs a SplitGate waits on
+DATA_PLANE = "data plane"
+
+
+@dataclass(frozen=True)
+class SplitGate:
+    """Whether the split last written to the user's Gateway API gateway is proven served (issue 36): the
+    control plane's proof (every parent Gateway Accepted it at the written generation) and then the data
+    plane's (the answers' own split, gateway/rollout/sequential/split.py). `waiting_on`: the proof that
+    does not hold yet (None: both hold); `refuted`: the data plane serves another split than asked;
+    `asked`: the default split proven (or awaited); `reason`: which proof, with its counts."""
+
+    waiting_on: str | None
+    refuted: bool
+    asked: Mapping[str, int]
+    reason: str
+
+    @property
+    def proven(self) -> bool:
+        return self.waiting_on is None
+
+
 @dataclass(frozen=True)
 class WebhookOutcome:
     """What a step's webhooks answered (the controller calls them; gateway/rollout/webhooks.py): fed

@@ -56,15 +56,22 @@ class RouteRef(SpecModel):
 class GatewayApi(SpecModel):
     """`routes`: the HTTPRoutes whose weights the rollout sets; `backends`: each variant's backendRef;
     `on_drift`: what a change of those weights by someone else (a GitOps tool reverting them) gets:
-    `restore` writes them back and tells, `hold` holds the rollout and tells."""
+    `restore` writes them back and tells, `hold` holds the rollout and tells. `mirror`: the gateway
+    implements the standard `RequestMirror` filter with a `percent` (Envoy Gateway, Istio, kgateway do;
+    the conformance report of each gateway says), which a shadow stage needs."""
 
     routes: list[RouteRef] = Field(min_length=1)
     backends: dict[str, BackendRef]
     on_drift: Literal["restore", "hold"] = "restore"
+    mirror: bool = True
 
 
 def check_gateway_api(
-    gateway_api: GatewayApi | None, variants: Mapping[str, object], affinity: bool, body: bool
+    gateway_api: GatewayApi | None,
+    variants: Mapping[str, object],
+    affinity: bool,
+    body: bool,
+    shadow: bool = False,
 ) -> None:
     """ValueError naming the field where the spec asks a Gateway API route for what it cannot do."""
     if gateway_api is None:
@@ -86,4 +93,9 @@ def check_gateway_api(
     if body:
         raise ValueError(
             "routing.body: an HTTPRoute matches paths, headers, query parameters and methods only"
+        )
+    if shadow and not gateway_api.mirror:
+        raise ValueError(
+            "strategy.shadow (or routing.mirror): gateway_api.mirror is false, so the gateway cannot copy "
+            "requests to the candidate (the RequestMirror filter with a percent); drop the shadow stage"
         )

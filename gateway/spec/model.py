@@ -260,7 +260,12 @@ class RolloutSpec(SpecModel):
             raise ValueError("timeouts.first_byte: must be above 0 (omit it for none)")
         check_evidence_gates(self.strategy, self.analysis)
         check_gateway_api(
-            self.gateway_api, self.variants, bool(self.routing.affinity), self.routing.body is not None
+            self.gateway_api,
+            self.variants,
+            bool(self.routing.affinity),
+            self.routing.body is not None,
+            shadow=self.routing.mirror is not None
+            or (self.strategy is not None and self.strategy.shadow is not None),
         )
         for entry in self.apis.table():
             for path in self.protected_paths():

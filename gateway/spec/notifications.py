@@ -31,6 +31,7 @@ EVENTS = (
     "promoted",
     "spec_refused",
     "capacity_not_ready",
+    "split_not_served",
 )
 INCONCLUSIVE_AFTER = 1800.0  # seconds a stage may stay inconclusive past its hold before it is told (30m)
 

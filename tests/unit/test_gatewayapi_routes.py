@@ -223,3 +223,44 @@ def test_the_crds_cel_rules_are_evaluated_as_the_api_server_would():
     twice = copy.deepcopy(ROUTE)
     twice["spec"]["parentRefs"] *= 2
     assert "spec.parentRefs" in str(problems("HTTPRoute", defaulted("HTTPRoute", twice)))
+
+
+def shadowing(percent: int = 10):
+    return spec(**SEGMENTS, mirror={"variant": "v2", "percent": percent})
+
+
+def test_the_shadow_stage_copies_requests_with_the_standard_mirror_filter_and_ends_without_it():
+    theirs = {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "audit", "port": 80}}}
+    route = copy.deepcopy(ROUTE)
+    route["spec"]["rules"][0]["filters"].append(theirs)
+    shadowed = written(route, shadowing())
+    valid(shadowed)
+    ours = {"type": "RequestMirror", "requestMirror": {"backendRef": {"group": "", "kind": "Service", "name": "llm-v2", "port": 8000}, "percent": 10}}  # fmt: skip
+    chat, embeddings, *segments = shadowed["spec"]["rules"]
+    assert chat["filters"] == [*ROUTE["spec"]["rules"][0]["filters"], theirs, ours]
+    assert "filters" not in embeddings  # no variant there: nothing to copy
+    assert all(ours in rule["filters"] for rule in segments)
+    assert (
+        written(shadowed, shadowing(50))["spec"]["rules"][0]["filters"][-1]["requestMirror"]["percent"] == 50
+    )
+    after = written(shadowed, spec(**SEGMENTS))
+    assert after["spec"]["rules"][0]["filters"] == [*ROUTE["spec"]["rules"][0]["filters"], theirs]
+    assert drift(shadowed, shadowing()) == []
+    assert drift(after, shadowing()) == [
+        "rule chat: the shadow copy's RequestMirror filter changed",
+        *(f"rule {rule_name(value)}: missing or changed" for value in ("beta", "Internal QA")),
+    ]
+
+
+def test_a_shadow_stage_on_a_gateway_without_mirroring_is_refused():
+    with pytest.raises(SpecError, match=r"gateway_api\.mirror is false"):
+        validate_spec(
+            {
+                **spec().model_dump(mode="json", exclude_none=True),
+                "gateway_api": {
+                    **spec().gateway_api.model_dump(mode="json", exclude_none=True),
+                    "mirror": False,
+                },
+                "routing": {"weights": {"v1": 100, "v2": 0}, "mirror": {"variant": "v2", "percent": 10}},
+            }
+        )

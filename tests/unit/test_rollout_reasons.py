@@ -33,6 +33,8 @@ TABLE: dict[Reason, tuple[tuple[str, bool] | None, str | None]] = {
     Reason.INCONCLUSIVE: (("Holding", False), "stage_holding"),
     Reason.SHADOW_GATE: (("Holding", False), "stage_holding"),
     Reason.CAPACITY: (("Holding", False), "capacity_not_ready"),
+    Reason.SPLIT_UNPROVEN: (("Holding", False), None),
+    Reason.SPLIT_REFUTED: (("SplitNotServed", True), "split_not_served"),
     Reason.METRICS_ERROR: (("Holding", False), "stage_holding"),
     Reason.METRICS_ERROR_ESCALATED: (("Holding", False), "stage_holding"),
     Reason.SHARED_INCIDENT: (("Holding", False), "stage_holding"),

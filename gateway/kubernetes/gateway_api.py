@@ -1,0 +1,221 @@
+"""The rollout on the user's own Gateway API gateway (issue 36): the live split written into the spec's
+HTTPRoutes, and proven served, by the control plane and by the data plane.
+
+- Writing: whenever the live split changes (a step, a rollback, an operator's flip of a segment), the
+  routes get it within `WRITE_POLL` seconds (gateway/kubernetes/routes.py: only the weights and the
+  rules graystack owns; a 409 is read again and redone).
+- Someone else's change of those weights (a GitOps tool reverting them) is seen at the next look:
+  `on_drift: restore` writes them back (and the proofs start again), `hold` leaves them and holds the
+  rollout, saying what changed.
+- Placing answers: the gateway's access log reaches graystack's receiver (gateway/answers/receiver.py)
+  with each answer's upstream host; this is its `Placement`: the variant whose endpoints (a Service's
+  ready EndpointSlice addresses, or the running pods an InferencePool selects) hold that address, read
+  again at every look. An answer no variant's endpoint served is counted by why, and said in the gate.
+- Proving (gateway/rollout/route_proof.py): each look reads the routes' status, then tests the answers
+  that started after the acceptance, and hands the controller the `SplitGate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from gateway import names
+from gateway.answers.store import AnswerStore
+from gateway.gatewayapi.attribution import address, pool_addresses, variants_by_address
+from gateway.gatewayapi.routes import RouteError, drift
+from gateway.kubernetes.api import call_json, status_of
+from gateway.kubernetes.endpoints import SERVICE_LABEL, ready_addresses
+from gateway.kubernetes.routes import RouteWriter, Written
+from gateway.rollout.plan import plan_for, roles
+from gateway.rollout.rollout_state import SplitGate
+from gateway.rollout.route_proof import RouteProof, refused
+from gateway.spec.gateway_api import BackendRef
+from gateway.spec.model import RolloutSpec
+
+log = logging.getLogger(__name__)
+
+WRITE_POLL = 0.25  # seconds between looks at the live split for a change to write
+RETRY_AFTER = 5.0  # seconds before a refused write is tried again between looks
+Split = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # every segment's weights, comparable
+
+
+def split_of(spec: RolloutSpec) -> Split:
+    segments = {
+        names.DEFAULT_SEGMENT: spec.routing.weights,
+        **{r.value: r.split() for r in spec.routing.rules},
+    }
+    return tuple((segment, tuple(sorted(weights.items()))) for segment, weights in sorted(segments.items()))
+
+
+class GatewayApiDataPlane:
+    """The controller's `SplitProofs` and the answer receiver's `Placement` on the user's gateway."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        answers: AnswerStore,
+        live: Callable[[], RolloutSpec],
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """`live`: the gateway's live spec; `leading`: only the leader writes (a follower's split is the
+        leader's, and two writers would only conflict)."""
+        self.writer = RouteWriter(api)
+        self.objects = client.CustomObjectsApi(api)
+        self.discovery = client.DiscoveryV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.answers = answers
+        self.live = live
+        self.leading = leading
+        self._lock = asyncio.Lock()
+        self._written: tuple[Split, list[Written]] | None = None
+        self._drift: str | None = None  # someone else's change, held (on_drift: hold)
+        self._proof: RouteProof | None = None
+        self._cursor = answers.cursor
+        self._by_address: dict[str, str] = {}
+        self._unplaced: Counter[str] = Counter()
+
+    # -- the receiver's Placement -------------------------------------------------------------------
+
+    def variant(self, upstream_host: str) -> str | None:
+        if not upstream_host:
+            self._unplaced["with no upstream host in the access log"] += 1
+            return None
+        found = self._by_address.get(address(upstream_host))
+        if found is None:
+            self._unplaced[f"from {address(upstream_host)}"] += 1
+        return found
+
+    def segment(self, headers: Mapping[str, str]) -> str:
+        routing = self.live().routing
+        wanted = routing.header.lower()
+        value = next((v for k, v in headers.items() if k.lower() == wanted), None)
+        return value if value in {rule.value for rule in routing.rules} else names.DEFAULT_SEGMENT
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Write each change of the live split as it happens, until cancelled. A write that fails is
+        tried again after `RETRY_AFTER` (each look says why, in its gate)."""
+        while True:
+            pause = WRITE_POLL
+            if self.leading():
+                try:
+                    await self.write(self.live(), check_drift=False)
+                except Exception as error:
+                    log.debug("the split could not be written yet: %s", error)
+                    pause = RETRY_AFTER
+            await asyncio.sleep(pause)
+
+    async def write(self, live: RolloutSpec, check_drift: bool = True) -> list[Written]:
+        """The routes carrying `live`'s split; RouteError (kept for the gate) where they cannot."""
+        split = split_of(live)
+        async with self._lock:
+            if self._written is not None and self._written[0] == split and not check_drift:
+                return self._written[1]
+            return await asyncio.to_thread(self._write, live, split)
+
+    def _write(self, live: RolloutSpec, split: Split) -> list[Written]:
+        """(on a thread) Write, unless the same split was written and someone changed it under hold."""
+        api = live.gateway_api
+        if api is None:
+            raise RouteError("the spec names no gateway_api routes")
+        same = self._written is not None and self._written[0] == split
+        if same:
+            changed = [f"{r.name}: {c}" for r in api.routes for c in drift(self.writer.read(r), live)]
+            if changed and api.on_drift == "hold":
+                self._drift = "; ".join(changed)
+                assert self._written is not None
+                return self._written[1]
+            if changed:
+                log.warning("the rollout's weights were changed by someone else; restoring: %s", changed)
+        self._drift = None
+        done = self.writer.apply(live)
+        if not same or self._written is None or done != self._written[1]:
+            _, candidate = roles(live)
+            self._proof = RouteProof.start(live.routing.weights, candidate)
+            log.info(
+                "split %s written: %s",
+                dict(live.routing.weights),
+                [(w.route.name, w.generation) for w in done],
+            )
+        self._written = (split, done)
+        return done
+
+    # -- proving ------------------------------------------------------------------------------------
+
+    async def look(self, live: RolloutSpec, now: float) -> SplitGate:
+        """Both proofs of the live split as they stand (written first if it was not yet)."""
+        try:
+            await asyncio.to_thread(self._read_endpoints, live)
+            done = await self.write(live)
+            problems = await asyncio.to_thread(self.writer.problems, done)
+        except (RouteError, ValueError) as error:
+            return refused(live.routing.weights, str(error))
+        if self._drift is not None:
+            return refused(live.routing.weights, f"someone else changed the rollout's weights: {self._drift}")
+        proof = self._proof
+        assert proof is not None  # set by the write
+        if not problems:
+            proof = proof.accepted(now)
+        placed, unplaced = self._take(proof)
+        self._proof = proof.add(placed, unplaced)
+        return self._proof.gate(problems, plan_for(live).alpha)
+
+    def _take(self, proof: RouteProof) -> tuple[Counter[str], Counter[str]]:
+        """The default segment's answers since the last look that started after the acceptance, per
+        variant; and the answers that could not be placed since."""
+        batch = self.answers.since(self._cursor)
+        self._cursor = batch.cursor
+        placed: Counter[str] = Counter()
+        if proof.accepted_at is not None:
+            placed.update(
+                a.server
+                for a in batch.answers
+                if not a.shadow and a.segment == names.DEFAULT_SEGMENT and a.started_at >= proof.accepted_at
+            )
+        unplaced, self._unplaced = self._unplaced, Counter()
+        return placed, unplaced
+
+    # -- endpoints ----------------------------------------------------------------------------------
+
+    def _read_endpoints(self, live: RolloutSpec) -> None:
+        """(on a thread) Each variant's endpoint addresses, from the API server, for the placement."""
+        api = live.gateway_api
+        if api is None:
+            raise RouteError("the spec names no gateway_api routes")
+        namespace = api.routes[0].namespace
+        endpoints = {
+            variant: self._addresses(ref, ref.namespace or namespace) for variant, ref in api.backends.items()
+        }
+        self._by_address = variants_by_address(endpoints)
+
+    def _addresses(self, ref: BackendRef, namespace: str) -> list[str]:
+        if ref.kind == "Service":
+            slices = call_json(
+                self.discovery.list_namespaced_endpoint_slice,
+                namespace,
+                label_selector=f"{SERVICE_LABEL}={ref.name}",
+            )
+            by_name = {item["metadata"]["name"]: item for item in slices.get("items", [])}
+            return ready_addresses(by_name).get(ref.name, [])
+        try:
+            pool = call_json(
+                self.objects.get_namespaced_custom_object,
+                ref.group,
+                "v1",
+                namespace,
+                "inferencepools",
+                ref.name,
+            )
+        except Exception as error:
+            if status_of(error) == 404:
+                raise RouteError(f"InferencePool {namespace}/{ref.name} does not exist") from None
+            raise
+        pods: dict[str, Any] = call_json(self.core.list_namespaced_pod, namespace)
+        return pool_addresses(pool, pods.get("items", []))

@@ -39,6 +39,7 @@ from tests.support.kube_objects import matches, merge_patch, scale_of, status_bo
 KINDS = {  # kind -> (API prefix, resource)
     "ConfigMap": ("/api/v1", "configmaps"),
     "Pod": ("/api/v1", "pods"),
+    "Service": ("/api/v1", "services"),
     "Event": ("/api/v1", "events"),
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),

@@ -1,0 +1,62 @@
+"""Small HTTP servers, each on a loopback address of its own (127.0.0.2, 127.0.0.3, ...: Linux answers on
+all of 127/8), that answer every request with their name and count what they got. Behind a gateway that
+attributes answers by the address that served them, each stands for one pod."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+NAME_HEADER = "x-upstream"
+
+
+class NamedUpstream:
+    """`name` answered (200, text) on `host:port`; `hits`: the requests it got, mirrored copies included."""
+
+    def __init__(self, name: str, host: str, port: int) -> None:
+        self.name, self.host, self.port = name, host, port
+        self.hits = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=f"upstream-{name}", daemon=True
+        )
+
+    def start(self) -> NamedUpstream:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def _count(self) -> None:
+        with self._lock:
+            self.hits += 1
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        upstream = self
+        body = upstream.name.encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: Envoy pools its connections
+            disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed ACK
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                upstream._count()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header(NAME_HEADER, upstream.name)
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+        return Handler

@@ -2,12 +2,14 @@
 Gateway's are validated against its vendored CRDs (tests/crds/envoy-gateway/), schema and CEL rules, as an
 API server with them installed would (tests/support/kube_crds.py); the Gateway patch against Gateway API's.
 Istio's CRDs are not vendored here: its objects' shape is checked field by field, against Istio's API as
-documented (mesh config EnvoyHttpGrpcV3LogProvider, Telemetry targetRefs and accessLogging)."""
+documented (mesh config EnvoyHttpGrpcV3LogProvider, Telemetry targetRefs and accessLogging). The examples on
+the gateways' docs pages (docs/gateways/) are what render writes."""
 
 from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -352,3 +354,43 @@ def test_the_cli_refuses_bad_input_naming_it(tmp_path, change, says):
     assert result.exit_code == 2, result.output
     assert says in result.output
     assert "---" not in result.output
+
+
+GATEWAY_DOCS = Path(__file__).resolve().parents[2] / "docs" / "gateways"
+
+
+def yaml_blocks(page: str) -> list:
+    """The ```yaml blocks of a docs page, parsed."""
+    text = (GATEWAY_DOCS / page).read_text()
+    return [
+        yaml.safe_load(block.split("\n", 1)[1])
+        for block in text.split("```")[1::2]
+        if block.startswith("yaml")
+    ]
+
+
+SEGMENTED = {**SPEC, "routing": WIDE["routing"]}
+
+
+def test_the_envoy_gateway_page_shows_what_render_writes():
+    spec = validate_spec(SEGMENTED)
+    proxy, policy, enable_lua = yaml_blocks("envoy-gateway.md")
+    assert proxy["spec"] == envoy_gateway.envoy_proxy(spec, options())["spec"]
+    [written] = envoy_gateway.extension_policies(spec, LUA)
+    assert policy["spec"]["targetRefs"] == written["spec"]["targetRefs"]
+    assert policy["spec"]["mergeType"] == written["spec"]["mergeType"]
+    assert enable_lua == yaml.safe_load(envoy_gateway.ENABLE_LUA)
+    [patch] = [
+        note.strip() for note in render(spec, "envoy-gateway", options()).notes if "kubectl patch" in note
+    ]
+    assert (
+        patch in (Path(__file__).resolve().parents[2] / "docs" / "gateways" / "envoy-gateway.md").read_text()
+    )
+
+
+def test_the_istio_page_shows_what_render_writes():
+    spec = validate_spec(SEGMENTED)
+    mesh, telemetry = yaml_blocks("istio.md")
+    assert mesh == istio.mesh_config(spec, options())
+    written = istio.telemetry(RenderOptions(ALS, GatewayRef("infra", "llm-gateway")))
+    assert telemetry["spec"] == written["spec"]

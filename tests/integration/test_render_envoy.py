@@ -3,10 +3,14 @@
 it) and the EnvoyProxy's ALS sink with its CEL match (parsed at load). The translation is written here from
 Envoy Gateway v1.9's translator test data (internal/xds/translator/testdata/out/xds-ir/lua.*.yaml and
 accesslog-*.yaml at d32f282), not run: Envoy Gateway itself does not run here. Neither does its own Lua
-validation (gopher-lua against its mocks), which runs before this."""
+validation (gopher-lua against its mocks), which runs before this. And the match, running in real Envoy,
+passes exactly the POSTs on the rollout's routes."""
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import pytest
 import yaml
 
@@ -14,6 +18,8 @@ from gateway.envoy.answer_filter import answer_script
 from gateway.gatewayapi.render.gateways import render
 from gateway.gatewayapi.render.options import GatewayRef, RenderOptions, ServiceAddress
 from gateway.spec.model import validate_spec
+from graystack.local.gateway_stack import envoy_argv
+from graystack.local.processes import free_port, start_process
 from tests.integration.test_envoy_validate import validate
 from tests.unit.test_render import WIDE
 
@@ -171,3 +177,49 @@ def test_the_check_bites(envoy_binary, tmp_path, broken, says):
     result = validate(envoy_binary, yaml.safe_dump(as_envoy_gateway_would(objects)), tmp_path)
     assert result.returncode != 0
     assert says in result.stderr + result.stdout
+
+
+def test_the_match_passes_only_posts_on_the_rollouts_routes(envoy_binary, tmp_path):
+    """The rendered match, as Envoy Gateway sets it on the access log, in a running Envoy: each route
+    answers directly, and a file log in the ALS sink's place shows which requests the match passed."""
+    bootstrap = as_envoy_gateway_would(rendered_objects(answer_script()))
+    listener = bootstrap["static_resources"]["listeners"][0]
+    manager = listener["default_filter_chain"]["filters"][0]["typed_config"]
+    routes = manager["route_config"]["virtual_hosts"][0]["routes"]
+    routes.append({"name": "httproute/serving/other/rule/0/match/0/*", "match": {"prefix": "/"}, "route": {}})
+    for route in routes:
+        del route["route"]
+        route["direct_response"] = {"status": 200, "body": {"inline_string": "{}"}}
+    log = tmp_path / "answers.log"
+    [access_log] = manager["access_log"]
+    access_log["name"] = "envoy.access_loggers.file"
+    access_log["typed_config"] = {
+        "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+        "path": str(log),
+        "log_format": {"text_format_source": {"inline_string": "%REQ(:METHOD)% %ROUTE_NAME%\n"}},
+    }
+    port, admin = free_port(), free_port()
+    listener["address"]["socket_address"]["port_value"] = port
+    bootstrap["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}}
+    path = tmp_path / "envoy.yaml"
+    path.write_text(yaml.safe_dump(bootstrap))
+    envoy = start_process("envoy", envoy_argv(envoy_binary, path, 1), tmp_path / "logs")
+    try:
+        envoy.wait_healthy(
+            lambda: httpx.get(f"http://127.0.0.1:{admin}/ready").raise_for_status(), 30, "Envoy"
+        )
+        for method in ("POST", "GET"):
+            for where in ("/serving/llm", "/batch/llm", "/serving/other"):
+                assert httpx.request(method, f"http://127.0.0.1:{port}{where}", json={}).status_code == 200
+        expected = [
+            "POST httproute/batch/llm/rule/0/match/0/*",
+            "POST httproute/serving/llm/rule/0/match/0/*",
+        ]
+        deadline = time.monotonic() + 15  # Envoy flushes a file log every second
+        while (sorted(log.read_text().splitlines()) if log.exists() else []) != expected:
+            assert time.monotonic() < deadline, (
+                log.read_text() if log.exists() else "no log"
+            ) + envoy.log_tail()
+            time.sleep(0.2)
+    finally:
+        envoy.stop()

@@ -38,6 +38,16 @@ CUSTOM = {
         "inferencepools",
         "inference-extension/inference.networking.k8s.io_inferencepools.yaml",
     ),
+    "EnvoyProxy": (
+        "/apis/gateway.envoyproxy.io/v1alpha1",
+        "envoyproxies",
+        "envoy-gateway/gateway.envoyproxy.io_envoyproxies.yaml",
+    ),
+    "EnvoyExtensionPolicy": (
+        "/apis/gateway.envoyproxy.io/v1alpha1",
+        "envoyextensionpolicies",
+        "envoy-gateway/gateway.envoyproxy.io_envoyextensionpolicies.yaml",
+    ),
 }
 
 

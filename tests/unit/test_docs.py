@@ -11,7 +11,7 @@ from graystack.cli import main
 from tests.support.docs import DocsChecker, github_anchor
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Doc lines that describe an interface being built, each with why. Remove an entry when its command exists:
 # the check then reports the entry as stale.
@@ -35,7 +35,7 @@ def test_the_docs_match_the_code():
 
 def test_the_readme_links_every_page_of_the_guide():
     readme = (ROOT / "README.md").read_text()
-    assert [page.name for page in DOCS[1:] if f"(docs/{page.name})" not in readme] == []
+    assert [page for page in DOCS[1:] if f"({page.relative_to(ROOT).as_posix()})" not in readme] == []
 
 
 def test_a_misspelt_option_fails():

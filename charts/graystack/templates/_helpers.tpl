@@ -45,6 +45,22 @@ app.kubernetes.io/part-of: graystack
 {{- define "graystack.lease" -}}{{ include "graystack.componentName" (dict "root" . "component" "gateway-leader") }}{{- end -}}
 {{- define "graystack.adminService" -}}{{ include "graystack.componentName" (dict "root" . "component" "gateway-admin") }}{{- end -}}
 {{- define "graystack.adminSecret" -}}{{ include "graystack.componentName" (dict "root" . "component" "admin-token") }}{{- end -}}
+{{- define "graystack.alsService" -}}{{ include "graystack.componentName" (dict "root" . "component" "als") }}{{- end -}}
+
+{{/* Whether `helm test` runs: its pod and its header rules go through graystack's Envoy, which Gateway API
+mode does not run (its rules would become rules of the user's routes). */}}
+{{- define "graystack.helmTest" -}}
+{{- if and .Values.helmTest.enabled (not .Values.gatewayApi.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/* gatewayApi.routes as JSON, each with its namespace (left out: the release's). */}}
+{{- define "graystack.gatewayApiRoutes" -}}
+{{- $routes := list -}}
+{{- range .Values.gatewayApi.routes -}}
+{{- $routes = append $routes (dict "name" .name "namespace" (.namespace | default $.Release.Namespace)) -}}
+{{- end -}}
+{{- toJson $routes -}}
+{{- end -}}
 
 {{/* The pod-level parts every workload shares. */}}
 {{- define "graystack.podCommon" -}}
@@ -70,7 +86,8 @@ affinity:
 
 {{/* The rollout spec the gateway watches: the values' `rollout`, with variants from `variants`. Envoy
 health-checks each variant on its server's own readiness path (vLLM: /health; graystack: /readyz), and
-balances its pods by its `loadBalancing` (unset: the gateway's default). */}}
+balances its pods by its `loadBalancing` (unset: the gateway's default). In Gateway API mode `gateway_api`
+comes from `gatewayApi`, with a backendRef for every enabled variant and none for another. */}}
 {{- define "graystack.spec" -}}
 {{- $variants := dict -}}
 {{- range $name, $v := .Values.variants -}}
@@ -87,7 +104,23 @@ balances its pods by its `loadBalancing` (unset: the gateway's default). */}}
 {{- end -}}
 {{- $spec := omit (deepCopy .Values.rollout) "capacity" -}}
 {{- $_ := set $spec "variants" $variants -}}
-{{- if .Values.helmTest.enabled -}}
+{{- with .Values.gatewayApi -}}
+{{- if .enabled -}}
+{{- range $name, $_ := $variants -}}
+{{- if not (hasKey $.Values.gatewayApi.backends $name) -}}
+{{- fail (printf "gatewayApi.backends: no backendRef for variant %s: its Service {name, port} or {kind: InferencePool, name}, as the routes reference it" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $_ := .backends -}}
+{{- if not (hasKey $variants $name) -}}
+{{- fail (printf "gatewayApi.backends.%s: no enabled variant %s in variants" $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $routes := include "graystack.gatewayApiRoutes" $ | fromJsonArray -}}
+{{- $_ := set $spec "gateway_api" (dict "routes" $routes "backends" .backends "on_drift" .onDrift) -}}
+{{- end -}}
+{{- end -}}
+{{- if include "graystack.helmTest" . -}}
 {{- $routing := deepCopy $spec.routing -}}
 {{- $rules := default (list) $routing.rules -}}
 {{- range $name, $v := $variants -}}
@@ -113,7 +146,7 @@ its pods' GPUs (variants.<name>.gpu.count), which the GPU-hour price turns into 
 {{- $_ := set $variants $name (merge (dict "deployment" (include "graystack.componentName" (dict "root" $ "component" $name)) "hpa" $hpa "gpusPerPod" $gpus) (omit $v "hpa")) -}}
 {{- end -}}
 {{- $segments := deepCopy ($c.segments | default dict) -}}
-{{- if .Values.helmTest.enabled -}}{{/* `helm test`'s own rules carry a handful of requests */}}
+{{- if include "graystack.helmTest" . -}}{{/* `helm test`'s own rules carry a handful of requests */}}
 {{- range $name, $v := .Values.variants -}}
 {{- if $v.enabled -}}{{- $_ := set $segments (printf "graystack-test-%s" $name) 0 -}}{{- end -}}
 {{- end -}}

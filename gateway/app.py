@@ -83,6 +83,8 @@ def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> Provi
                 raise ProviderUnavailable("the prometheus provider has no url: the guard is off")
             queries = {**histogram_queries(histograms), **(source.queries or {})}
             return PrometheusProvider(source.url, variants, fallback, queries)
+        if spec.gateway_api is not None:  # no Envoy of ours: the answers are the requests
+            return DirectProvider(None, list(targets), variants, fallback, histograms=histograms)
         if envoy_admin is None:
             raise ProviderUnavailable(
                 "no metrics source configured: the guard is off "
@@ -247,6 +249,7 @@ class GatewayProcess:
             self.answers,
             clients=bool(spec.routing.affinity),
             quality=quality_counts(spec.analysis.quality),
+            traffic=spec.gateway_api is not None,
         )
 
     async def start(self) -> None:

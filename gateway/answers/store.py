@@ -49,7 +49,8 @@ class AnswerStore:
     """Per variant whose server answered, cumulative (never evicted): `failed_after_start`, the answers
     that failed after their success status went out (the errors Envoy's counters cannot see), and
     `output_tokens`, the tokens they carried (the servers' `usage`, else content events counted).
-    `routed`: the answers that went to a client (not a mirrored copy's), and `keyed`: those whose request
+    `routed`: the answers that went to a client (not a mirrored copy's), and per variant `answered` (those
+    answers) and `failed` (those a client saw fail); `keyed`: those whose request
     carried a cohort key, by the `routing.affinity` source that gave it (cumulative too: their ratio is
     the share of requests with a key). `misnamed`: the answers whose server named itself other than the
     variant Envoy sent them to, by (that variant, the server's name): a deployment mix-up to tell, which
@@ -61,6 +62,8 @@ class AnswerStore:
     failed_after_start: Counter[str] = field(default_factory=Counter)
     output_tokens: Counter[str] = field(default_factory=Counter)
     routed: int = 0
+    answered: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
     keyed: Counter[str] = field(default_factory=Counter)
     misnamed: Counter[tuple[str, str]] = field(default_factory=Counter)
     _answers: deque[Answer] = field(default_factory=deque)
@@ -80,6 +83,8 @@ class AnswerStore:
             self.misnamed[answer.server, named] += 1
         if not answer.shadow:
             self.routed += 1
+            self.answered[answer.server] += 1
+            self.failed[answer.server] += answer.failed
             if answer.affinity is not None:
                 self.keyed[answer.affinity] += 1
         while len(self._answers) > self.capacity or self._text > self.text_budget:

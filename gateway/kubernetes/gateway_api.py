@@ -77,7 +77,7 @@ class GatewayApiDataPlane:
         self._drift: str | None = None  # someone else's change, held (on_drift: hold)
         self._proof: RouteProof | None = None
         self._cursor = answers.cursor
-        self._by_address: dict[str, str] = {}
+        self._by_address: dict[str, str] | None = None  # None: not yet read
         self._unplaced: Counter[str] = Counter()
 
     # -- the receiver's Placement -------------------------------------------------------------------
@@ -85,6 +85,9 @@ class GatewayApiDataPlane:
     def variant(self, upstream_host: str) -> str | None:
         if not upstream_host:
             self._unplaced["with no upstream host in the access log"] += 1
+            return None
+        if self._by_address is None:
+            self._unplaced["before the variants' endpoints were first read"] += 1
             return None
         found = self._by_address.get(address(upstream_host))
         if found is None:

@@ -1,5 +1,8 @@
 """A provider's look with what the gateway measured itself (gateway/answers/):
 
+- on the user's own gateway (`traffic`, issue 36), whose counters are not graystack's to read: the
+  requests and errors themselves, as every answer its access log brought and every one a client saw
+  fail (the cumulative REQUESTS and ERRORS series, source TRAFFIC_SOURCE), in place of Envoy's.
 - the answers that failed after their success status went out (an `event: error` or error chunk
   mid-stream, a stream cut before its final event). Envoy counts those as the status it sent (2xx), so
   without them a candidate that breaks its streams after `200` passes every error test. They are one
@@ -38,6 +41,7 @@ from gateway.metrics.observations import (
     ERRORS,
     GENERATED,
     ITL,
+    REQUESTS,
     TTFT,
     UNIT_ERRORS,
     UNITS,
@@ -51,6 +55,7 @@ from gateway.metrics.provider import MetricsProvider
 ANSWERS_SOURCE = "gateway: answers failed after their status"
 TOKENS_SOURCE = "gateway: output tokens of the answers measured"
 UNITS_SOURCE = "gateway: answers, each client once per variant"
+TRAFFIC_SOURCE = "gateway: the answers the user's gateway logged"
 
 
 class QualitySource(Protocol):
@@ -82,8 +87,10 @@ class WithAnswers:
         clients: bool = False,
         quality: QualitySource | None = None,
         clock: Callable[[], float] = time.monotonic,
+        traffic: bool = False,
     ) -> None:
         self.provider = provider
+        self.traffic = traffic
         self.answers = answers
         self.quality = quality
         self.clock = clock
@@ -109,10 +116,14 @@ class WithAnswers:
         if seen.error is not None:
             return seen
         observed = list(batch.answers) if self.units is None else self.units.take(batch.answers)
-        failed = {
-            CounterKey(variant, ERRORS, source=ANSWERS_SOURCE): float(count)
-            for variant, count in self.answers.failed_after_start.items()
-        }
+        failed = (
+            self._traffic()
+            if self.traffic
+            else {
+                CounterKey(variant, ERRORS, source=ANSWERS_SOURCE): float(count)
+                for variant, count in self.answers.failed_after_start.items()
+            }
+        )
         units = self._count_units(observed) if self.units is not None else {}
         if self.quality is not None:
             units |= self.quality.add(batch.answers, observed, self.clock())
@@ -129,6 +140,14 @@ class WithAnswers:
         counters = {**servers, **failed, **tokens, **units}
         problem = self.quality.judge_problem if self.quality is not None else None
         return replace(seen, counters=counters, samples=samples(observed), judge_problem=problem)
+
+    def _traffic(self) -> dict[CounterKey, float]:
+        """Every answer as a request and every one that failed as an error (the user's gateway)."""
+        return {
+            CounterKey(variant, signal, source=TRAFFIC_SOURCE): float(counts[variant])
+            for variant in self.answers.answered
+            for signal, counts in ((REQUESTS, self.answers.answered), (ERRORS, self.answers.failed))
+        }
 
     def _count_units(self, measured: Iterable[Answer]) -> dict[CounterKey, float]:
         """The cumulative UNITS and UNIT_ERRORS series, with this look's observations added."""

@@ -158,19 +158,20 @@ def parse_target(target: str) -> tuple[str | None, str]:
 class DirectProvider:
     def __init__(
         self,
-        envoy_admin: str,
+        envoy_admin: str | None,
         pods: Sequence[str],
         variants: Sequence[str],
         fallback: str | None,
         timeout: float = 2.0,
         histograms: Mapping[LatencySignal, str] | None = None,
     ) -> None:
-        """`envoy_admin`: Envoy's admin base URL; `pods`: the /metrics URLs of the model servers and
+        """`envoy_admin`: Envoy's admin base URL (None: no Envoy of graystack's: on the user's gateway the
+        requests are its answers, gateway/metrics/answered.py); `pods`: the /metrics URLs of the model servers and
         probes (`NAME=URL`: every series there is variant NAME's); `variants`, `fallback`: as in the
         rollout spec (they name Envoy's clusters); `timeout`: seconds allowed for each target's whole
         scrape; `histograms`: the spec's TTFT and ITL histogram names (`ttft`, `itl`), read instead
         of graystack's and vLLM's."""
-        self.envoy_url = f"{envoy_admin.rstrip('/')}/stats/prometheus"
+        self.envoy_url = f"{envoy_admin.rstrip('/')}/stats/prometheus" if envoy_admin else None
         self.pods = [parse_target(pod) for pod in pods]
         self.variants = list(variants)
         self.fallback = fallback
@@ -193,7 +194,8 @@ class DirectProvider:
         """Nothing runs in the background: each look opens and closes its own client."""
 
     async def observe(self) -> Observations:
-        targets = [(None, self.envoy_url, {"filter": ENVOY_FILTER}), *((v, url, {}) for v, url in self.pods)]
+        envoy = [(None, self.envoy_url, {"filter": ENVOY_FILTER})] if self.envoy_url else []
+        targets = [*envoy, *((v, url, {}) for v, url in self.pods)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             scrapes = await asyncio.gather(
                 *(self._scrape(client, url, params, variant) for variant, url, params in targets),

@@ -11,11 +11,13 @@ NAME_HEADER = "x-upstream"
 
 
 class NamedUpstream:
-    """`name` answered (200, text) on `host:port`; `hits`: the requests it got, mirrored copies included."""
+    """`name` answered (200, text) on `host:port`; `hits`: the requests it got, mirrored copies included.
+    `status`: what it answers (a test sets 500 to fail it, as a broken model server would)."""
 
     def __init__(self, name: str, host: str, port: int) -> None:
         self.name, self.host, self.port = name, host, port
         self.hits = 0
+        self.status = 200
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
@@ -50,7 +52,7 @@ class NamedUpstream:
             def _answer(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 upstream._count()
-                self.send_response(200)
+                self.send_response(upstream.status)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header(NAME_HEADER, upstream.name)

@@ -77,6 +77,7 @@ class ReferenceGateway:
         namespaces: tuple[str, ...] = (),
         als: str | None = None,
         log_name: str = names.ANSWER_LOG,
+        log_headers: tuple[str, ...] = (),
         bug: Bug = Bug.NONE,
         lag: float = 1.0,
         controller: str = CONTROLLER,
@@ -84,12 +85,13 @@ class ReferenceGateway:
     ) -> None:
         """`gateway`: the (namespace, name) routes name as parent; `namespaces`: where routes and their
         backends are read (default: the Gateway's); `als`: host:port of a gRPC access-log service;
-        `lag`: how late Bug.ACCEPTED_LATE writes the status."""
+        `log_headers`: the request headers its access log carries; `lag`: how late Bug.ACCEPTED_LATE
+        writes the status."""
         self.api = api
         self.bug = bug
         self.lag = lag
         self.controller = controller
-        self.listen = Listen(gateway, free_port(), als, log_name)
+        self.listen = Listen(gateway, free_port(), als, log_name, log_headers)
         self.envoy: ManagedProcess | None = None
         self._binary, self._logs, self._interval = envoy, logs, interval
         self._namespaces = namespaces or (gateway[0],)

@@ -60,6 +60,7 @@ class Listen:
     port: int
     als: str | None = None  # host:port of a gRPC access-log service (the EnvoyProxy ALS sink)
     log_name: str = names.ANSWER_LOG
+    headers: tuple[str, ...] = ()  # request headers the log carries (the ALS sink's `http.requestHeaders`)
 
     @property
     def name(self) -> str:
@@ -331,7 +332,8 @@ def _listener(listen: Listen) -> listener_pb2.Listener:
                 ),
                 transport_api_version=config_source_pb2.V3,
                 buffer_flush_interval=duration(ALS_FLUSH_S),
-            )
+            ),
+            additional_request_headers_to_log=list(listen.headers),
         )
         manager.access_log.add(name="envoy.access_loggers.http_grpc", typed_config=any_proto(log))
     return listener_pb2.Listener(

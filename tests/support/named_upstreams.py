@@ -4,10 +4,20 @@ attributes answers by the address that served them, each stands for one pod."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 NAME_HEADER = "x-upstream"
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hung up mid-answer (traffic stopped) is no error of the server's."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class NamedUpstream:
@@ -19,7 +29,7 @@ class NamedUpstream:
         self.hits = 0
         self.status = 200
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server = _QuietServer((host, port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"upstream-{name}", daemon=True

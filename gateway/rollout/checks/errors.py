@@ -83,6 +83,18 @@ def units(plan: Plan) -> str:
     return "observations (a client counted once)" if plan.client_units else "requests"
 
 
+def confidence(lower: float, upper: float) -> str:
+    """The running intersection of the error rate's confidence sequences, in words. It assumes one rate
+    for the whole rollout: where the rate moved (healthy for hours, then failing), the sets of before and
+    after share no rate, and the intersection is empty, which says just that."""
+    if lower > upper:
+        return (
+            f"CS empty: no one error rate fits the whole rollout (some looks put it below {upper:.3%}, "
+            f"later ones above {lower:.3%})"
+        )
+    return f"CS [{lower:.3%}, {upper:.3%}]"
+
+
 def _rate(tests: ErrorTests, settings: ErrorSettings, plan: Plan, moment: Moment) -> Check:
     test, most = tests.candidate, settings.max_error_rate
     lower, upper = tests.bounds
@@ -93,7 +105,7 @@ def _rate(tests: ErrorTests, settings: ErrorSettings, plan: Plan, moment: Moment
         reason = (
             f"error rate above {most:.2%}: log e-value {test.log_evalue:.2f} >= "
             f"{plan.log_bound:.2f} (alpha {plan.alpha:.2%}), {counts}, "
-            f"anytime {1 - plan.alpha:.1%} CS [{lower:.3%}, {upper:.3%}]"
+            f"anytime {1 - plan.alpha:.1%} {confidence(lower, upper)}"
         )
         verdict, bound = Verdict.FAIL, lower
     elif moment.advancing and moment.stage_observations < plan.stage_requests:
@@ -103,7 +115,7 @@ def _rate(tests: ErrorTests, settings: ErrorSettings, plan: Plan, moment: Moment
         )
         verdict, bound = Verdict.INCONCLUSIVE, upper
     else:
-        reason = f"no evidence above {most:.2%}; {counts}, CS [{lower:.3%}, {upper:.3%}]"
+        reason = f"no evidence above {most:.2%}; {counts}, {confidence(lower, upper)}"
         verdict, bound = Verdict.PASS, upper
     rate = test.events / test.requests if test.requests else None
     return Check(ERROR_RATE, verdict, rate, test.requests, bound, most,

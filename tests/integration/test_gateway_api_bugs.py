@@ -8,6 +8,8 @@ each catch."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from gateway.rollout.rollout_state import CONTROL_PLANE, DATA_PLANE
@@ -123,3 +125,15 @@ async def test_a_gateway_accepting_the_route_but_serving_another_split_is_refute
         "canary: 5% asked, 0 of "
     )  # "0 of 612 answers from the candidate's endpoints"
     assert "answers from the candidate's endpoints" in gate.reason
+
+
+async def test_a_backend_the_cluster_does_not_have_is_refused_by_the_gateways_own_words(world):
+    stand, kubeconfig = world
+    route = copy.deepcopy(stand.api.get("HTTPRoute", NAMESPACE, "llm"))
+    route["spec"]["rules"][0]["backendRefs"][1]["name"] = "llm-v3"  # a typo in the user's route
+    stand.api.put(route)
+    live = spec(gateway_api("llm", backends={"stable": {"name": "llm-v1", "port": 8000}, "canary": {"name": "llm-v3", "port": 8000}}), CANARY)  # fmt: skip
+    async with Graystack(stand, live, kubeconfig) as graystack:
+        gate = await graystack.until(lambda g: g.refuted, 20)
+    assert gate.waiting_on == CONTROL_PLANE
+    assert "ResolvedRefs is False (BackendNotFound" in gate.reason

@@ -18,6 +18,7 @@ from gateway.answers.store import AnswerStore
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.gateway_api import GatewayApiDataPlane
 from gateway.rollout.rollout_state import CONTROL_PLANE, DATA_PLANE
+from gateway.spec.gateway_api import BackendRef
 from gateway.spec.model import RolloutSpec
 from tests.integration.test_gatewayapi_writer import accept, installed
 from tests.unit.test_gatewayapi_routes import spec
@@ -177,3 +178,22 @@ async def test_a_route_that_does_not_exist_is_refused_by_name(server, tmp_path):
         True,
         "HTTPRoute serving/llm does not exist",
     )
+
+
+async def test_an_inference_pool_that_does_not_exist_is_refused_by_name(server, tmp_path):
+    installed(server)
+    pooled = spec().model_copy(
+        update={
+            "gateway_api": spec().gateway_api.model_copy(
+                update={
+                    "backends": {
+                        **spec().gateway_api.backends,
+                        "v2": BackendRef(kind="InferencePool", name="llm-v2-pool"),
+                    }
+                }
+            )
+        }
+    )
+    gate = await Edge(server, tmp_path, pooled).look()
+    assert (gate.waiting_on, gate.refuted) == (CONTROL_PLANE, True)
+    assert gate.reason == "InferencePool serving/llm-v2-pool does not exist"

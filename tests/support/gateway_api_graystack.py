@@ -19,22 +19,23 @@ from gateway.kubernetes.api import api_client
 from gateway.kubernetes.gateway_api import GatewayApiDataPlane
 from gateway.rollout.rollout_state import SplitGate
 from gateway.spec.model import RolloutSpec, validate_spec
-from tests.support.gateway_api_stand import HEADER, NAMESPACE, Stand
+from tests.support.gateway_api_stand import HEADER, Stand
 
 
 def spec(
-    gateway_api: dict[str, Any], weights: dict[str, int], segment: dict[str, int] | None = None
+    gateway_api: dict[str, Any],
+    weights: dict[str, int],
+    segment: dict[str, int] | None = None,
+    variants: tuple[str, str] = ("stable", "canary"),
 ) -> RolloutSpec:
+    """A rollout of `variants` (baseline first) on the user's route; `segment`: the `beta` rule's split."""
     rules = [{"value": "beta", "weights": segment}] if segment else []
     return validate_spec(
         {
             "name": "llm",
-            "variants": {
-                "stable": {"service": "llm-v1", "port": 8000},
-                "canary": {"service": "llm-v2", "port": 8000},
-            },
+            "variants": {v: {"service": f"llm-v{i + 1}", "port": 8000} for i, v in enumerate(variants)},
             "routing": {"header": HEADER, "weights": weights, "rules": rules},
-            "retries": {"fallback": "stable"},
+            "retries": {"fallback": variants[0]},
             "gateway_api": gateway_api,
         }
     )
@@ -81,6 +82,6 @@ class Graystack:
         return gate
 
     def generation(self, route: str) -> int:
-        found = self.stand.api.get("HTTPRoute", NAMESPACE, route)
+        found = self.stand.api.get("HTTPRoute", self.stand.namespace, route)
         assert found is not None
         return int(found["metadata"]["generation"])

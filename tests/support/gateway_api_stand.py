@@ -36,12 +36,14 @@ POOL_GROUP = "inference.networking.k8s.io"
 PATH = "/v1/chat/completions"  # SERVICE_ROUTE's; POOL_ROUTE's is under /pools
 
 
-def service_objects(name: str, addresses: tuple[str, ...], port: int) -> list[dict[str, Any]]:
+def service_objects(
+    name: str, addresses: tuple[str, ...], port: int, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
     return [
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": name, "namespace": NAMESPACE},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {"ports": [{"name": "http", "port": 8000, "targetPort": port}]},
         },
         {
@@ -49,7 +51,7 @@ def service_objects(name: str, addresses: tuple[str, ...], port: int) -> list[di
             "kind": "EndpointSlice",
             "metadata": {
                 "name": f"{name}-x7k2p",
-                "namespace": NAMESPACE,
+                "namespace": namespace,
                 "labels": {"kubernetes.io/service-name": name},
             },
             "addressType": "IPv4",
@@ -59,12 +61,14 @@ def service_objects(name: str, addresses: tuple[str, ...], port: int) -> list[di
     ]
 
 
-def pool_objects(name: str, addresses: tuple[str, ...], port: int) -> list[dict[str, Any]]:
+def pool_objects(
+    name: str, addresses: tuple[str, ...], port: int, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
     pods = [
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{name}-{i}", "namespace": NAMESPACE, "labels": {"pool": name}},
+            "metadata": {"name": f"{name}-{i}", "namespace": namespace, "labels": {"pool": name}},
             "spec": {"containers": [{"name": "server", "image": "model-server"}]},
             "status": {"phase": "Running", "podIP": address},
         }
@@ -73,7 +77,7 @@ def pool_objects(name: str, addresses: tuple[str, ...], port: int) -> list[dict[
     pool = {
         "apiVersion": f"{POOL_GROUP}/v1",
         "kind": "InferencePool",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "selector": {"matchLabels": {"pool": name}},
             "targetPorts": [{"number": port}],
@@ -145,6 +149,10 @@ class Stand:
     envoy: str
     logs: Path
     als_port: int
+    namespace: str = NAMESPACE
+    parent: tuple[str, str] = GATEWAY  # the Gateway the routes name: (namespace, name)
+    services: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(SERVICES))
+    pools: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(POOLS))
     api: FakeApiServer = field(default_factory=FakeApiServer)
     port: int = field(default_factory=free_port)  # every server on it, each at its own address
     upstreams: dict[str, NamedUpstream] = field(default_factory=dict)  # address -> server
@@ -157,16 +165,16 @@ class Stand:
             self.api,
             self.envoy,
             self.logs,
-            gateway=GATEWAY,
-            namespaces=(NAMESPACE,),
+            gateway=self.parent,
+            namespaces=(self.namespace,),
             als=f"127.0.0.1:{self.als_port}",
             log_headers=(HEADER,),
         )
-        for objects, make in ((SERVICES, service_objects), (POOLS, pool_objects)):
+        for objects, make in ((self.services, service_objects), (self.pools, pool_objects)):
             for name, addresses in objects.items():
                 for address in addresses:
                     self.upstreams[address] = NamedUpstream(name, address, self.port).start()
-                for obj in make(name, addresses, self.port):
+                for obj in make(name, addresses, self.port, self.namespace):
                     self.api.put(obj)
         self.gateway.start()
         return self
@@ -183,19 +191,19 @@ class Stand:
         it, so that the new one is new to it too), served and reported Accepted."""
         assert self.gateway is not None
         name = obj["metadata"]["name"]
-        if self.api.get("HTTPRoute", NAMESPACE, name) is not None:
-            self.api.delete("HTTPRoute", NAMESPACE, name)
-            wait_until(lambda: self.gateway.served(NAMESPACE, name) == 0, timeout, f"{name} dropped")
+        if self.api.get("HTTPRoute", self.namespace, name) is not None:
+            self.api.delete("HTTPRoute", self.namespace, name)
+            wait_until(lambda: self.gateway.served(self.namespace, name) == 0, timeout, f"{name} dropped")
         stored = self.api.put(obj)
         generation = stored["metadata"]["generation"]
-        self.gateway.wait_served(NAMESPACE, name, generation, timeout)
+        self.gateway.wait_served(self.namespace, name, generation, timeout)
         wait_until(lambda: self.reported(name) >= generation, timeout, f"{name} reported")
         self.installed[name] = stored
         return stored
 
     def reported(self, name: str) -> int:
         """The generation the gateway last reported the route Accepted at (0: none)."""
-        route = self.api.get("HTTPRoute", NAMESPACE, name) or {}
+        route = self.api.get("HTTPRoute", self.namespace, name) or {}
         return max(
             (
                 c.get("observedGeneration", 0)

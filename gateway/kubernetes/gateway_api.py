@@ -4,6 +4,7 @@ HTTPRoutes, and proven served, by the control plane and by the data plane.
 - Writing: whenever the live split changes (a step, a rollback, an operator's flip of a segment), the
   routes get it within `WRITE_POLL` seconds (gateway/kubernetes/routes.py: only the weights and the
   rules graystack owns; a 409 is read again and redone).
+- A route the spec no longer names is released: the rules graystack added leave it.
 - Someone else's change of those weights (a GitOps tool reverting them) is seen at the next look:
   `on_drift: restore` writes them back (and the proofs start again), `hold` leaves them and holds the
   rollout, saying what changed.
@@ -139,6 +140,9 @@ class GatewayApiDataPlane:
                 log.warning("the rollout's weights were changed by someone else; restoring: %s", changed)
         self._drift = None
         done = self.writer.apply(live)
+        for dropped in {w.route for w in self._written[1]} - set(api.routes) if self._written else ():
+            self.writer.release_route(dropped)  # the spec no longer names it: graystack's rules leave it
+            log.info("HTTPRoute %s/%s released: the spec no longer names it", dropped.namespace, dropped.name)
         if not same or self._written is None or done != self._written[1]:
             _, candidate = roles(live)
             self._proof = RouteProof.start(live.routing.weights, candidate)

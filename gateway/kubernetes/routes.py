@@ -60,7 +60,11 @@ class RouteWriter:
         """Every route without the rules graystack added (the rollout ended)."""
         if spec.gateway_api is None:
             return []
-        return [self._write(ref, released) for ref in spec.gateway_api.routes]
+        return [self.release_route(ref) for ref in spec.gateway_api.routes]
+
+    def release_route(self, ref: RouteRef) -> Written:
+        """`ref` without the rules graystack added (the spec no longer names it)."""
+        return self._write(ref, released)
 
     def not_accepted(self, done: list[Written]) -> list[str]:
         """What still stands between each written route and its parents' acceptance (empty: accepted)."""

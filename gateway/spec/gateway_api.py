@@ -58,12 +58,16 @@ class GatewayApi(SpecModel):
     `on_drift`: what a change of those weights by someone else (a GitOps tool reverting them) gets:
     `restore` writes them back and tells, `hold` holds the rollout and tells. `mirror`: the gateway
     implements the standard `RequestMirror` filter with a `percent` (Envoy Gateway, Istio, kgateway do;
-    the conformance report of each gateway says), which a shadow stage needs."""
+    the conformance report of each gateway says), which a shadow stage needs. `answer_filter`: graystack's
+    answer filter runs in the gateway (Envoy Gateway's EnvoyExtensionPolicy, `graystack render`); without
+    it the access log gives status, duration, bytes and the upstream host only, so the latency checks
+    must read the model servers' histograms (`analysis.latency_source: histograms`) or be off."""
 
     routes: list[RouteRef] = Field(min_length=1)
     backends: dict[str, BackendRef]
     on_drift: Literal["restore", "hold"] = "restore"
     mirror: bool = True
+    answer_filter: bool = True
 
 
 def check_gateway_api(
@@ -72,6 +76,7 @@ def check_gateway_api(
     affinity: bool,
     body: bool,
     shadow: bool = False,
+    latency_from_answers: bool = False,
 ) -> None:
     """ValueError naming the field where the spec asks a Gateway API route for what it cannot do."""
     if gateway_api is None:
@@ -93,6 +98,12 @@ def check_gateway_api(
     if body:
         raise ValueError(
             "routing.body: an HTTPRoute matches paths, headers, query parameters and methods only"
+        )
+    if latency_from_answers and not gateway_api.answer_filter:
+        raise ValueError(
+            "analysis.latency_source: answers needs graystack's answer filter in the gateway, and "
+            "gateway_api.answer_filter is false: without it the access log carries no first token; set "
+            "latency_source: histograms (the model servers' own), or max_latency_ratio and max_ttft_p95 to null"
         )
     if shadow and not gateway_api.mirror:
         raise ValueError(

@@ -266,6 +266,8 @@ class RolloutSpec(SpecModel):
             self.routing.body is not None,
             shadow=self.routing.mirror is not None
             or (self.strategy is not None and self.strategy.shadow is not None),
+            latency_from_answers=self.analysis.latency_source == "answers"
+            and (self.analysis.max_latency_ratio is not None or self.analysis.max_ttft_p95 is not None),
         )
         for entry in self.apis.table():
             for path in self.protected_paths():

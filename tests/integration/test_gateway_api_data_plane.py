@@ -18,7 +18,7 @@ from gateway.answers.store import AnswerStore
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.gateway_api import GatewayApiDataPlane
 from gateway.rollout.rollout_state import CONTROL_PLANE, DATA_PLANE
-from gateway.spec.gateway_api import BackendRef
+from gateway.spec.gateway_api import BackendRef, RouteRef
 from gateway.spec.model import RolloutSpec
 from tests.integration.test_gatewayapi_writer import accept, installed
 from tests.unit.test_gatewayapi_routes import spec
@@ -197,3 +197,25 @@ async def test_an_inference_pool_that_does_not_exist_is_refused_by_name(server, 
     gate = await Edge(server, tmp_path, pooled).look()
     assert (gate.waiting_on, gate.refuted) == (CONTROL_PLANE, True)
     assert gate.reason == "InferencePool serving/llm-v2-pool does not exist"
+
+
+async def test_a_route_the_spec_no_longer_names_is_released_of_graystacks_rules(server, edge):
+    second = copy.deepcopy(server.get("HTTPRoute", "serving", "llm"))
+    for key in ("resourceVersion", "generation", "uid", "creationTimestamp"):
+        second["metadata"].pop(key, None)
+    second["metadata"]["name"] = "llm-b"
+    server.put(second)
+    both = spec(rules=[{"value": "beta", "weights": {"v1": 50, "v2": 50}}])
+    api = both.gateway_api
+    edge.live = both.model_copy(
+        update={
+            "gateway_api": api.model_copy(
+                update={"routes": [*api.routes, RouteRef(name="llm-b", namespace="serving")]}
+            )
+        }
+    )
+    await edge.look()
+    assert [len(server.get("HTTPRoute", "serving", n)["spec"]["rules"]) for n in ("llm", "llm-b")] == [3, 3]
+    edge.live = both  # llm-b dropped from the spec
+    await edge.look()
+    assert [len(server.get("HTTPRoute", "serving", n)["spec"]["rules"]) for n in ("llm", "llm-b")] == [3, 2]

@@ -264,3 +264,12 @@ def test_a_shadow_stage_on_a_gateway_without_mirroring_is_refused():
                 "routing": {"weights": {"v1": 100, "v2": 0}, "mirror": {"variant": "v2", "percent": 10}},
             }
         )
+
+
+def test_latency_checks_on_answers_need_the_answer_filter_in_the_gateway():
+    data = spec().model_dump(mode="json", exclude_none=True)
+    data["gateway_api"]["answer_filter"] = False
+    with pytest.raises(SpecError, match="latency_source: histograms"):
+        validate_spec(data)
+    histograms = validate_spec({**data, "analysis": {**data["analysis"], "latency_source": "histograms"}})
+    assert not histograms.gateway_api.answer_filter

@@ -97,3 +97,18 @@ def test_slack_gets_the_sentence_and_the_signature_covers_the_timestamp():
     unsigned = messages.headers(event, None, 100, payload)
     assert messages.SIGNATURE not in unsigned
     assert messages.headers(event, b"k", 100, payload)[messages.TIMESTAMP] == "100"
+
+
+def test_a_split_the_gateway_does_not_serve_is_told_once_with_its_counts_and_a_pending_proof_is_not():
+    def refuted(answers: int) -> Outcome:
+        cause = f"canary: 5% asked, 0 of {answers} answers from the candidate's endpoints"
+        return Outcome(Reason.SPLIT_REFUTED, checks=("data plane",), cause=cause)
+
+    pending = Outcome(
+        Reason.SPLIT_UNPROVEN, checks=("data plane",), cause="canary: 5% asked, 3 of 40 answers"
+    )
+    assert told([pending, pending]) == []
+    assert told([refuted(612), refuted(900)]) == ["split_not_served"]  # one hold, its numbers moving
+    fact = Looked(SPEC, STEP_0, STEP_0, RecordDecision(WAITING, refuted(612)), 1000.0)
+    (event,), _ = derive(fact, Memory(), inconclusive_after=1e9)
+    assert "0 of 612 answers from the candidate's endpoints" in event.text

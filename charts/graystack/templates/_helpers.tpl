@@ -117,7 +117,7 @@ comes from `gatewayApi`, with a backendRef for every enabled variant and none fo
 {{- end -}}
 {{- end -}}
 {{- $routes := include "graystack.gatewayApiRoutes" $ | fromJsonArray -}}
-{{- $_ := set $spec "gateway_api" (dict "routes" $routes "backends" .backends "on_drift" .onDrift "mirror" .mirror) -}}
+{{- $_ := set $spec "gateway_api" (dict "routes" $routes "backends" .backends "on_drift" .onDrift "mirror" .mirror "answer_filter" .answerFilter) -}}
 {{- end -}}
 {{- end -}}
 {{- if include "graystack.helmTest" . -}}

@@ -28,7 +28,9 @@ WITH_FILTER = (
 WITHOUT_FILTER = (
     "Not measured per answer (no answer filter): time to first token, inter-token latency, token counts and "
     "the finish reason, which only the body holds. A model server's own histograms (graystack_request_"
-    "ttft_seconds, vLLM's) still show them per pod, where a metrics provider reads them."
+    "ttft_seconds, vLLM's) still show them per pod, where a metrics provider reads them. Say so in the "
+    "spec: gateway_api.answer_filter: false, with analysis.latency_source: histograms (or the latency "
+    "checks off); the gateway refuses latency checks on answers it cannot measure."
 )
 NO_CAPTURE = (
     "Answer capture (analysis.quality) needs graystack's own Envoy: it samples by graystack's route metadata."

@@ -4,7 +4,7 @@ or Envoy Gateway; it reads the API every 0.2 s), graystack's data plane edge (ga
 gateway_api.py: its writer running, its proofs looked at every second as the controller does by default)
 and its access-log receiver.
 
-- `changes`: a weight change (from a proven 0 % to the asked share) to the route written, to Accepted at
+- `changes`: a weight change (from 0 %, accepted, to the asked share) to the route written, to Accepted at
   that generation, to the data plane's split proven, at 5 % and 50 % and at 5, 50 and 500 requests/s
   sent to the route (the rate reached is recorded beside it);
 - `bugs`: for each injected gateway bug, at 5 % asked and 50 requests/s, the time from the change to
@@ -37,6 +37,7 @@ from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
 from bench._common import write_result
 from gateway import names
+from gateway.rollout.rollout_state import CONTROL_PLANE
 from graystack.binaries import find_binary
 from graystack.local.processes import free_port
 from tests.support.gateway_api_graystack import Graystack, spec
@@ -64,8 +65,8 @@ OTHERS = {  # what the other tools would report for each bug, from their source
 async def timed_change(
     stand: Stand, graystack: Graystack, asked: int, limit: float, route: str = "llm"
 ) -> dict[str, Any]:
-    """From a proven 0 % to `asked` %: seconds to written, Accepted, and the proofs' verdict."""
-    await graystack.until(lambda g: g.proven, 120, every=LOOK_S)
+    """From an accepted 0 % to `asked` %: seconds to written, Accepted, and the proofs' verdict."""
+    await graystack.until(lambda g: g.waiting_on != CONTROL_PLANE, 30, every=LOOK_S)
     before = graystack.generation(route)
     api = graystack.live.gateway_api
     assert api is not None
@@ -147,7 +148,7 @@ async def bugs(stand: Stand, kubeconfig: str, limit: float) -> dict[str, Any]:
         route = "pools" if pools else "llm"
 
         async def run(graystack: Graystack, bug: Bug = bug, route: str = route) -> dict[str, Any]:
-            await graystack.until(lambda g: g.proven, 120, every=LOOK_S)
+            await graystack.until(lambda g: g.waiting_on != CONTROL_PLANE, 30, every=LOOK_S)
             assert stand.gateway is not None
             stand.gateway.bug = bug
             return await timed_change(stand, graystack, 5, limit, route)

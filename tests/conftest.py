@@ -17,6 +17,11 @@ if not torch.cuda.is_available():
 # with the module's other tests, so it is built once, as in a serial run, instead of once per worker that
 # happens to get one of them. Without xdist the group marks are inert.
 SHARED_SCOPES = {"module", "package", "class"}
+# Modules that drive a trained model at a set rate and wait for evidence (bounded for a machine half as
+# fast): side by side, two of them halve each other's rate again, so they share one worker, one at a time.
+MODEL_PACED = frozenset(
+    f"tests/integration/{name}.py" for name in ("test_quality_gate", "test_aa_rollout", "test_demo")
+)
 
 
 def shares_a_fixture(item: pytest.Item) -> bool:
@@ -29,5 +34,8 @@ def shares_a_fixture(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and shares_a_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        module = item.nodeid.split("::")[0]
+        if module in MODEL_PACED:
+            item.add_marker(pytest.mark.xdist_group("model-paced"))
+        elif item.get_closest_marker("xdist_group") is None and shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(module))

@@ -13,7 +13,9 @@ HTTPRoutes, and proven served, by the control plane and by the data plane.
   ready EndpointSlice addresses, or the running pods an InferencePool selects) hold that address, read
   again at every look. An answer no variant's endpoint served is counted by why, and said in the gate.
 - Proving (gateway/rollout/route_proof.py): each look reads the routes' status, then tests the answers
-  that started after the acceptance, and hands the controller the `SplitGate`.
+  that started after the acceptance, and hands the controller the `SplitGate`. Where no access log
+  reaches graystack (`server_counters`), the requests each endpoint's own counter took since the
+  acceptance stand in for the answers (gateway/gatewayapi/server_counts.py says what that costs).
 """
 
 from __future__ import annotations
@@ -24,25 +26,28 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import httpx
 from kubernetes import client
 
 from gateway import names
 from gateway.answers.store import AnswerStore
 from gateway.gatewayapi.attribution import address, pool_addresses, variants_by_address
 from gateway.gatewayapi.routes import RouteError, drift
+from gateway.gatewayapi.server_counts import requests_counted, taken_since
 from gateway.kubernetes.api import call_json, status_of
 from gateway.kubernetes.endpoints import SERVICE_LABEL, ready_addresses
 from gateway.kubernetes.routes import RouteWriter, Written
 from gateway.rollout.plan import plan_for, roles
-from gateway.rollout.rollout_state import SplitGate
+from gateway.rollout.rollout_state import DATA_PLANE, SplitGate
 from gateway.rollout.route_proof import RouteProof, refused
-from gateway.spec.gateway_api import BackendRef
+from gateway.spec.gateway_api import BackendRef, ServerCounters
 from gateway.spec.model import RolloutSpec
 
 log = logging.getLogger(__name__)
 
 WRITE_POLL = 0.25  # seconds between looks at the live split for a change to write
 RETRY_AFTER = 5.0  # seconds before a refused write is tried again between looks
+SCRAPE_TIMEOUT = 2.0  # seconds for each server's metrics (server_counters)
 Split = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # every segment's weights, comparable
 
 
@@ -79,6 +84,8 @@ class GatewayApiDataPlane:
         self._proof: RouteProof | None = None
         self._cursor = answers.cursor
         self._by_address: dict[str, str] | None = None  # None: not yet read
+        self._endpoints: dict[str, tuple[list[str], int | None]] = {}  # variant -> (addresses, port)
+        self._readings: dict[str, float] = {}  # each endpoint's request counter at the last look
         self._unplaced: Counter[str] = Counter()
 
     # -- the receiver's Placement -------------------------------------------------------------------
@@ -168,11 +175,40 @@ class GatewayApiDataPlane:
             return refused(live.routing.weights, f"someone else changed the rollout's weights: {self._drift}")
         proof = self._proof
         assert proof is not None  # set by the write
+        newly = not problems and proof.accepted_at is None
         if not problems:
             proof = proof.accepted(now)
-        placed, unplaced = self._take(proof)
+        counters = live.gateway_api.server_counters if live.gateway_api else None
+        if counters is None:
+            placed, unplaced = self._take(proof)
+        else:
+            try:
+                placed, unplaced = await asyncio.to_thread(self._count, counters, proof, newly), Counter()
+            except (httpx.HTTPError, ValueError) as error:
+                why = f"the servers' request counters could not be read: {error}"
+                return SplitGate(DATA_PLANE, False, dict(live.routing.weights), why)
         self._proof = proof.add(placed, unplaced)
         return self._proof.gate(problems, plan_for(live).alpha)
+
+    def _count(self, counters: ServerCounters, proof: RouteProof, newly: bool) -> Counter[str]:
+        """(on a thread) The requests each variant's endpoints took since the last look, from their own
+        counters (gateway/gatewayapi/server_counts.py); from the acceptance on (its look is the start)."""
+        urls = {
+            f"http://{host}:{counters.port or port}{counters.path}": variant
+            for variant, (hosts, port) in self._endpoints.items()
+            for host in hosts
+        }
+        with httpx.Client(timeout=SCRAPE_TIMEOUT) as client:
+            readings = {}
+            for url in urls:
+                response = client.get(url)
+                response.raise_for_status()
+                readings[url] = requests_counted(response.text, counters.counter)
+        if proof.accepted_at is None or newly:
+            self._readings = readings
+            return Counter()
+        taken, self._readings = taken_since(self._readings, readings, urls)
+        return taken
 
     def _take(self, proof: RouteProof) -> tuple[Counter[str], Counter[str]]:
         """The default segment's answers since the last look that started after the acceptance, per
@@ -197,12 +233,14 @@ class GatewayApiDataPlane:
         if api is None:
             raise RouteError("the spec names no gateway_api routes")
         namespace = api.routes[0].namespace
-        endpoints = {
+        self._endpoints = {
             variant: self._addresses(ref, ref.namespace or namespace) for variant, ref in api.backends.items()
         }
-        self._by_address = variants_by_address(endpoints)
+        self._by_address = variants_by_address({v: hosts for v, (hosts, _) in self._endpoints.items()})
 
-    def _addresses(self, ref: BackendRef, namespace: str) -> list[str]:
+    def _addresses(self, ref: BackendRef, namespace: str) -> tuple[list[str], int | None]:
+        """The backend's endpoint addresses, and the port they serve on (a slice's, or the pool's first
+        target port)."""
         if ref.kind == "Service":
             slices = call_json(
                 self.discovery.list_namespaced_endpoint_slice,
@@ -210,7 +248,8 @@ class GatewayApiDataPlane:
                 label_selector=f"{SERVICE_LABEL}={ref.name}",
             )
             by_name = {item["metadata"]["name"]: item for item in slices.get("items", [])}
-            return ready_addresses(by_name).get(ref.name, [])
+            ports = [p["port"] for item in by_name.values() for p in item.get("ports") or [] if "port" in p]
+            return ready_addresses(by_name).get(ref.name, []), ports[0] if ports else None
         try:
             pool = call_json(
                 self.objects.get_namespaced_custom_object,
@@ -225,4 +264,5 @@ class GatewayApiDataPlane:
                 raise RouteError(f"InferencePool {namespace}/{ref.name} does not exist") from None
             raise
         pods: dict[str, Any] = call_json(self.core.list_namespaced_pod, namespace)
-        return pool_addresses(pool, pods.get("items", []))
+        ports = [p["number"] for p in pool.get("spec", {}).get("targetPorts", [])]
+        return pool_addresses(pool, pods.get("items", [])), ports[0] if ports else None

@@ -53,6 +53,17 @@ class RouteRef(SpecModel):
     namespace: str = Field(default="default", pattern=DNS_LABEL)
 
 
+class ServerCounters(SpecModel):
+    """Where no access log can reach graystack (a gateway that is not Envoy-based), the split is proven from
+    each endpoint's own request counter, read at `path` on `port` (None: the port it serves on): `counter`,
+    a counter every request the server takes increments (vLLM's `vllm:request_success_total`; graystack's
+    `graystack_requests_total`), summed over its labels."""
+
+    counter: str = Field(default="vllm:request_success_total", min_length=1)
+    path: str = Field(default="/metrics", pattern=r"^/")
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+
 class GatewayApi(SpecModel):
     """`routes`: the HTTPRoutes whose weights the rollout sets; `backends`: each variant's backendRef;
     `on_drift`: what a change of those weights by someone else (a GitOps tool reverting them) gets:
@@ -61,13 +72,16 @@ class GatewayApi(SpecModel):
     the conformance report of each gateway says), which a shadow stage needs. `answer_filter`: graystack's
     answer filter runs in the gateway (Envoy Gateway's EnvoyExtensionPolicy, `graystack render`); without
     it the access log gives status, duration, bytes and the upstream host only, so the latency checks
-    must read the model servers' histograms (`analysis.latency_source: histograms`) or be off."""
+    must read the model servers' histograms (`analysis.latency_source: histograms`) or be off.
+    `server_counters`: the split is proven from the endpoints' request counters instead of the access log
+    (a non-Envoy gateway; what that costs: docs/spec-and-routing.md)."""
 
     routes: list[RouteRef] = Field(min_length=1)
     backends: dict[str, BackendRef]
     on_drift: Literal["restore", "hold"] = "restore"
     mirror: bool = True
     answer_filter: bool = True
+    server_counters: ServerCounters | None = None
 
 
 def check_gateway_api(

@@ -153,6 +153,7 @@ class Stand:
     parent: tuple[str, str] = GATEWAY  # the Gateway the routes name: (namespace, name)
     services: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(SERVICES))
     pools: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(POOLS))
+    access_log: bool = True  # False: a gateway whose access log cannot reach graystack (not Envoy-based)
     api: FakeApiServer = field(default_factory=FakeApiServer)
     port: int = field(default_factory=free_port)  # every server on it, each at its own address
     upstreams: dict[str, NamedUpstream] = field(default_factory=dict)  # address -> server
@@ -167,7 +168,7 @@ class Stand:
             self.logs,
             gateway=self.parent,
             namespaces=(self.namespace,),
-            als=f"127.0.0.1:{self.als_port}",
+            als=f"127.0.0.1:{self.als_port}" if self.access_log else None,
             log_headers=(HEADER,),
         )
         for objects, make in ((self.services, service_objects), (self.pools, pool_objects)):

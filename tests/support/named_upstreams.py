@@ -9,6 +9,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 NAME_HEADER = "x-upstream"
+METRICS_PATH = "/metrics"  # its request counter, as a model server exports one (not counted itself)
+COUNTER = "upstream_requests"
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -21,7 +23,8 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class NamedUpstream:
-    """`name` answered (200, text) on `host:port`; `hits`: the requests it got, mirrored copies included.
+    """`name` answered (200, text) on `host:port`; `hits`: the requests it got, mirrored copies included,
+    also served as a Prometheus counter at METRICS_PATH.
     `status`: what it answers (a test sets 500 to fail it, as a broken model server would)."""
 
     def __init__(self, name: str, host: str, port: int) -> None:
@@ -61,13 +64,19 @@ class NamedUpstream:
 
             def _answer(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == METRICS_PATH:
+                    self._send(200, f"# TYPE {COUNTER} counter\n{COUNTER}_total {upstream.hits}\n".encode())
+                    return
                 upstream._count()
-                self.send_response(upstream.status)
+                self._send(upstream.status, body)
+
+            def _send(self, status: int, content: bytes) -> None:
+                self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(content)))
                 self.send_header(NAME_HEADER, upstream.name)
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(content)
 
             do_GET = do_POST = _answer
 

@@ -1,0 +1,88 @@
+"""The picker's state: requests in flight per pod, counted from the pick to the end of the answer, and the
+rollout's current wishes read afresh for every request (an injected callable: a flip reaches the next pick
+with no restart and no reconcile)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gateway.epp.choice import choose_variant, rank
+from gateway.epp.wanted import Wanted
+
+
+@dataclass
+class Ticket:
+    """One request's pick: `endpoints` in order (the first picked, the rest fallbacks within its variant);
+    `served`: the pod the gateway reports it went to, once known; `counted`: the pod whose in-flight count
+    holds this request (None once released)."""
+
+    variant: str
+    endpoints: tuple[str, ...]
+    served: str | None = None
+    counted: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one pick, told when its stream ends: the seed of per-variant measurement."""
+
+    variant: str
+    picked: str
+    served: str | None
+
+
+class Picker:
+    def __init__(
+        self,
+        wanted: Callable[[], Wanted],
+        draw: Callable[[], float] = random.random,
+        on_outcome: Callable[[Outcome], None] = lambda outcome: None,
+    ) -> None:
+        self._wanted, self._draw, self._on_outcome = wanted, draw, on_outcome
+        self._in_flight: Counter[str] = Counter()
+        self._turn = 0
+
+    def pick(self, headers: Mapping[str, str], subset: frozenset[str] | None) -> Ticket | None:
+        """A pod for a request with these (lower-cased) headers, from `subset` when the gateway gives one;
+        None when nothing is eligible (the gateway is then answered 503)."""
+        wanted = self._wanted()
+        eligible = {
+            variant: [pod for pod in pods if subset is None or pod in subset]
+            for variant, pods in wanted.pods.items()
+        }
+        key = headers.get(wanted.cohort_header.lower()) if wanted.cohort_header else None
+        variant = choose_variant(
+            wanted.split_for(headers),
+            wanted.baseline,
+            {variant for variant, pods in eligible.items() if pods},
+            key or None,
+            self._draw(),
+        )
+        if variant is None:
+            return None
+        ranked = rank(eligible[variant], self._in_flight, self._turn)
+        self._turn += 1
+        self._in_flight[ranked[0]] += 1
+        return Ticket(variant, tuple(ranked), counted=ranked[0])
+
+    def served(self, ticket: Ticket, endpoint: str) -> None:
+        """The gateway says `endpoint` served the request (a fallback, after a retry): it holds the count."""
+        ticket.served = endpoint
+        if ticket.counted is not None and ticket.counted != endpoint:
+            self._in_flight[ticket.counted] -= 1
+            self._in_flight[endpoint] += 1
+            ticket.counted = endpoint
+
+    def release(self, ticket: Ticket) -> None:
+        """The answer ended (or the stream closed): the request leaves its pod's count; told once."""
+        if ticket.counted is None:
+            return
+        self._in_flight[ticket.counted] -= 1
+        ticket.counted = None
+        self._on_outcome(Outcome(ticket.variant, ticket.endpoints[0], ticket.served))
+
+    def in_flight(self) -> dict[str, int]:
+        return {endpoint: count for endpoint, count in self._in_flight.items() if count}

@@ -1,0 +1,95 @@
+"""GIE's Endpoint Picker protocol v1.0.0 on Envoy's ext_proc messages (pure): what the gateway tells the
+picker (headers, the subset hint, the endpoint that served) and what the picker answers (the endpoints in
+a header and in `envoy.lb` metadata, the same value in both; a refusal; body chunks echoed, as
+FULL_DUPLEX_STREAMED asks of every processor). The protocol's text:
+../shared/schemas/inference-extension/endpoint-picker-protocol.md."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
+
+DESTINATION = "x-gateway-destination-endpoint"  # the header, and the key in LB_NAMESPACE
+SERVED = "x-gateway-destination-endpoint-served"  # the gateway's answer, in LB_NAMESPACE
+LB_NAMESPACE = "envoy.lb"
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+SUBSET = "x-gateway-destination-endpoint-subset"
+
+
+def headers(message: ext_proc.HttpHeaders) -> dict[str, str]:
+    """The request's headers, names lower-cased (HTTP/2's form); Envoy sends values as `raw_value`."""
+    return {
+        header.key.lower(): header.raw_value.decode(errors="replace") if header.raw_value else header.value
+        for header in message.headers.headers
+    }
+
+
+def _metadata(request: ext_proc.ProcessingRequest, namespace: str, key: str) -> struct_pb2.Value | None:
+    fields = request.metadata_context.filter_metadata
+    if namespace not in fields or key not in fields[namespace].fields:
+        return None
+    return fields[namespace].fields[key]
+
+
+def subset_hint(request: ext_proc.ProcessingRequest) -> frozenset[str] | None:
+    """The endpoints the gateway allows (an empty set: none), or None when it sets no hint."""
+    value = _metadata(request, SUBSET_NAMESPACE, SUBSET)
+    if value is None:
+        return None
+    return frozenset(item.string_value for item in value.list_value.values if item.string_value)
+
+
+def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:
+    """The endpoint that served, where the gateway reports it (override_host's `selected_host_key`)."""
+    value = _metadata(request, LB_NAMESPACE, SERVED)
+    return value.string_value or None if value is not None else None
+
+
+def route_to(endpoints: Sequence[str]) -> ext_proc.ProcessingResponse:
+    """The request headers' answer: the picked endpoint first, the fallbacks after it, comma-separated, in
+    the header and in the metadata alike (the protocol forbids the two to differ)."""
+    value = ",".join(endpoints)
+    mutation = ext_proc.HeaderMutation(
+        set_headers=[
+            base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key=DESTINATION, raw_value=value.encode()),
+                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+        ]
+    )
+    metadata = struct_pb2.Struct()
+    metadata.update({LB_NAMESPACE: {DESTINATION: value}})
+    return ext_proc.ProcessingResponse(
+        request_headers=ext_proc.HeadersResponse(
+            response=ext_proc.CommonResponse(header_mutation=mutation, clear_route_cache=True)
+        ),
+        dynamic_metadata=metadata,
+    )
+
+
+def refuse(code: int, reason: str) -> ext_proc.ProcessingResponse:
+    """An ImmediateResponse: 503 when nothing is eligible, 429 when shedding."""
+    return ext_proc.ProcessingResponse(
+        immediate_response=ext_proc.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=code),
+            body=reason.encode(),
+            details=f"graystack_epp_{code}",
+        )
+    )
+
+
+def echo(kind: str, body: ext_proc.HttpBody) -> ext_proc.ProcessingResponse:
+    """A body chunk handed back unchanged (`kind`: request_body or response_body)."""
+    streamed = ext_proc.StreamedBodyResponse(body=body.body, end_of_stream=body.end_of_stream)
+    common = ext_proc.CommonResponse(body_mutation=ext_proc.BodyMutation(streamed_response=streamed))
+    return ext_proc.ProcessingResponse(**{kind: ext_proc.BodyResponse(response=common)})
+
+
+def go_on(kind: str) -> ext_proc.ProcessingResponse:
+    """Headers or trailers let through unchanged (`kind`: response_headers, request_trailers, ...)."""
+    answer = ext_proc.TrailersResponse() if kind.endswith("trailers") else ext_proc.HeadersResponse()
+    return ext_proc.ProcessingResponse(**{kind: answer})

@@ -1,0 +1,119 @@
+"""`graystack epp`: the Endpoint Picker a GIE gateway calls (gateway/epp). In this first form the pool's
+pods and the split come from flags; the picker reads them through a callable, the boundary the rollout
+controller is to feed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import click
+import grpc
+
+from gateway.epp import tls
+from gateway.epp.picker import Outcome, Picker
+from gateway.epp.server import start
+from gateway.epp.wanted import Wanted, parse_pods, parse_segments, parse_split
+from graystack.cli.root import configure_logging, log_level_option, main
+
+log = logging.getLogger("graystack.epp")
+
+
+@main.command("epp")
+@click.option("--host", default="127.0.0.1", envvar="GRAYSTACK_EPP_HOST", show_envvar=True)
+@click.option("--port", default=9002, envvar="GRAYSTACK_EPP_PORT", show_envvar=True, help="ext_proc")
+@click.option("--health-port", default=9003, envvar="GRAYSTACK_EPP_HEALTH_PORT", show_envvar=True)
+@click.option(
+    "--pods",
+    "pods",
+    multiple=True,
+    required=True,
+    envvar="GRAYSTACK_EPP_PODS",
+    show_envvar=True,
+    help="VARIANT=IP:PORT[,IP:PORT...], once per variant: the pool's pods by their variant label",
+)
+@click.option(
+    "--split", required=True, envvar="GRAYSTACK_EPP_SPLIT", show_envvar=True, help="VARIANT=WEIGHT,..."
+)
+@click.option("--baseline", default=None, help="heads the cohorts' order (default: the first --pods variant)")
+@click.option("--segment-header", default=None, envvar="GRAYSTACK_EPP_SEGMENT_HEADER", show_envvar=True)
+@click.option("--segment", "segments", multiple=True, help="VALUE:VARIANT=WEIGHT,...: a segment's own split")
+@click.option("--cohort-header", default=None, envvar="GRAYSTACK_EPP_COHORT_HEADER", show_envvar=True)
+@click.option(
+    "--fallbacks",
+    default=0,
+    type=click.IntRange(min=0),
+    envvar="GRAYSTACK_EPP_FALLBACKS",
+    show_envvar=True,
+    help="the variant's other pods listed after the pick, for retries: only for gateways whose Envoy "
+    "uses override_host (an ORIGINAL_DST cluster cannot read a list)",
+)
+@click.option("--insecure", is_flag=True, envvar="GRAYSTACK_EPP_INSECURE", show_envvar=True, help="no TLS")
+@click.option(
+    "--cert", type=click.Path(path_type=Path, exists=True), default=None, help="PEM; else self-signed"
+)
+@click.option("--key", type=click.Path(path_type=Path, exists=True), default=None)
+@log_level_option
+def epp(
+    host: str,
+    port: int,
+    health_port: int,
+    pods: tuple[str, ...],
+    split: str,
+    baseline: str | None,
+    segment_header: str | None,
+    segments: tuple[str, ...],
+    cohort_header: str | None,
+    fallbacks: int,
+    insecure: bool,
+    cert: Path | None,
+    key: Path | None,
+    log_level: str,
+) -> None:
+    """Answer a GIE gateway's ext_proc calls with a pod of the variant the split draws."""
+    configure_logging(log_level)
+    try:
+        pool = parse_pods(list(pods))
+        wanted = Wanted(
+            pods=pool,
+            weights=parse_split(split),
+            baseline=baseline or next(iter(pool)),
+            segment_header=segment_header,
+            segments=parse_segments(list(segments)),
+            cohort_header=cohort_header,
+        )
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    if (cert is None) != (key is None):
+        raise click.BadParameter("give --cert and --key together")
+    credentials = None
+    if not insecure:
+        pem = (key.read_bytes(), cert.read_bytes()) if key and cert else tls.self_signed(addresses=(host,))
+        credentials = tls.credentials(*pem)
+    asyncio.run(
+        _serve(Picker(lambda: wanted, on_outcome=_told), host, port, health_port, credentials, fallbacks)
+    )
+
+
+def _told(outcome: Outcome) -> None:
+    log.debug("%s: picked %s, served by %s", outcome.variant, outcome.picked, outcome.served)
+
+
+async def _serve(
+    picker: Picker,
+    host: str,
+    port: int,
+    health_port: int,
+    credentials: grpc.ServerCredentials | None,
+    fallbacks: int,
+) -> None:
+    server = await start(picker, host, port, health_port, credentials, fallbacks)
+    log.info(
+        "picking on %s:%d (%s), health on %d",
+        host,
+        server.port,
+        "TLS" if credentials else "plaintext",
+        server.health_port,
+    )
+    await server.ext_proc.wait_for_termination()

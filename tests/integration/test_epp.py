@@ -58,6 +58,7 @@ class Gateway:
     url: str
     now: Wanted
     outcomes: list[Outcome] = field(default_factory=list)
+    picker: Picker | None = None
     client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
 
     def served_by(self, n: int, headers: dict[str, str] | None = None, body: bytes = BODY) -> list[str]:
@@ -100,10 +101,8 @@ def gateway(request, pods, envoy_binary, tmp_path_factory):
     gw = Gateway(profile, "", wanted({"baseline": 100}))
     # Lists only where the gateway's Envoy can read one (test_original_dst_cannot_read_a_list).
     fallbacks = 2 if profile == "override_host" else 0
-    picker = PickerThread(
-        Picker(lambda: gw.now, draw=random.Random(7).random, on_outcome=gw.outcomes.append),
-        fallbacks=fallbacks,
-    ).start()
+    gw.picker = Picker(lambda: gw.now, draw=random.Random(7).random, on_outcome=gw.outcomes.append)
+    picker = PickerThread(gw.picker, fallbacks=fallbacks).start()
     plane = DataPlane(
         envoy_binary,
         tmp_path_factory.mktemp(profile),
@@ -123,7 +122,10 @@ def gateway(request, pods, envoy_binary, tmp_path_factory):
 
 @pytest.fixture
 def gw(gateway):
-    """The module's gateway, its feed and outcomes reset for each test."""
+    """The module's gateway, its feed and outcomes reset for each test, once the streams of the test before
+    have ended (Envoy may close an ext_proc stream after the answer went out)."""
+    assert gateway.picker is not None
+    wait_until(lambda: not gateway.picker.in_flight(), 10, "the streams before to end")
     gateway.now = wanted({"baseline": 100})
     gateway.outcomes.clear()
     return gateway

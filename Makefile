@@ -57,8 +57,10 @@ demo: install weights  ## the whole stack on trained weights: traffic, shadow ->
 up: install weights  ## the whole stack on trained weights until Ctrl-C; `graystack status|weight|...` find it
 	$(BIN)/graystack up --weights-dir $(WEIGHTS)
 
+# Side by side on three workers (pytest-xdist): the suite is CPU-bound on CI's two cores, and a third
+# worker fills the time the others wait on processes and sockets (BENCHMARKS.md, issue 35).
 test: install helm third-party  ## everything CI runs (the chart tests need Helm, the third-party tests their servers)
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q -n 3 --dist loadgroup --durations=15
 
 unit: install
 	$(BIN)/pytest -q tests/unit

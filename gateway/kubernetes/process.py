@@ -39,6 +39,7 @@ from gateway.kubernetes.endpoints import SERVICE_LABEL, EndpointSlices
 from gateway.kubernetes.events import EventRecorder
 from gateway.kubernetes.gateway_api import GatewayApiDataPlane
 from gateway.kubernetes.leader import LeaderElector
+from gateway.kubernetes.pool import PickerOptions, PoolPicker
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import RoleLabel
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
@@ -70,6 +71,7 @@ class KubernetesOptions:
     resync_seconds: float = 300.0
     watch_timeout: int = 60
     capacity: CapacitySettings | None = None  # None: the variants' replicas are left alone
+    picker: PickerOptions | None = None  # where to serve the spec's `endpoint_picker`; None: nowhere
 
 
 def gateway_options(kube: KubernetesOptions, **listen: Any) -> GatewayOptions:
@@ -153,12 +155,18 @@ class ClusterDriver:
             self.kube.spec_key,
             gateway.file.sha256 if gateway.file else None,
         )
+        live = gateway.live
+        self.pool = (
+            PoolPicker(sources.api, lambda: gateway.live, self.kube.picker)
+            if self.kube.picker is not None and live.endpoint_picker is not None
+            else None
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._controller_task: asyncio.Task[None] | None = None
         self._background_tasks: set[asyncio.Task[None]] = set()
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
-        return []
+        return [self.pool.run()] if self.pool is not None else []
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -167,12 +175,16 @@ class ClusterDriver:
         for name, reflector in self.sources.reflectors.items():
             reflector.start(self._threadsafe(handlers[name]))
         self.sources.elector.start(self._threadsafe(self._on_leadership))
+        if self.pool is not None:
+            await self.pool.start()
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.sources.elector.stop)  # releases the Lease: a successor takes over now
         for reflector in self.sources.reflectors.values():
             await asyncio.to_thread(reflector.stop)
         await self._stop_controller()
+        if self.pool is not None:
+            await self.pool.stop()
 
     def _threadsafe(self, handler: Callable[[Any], None]) -> Callable[[Any], None]:
         """A callback for the reflector and elector threads that runs `handler` on the event loop."""

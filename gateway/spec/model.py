@@ -23,6 +23,7 @@ from pydantic import (
 
 from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.apis import PROTECTED, Apis, reaches
+from gateway.spec.endpoint_picker import EndpointPicker, check_endpoint_picker
 from gateway.spec.evidence_gates import check_evidence_gates
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
 from gateway.spec.gateway_api import GatewayApi, check_gateway_api
@@ -234,6 +235,7 @@ class RolloutSpec(SpecModel):
     apis: Apis = Apis()
     notifications: Notifications = Notifications()  # where the rollout's events go (gateway/notify/)
     gateway_api: GatewayApi | None = None  # the user's own gateway's routes instead of graystack's Envoy
+    endpoint_picker: EndpointPicker | None = None  # graystack picks the pods of a GIE InferencePool
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutSpec:
@@ -269,6 +271,7 @@ class RolloutSpec(SpecModel):
             latency_from_answers=self.analysis.latency_source == "answers"
             and (self.analysis.max_latency_ratio is not None or self.analysis.max_ttft_p95 is not None),
         )
+        check_endpoint_picker(self.endpoint_picker, self.variants, self.routing.body is not None)
         for entry in self.apis.table():
             for path in self.protected_paths():
                 if reaches(entry.path, path):

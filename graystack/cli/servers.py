@@ -195,6 +195,20 @@ def envoy_bootstrap(
     '"variants": {"zero-layer": {"deployment": NAME, "minReplicas": 1, "maxReplicas": 8, "hpa": ""}}} '
     "(the chart's rollout.capacity); none: replicas are left alone",
 )
+@click.option(
+    "--picker-port",
+    type=int,
+    default=None,
+    envvar="GRAYSTACK_PICKER_PORT",
+    show_envvar=True,
+    help="serve the spec's endpoint_picker (a GIE Endpoint Picker for its InferencePool) on this port; "
+    "none: no picker",
+)
+@click.option("--picker-health-port", default=9003, envvar="GRAYSTACK_PICKER_HEALTH_PORT", show_envvar=True)
+@click.option("--picker-host", default="127.0.0.1", envvar="GRAYSTACK_PICKER_HOST", show_envvar=True)
+@click.option(
+    "--picker-insecure", is_flag=True, envvar="GRAYSTACK_PICKER_INSECURE", show_envvar=True, help="no TLS"
+)
 @gateway_fault_injection_option
 @forget_proxies_option
 @kubeconfig_option
@@ -214,6 +228,10 @@ def kube_gateway(
     admin_port: int,
     admin_token: str | None,
     capacity: str | None,
+    picker_port: int | None,
+    picker_health_port: int,
+    picker_host: str,
+    picker_insecure: bool,
     enable_fault_injection: bool,
     forget_proxies_after: float,
     kubeconfig: str | None,
@@ -222,6 +240,7 @@ def kube_gateway(
     """Run the gateway in Kubernetes mode: spec from its ConfigMap, pods from EndpointSlices, state in
     a ConfigMap, leader election on a Lease (every replica serves xDS; the leader drives the rollout)."""
     from gateway.errors import Refused, SpecError
+    from gateway.kubernetes.pool import PickerOptions
     from gateway.kubernetes.process import KubernetesOptions, gateway_options, run_kube_gateway
     from gateway.rollout.capacity import parse_settings
 
@@ -241,6 +260,9 @@ def kube_gateway(
         lease_seconds=lease_seconds,
         resync_seconds=resync_seconds,
         capacity=settings,
+        picker=None
+        if picker_port is None
+        else PickerOptions(picker_host, picker_port, picker_health_port, picker_insecure),
     )
     options = gateway_options(
         kube,

@@ -1,0 +1,100 @@
+"""The InferencePool whose picker the gateway process is (the spec's `endpoint_picker`, issue 37): its
+pods by variant, read from the API server every REFRESH seconds, and the picker served beside the
+admin API, fed the live spec at every pick (gateway/epp/feed.py), so a step, a flip or a rollback reaches
+the next pick without a reconcile in between.
+
+A read that fails keeps the last pods and is logged; until the first read the picker reports itself not
+ready (gRPC health), so a gateway sends it nothing it could not place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from kubernetes import client
+
+from gateway.epp import tls
+from gateway.epp.feed import pool_endpoints, wanted_from
+from gateway.epp.picker import Picker
+from gateway.epp.server import EppServer, start
+from gateway.epp.wanted import Wanted
+from gateway.kubernetes.api import call_json
+from gateway.rollout.plan import roles
+from gateway.spec.model import RolloutSpec
+
+log = logging.getLogger(__name__)
+
+REFRESH = 2.0  # seconds between reads of the pool's pods
+
+
+@dataclass(frozen=True)
+class PickerOptions:
+    host: str = "127.0.0.1"  # in a pod: 0.0.0.0, where the user's gateway calls it (over TLS)
+    port: int = 9002
+    health_port: int = 9003
+    insecure: bool = False  # no TLS (tests); by default a self-signed certificate, as GIE's picker
+
+
+class PoolPicker:
+    """The pool's pods, and the picker that serves them."""
+
+    def __init__(
+        self, api: client.ApiClient, live: Callable[[], RolloutSpec], options: PickerOptions
+    ) -> None:
+        self.objects = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.live = live
+        self.options = options
+        self.pods: dict[str, tuple[str, ...]] | None = None  # None: not yet read
+        self.picker = Picker(self.wanted)
+        self._server: EppServer | None = None
+
+    def wanted(self) -> Wanted:
+        spec = self.live()
+        return wanted_from(spec, self.pods or {}, roles(spec)[0])
+
+    def read(self) -> None:
+        """(on a thread) The pool's ready pods by variant."""
+        spec = self.live()
+        picker = spec.endpoint_picker
+        if picker is None:
+            return
+        pool: dict[str, Any] = call_json(
+            self.objects.get_namespaced_custom_object,
+            "inference.networking.k8s.io",
+            "v1",
+            picker.namespace,
+            "inferencepools",
+            picker.pool,
+        )
+        pods = call_json(self.core.list_namespaced_pod, picker.namespace).get("items", [])
+        self.pods = pool_endpoints(pool, pods, picker, spec.variants)
+
+    async def start(self) -> None:
+        credentials: grpc.ServerCredentials | None = None
+        if not self.options.insecure:
+            credentials = tls.credentials(*await asyncio.to_thread(tls.self_signed))
+        o = self.options
+        self._server = await start(self.picker, o.host, o.port, o.health_port, credentials, ready=self.ready)
+        log.info("picking for the InferencePool on %s:%d, health on %d", o.host, o.port, o.health_port)
+
+    def ready(self) -> bool:
+        return self.pods is not None
+
+    async def run(self) -> None:
+        """Read the pods every REFRESH seconds, until cancelled."""
+        while True:
+            try:
+                await asyncio.to_thread(self.read)
+            except Exception as error:  # the last pods stand; the next read may succeed
+                log.warning("the InferencePool's pods could not be read: %s", error)
+            await asyncio.sleep(REFRESH)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop()

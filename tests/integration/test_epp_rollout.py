@@ -1,0 +1,144 @@
+"""The picker inside the gateway process (issue 37): `graystack kube-gateway` with the spec's
+`endpoint_picker` serves a GIE Endpoint Picker for an InferencePool (in-process, against the API stand-in:
+no real API server runs here), fed the live spec at every pick, behind a GIE gateway's data plane on the
+real Envoy 1.40 (tests/support/gie_data_plane.py, the stand-in for Istio's or Envoy Gateway's:
+override_host). The pool's pods are small servers on loopback addresses of their own, labelled by track
+(`v1`, `v2`), the variants named otherwise (`stable`, `canary`).
+
+What it shows: the pool's pods are read from the API; the step's split is the split served; a cohort
+stays on one variant; an operator's promote and rollback reach the very next requests (no route to
+reconcile); a pod that stops being ready takes no more requests."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import httpx
+import pytest
+import yaml
+
+from gateway.app import GatewayProcess
+from gateway.kubernetes.pool import PickerOptions
+from gateway.kubernetes.process import KubernetesOptions, gateway_options, kubernetes_gateway
+from graystack.local.processes import free_port
+from tests.integration.test_kubernetes_mode import eventually, operate
+from tests.support.gie_data_plane import DataPlane, PickerAddress
+from tests.support.kube_api import FakeApiServer
+from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
+
+pytestmark = pytest.mark.integration
+
+NS, SPEC_CM, STATE_CM, LEASE, POD = "serving", "gs-spec", "gs-rollout-state", "gs-gateway-leader", "gateway-a"
+PODS = {"v1-a": ("127.0.8.1", "v1"), "v1-b": ("127.0.8.2", "v1"), "v2-a": ("127.0.8.3", "v2")}
+TRACK = {name: track for name, (_, track) in PODS.items()}
+SPEC = {
+    "name": "llm",
+    "variants": {
+        "stable": {"service": "llm-v1", "port": 8000},
+        "canary": {"service": "llm-v2", "port": 8000},
+    },
+    "routing": {"weights": {"stable": 100, "canary": 0}, "affinity": [{"header": "x-user"}]},
+    "retries": {"fallback": "stable"},
+    "strategy": {"steps": [{"weight": 20, "hold": "1h"}, {"weight": 100, "hold": "1h"}]},
+    "endpoint_picker": {
+        "pool": "llm",
+        "namespace": NS,
+        "variant_label": "track",
+        "values": {"stable": "v1", "canary": "v2"},
+    },
+}
+
+
+def pod(name: str, ip: str, track: str, ready: bool = True) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": "llm", "track": track}},
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+@pytest.fixture
+async def world(envoy_binary, tmp_path):
+    api = FakeApiServer().start()
+    port = free_port()
+    upstreams = [NamedUpstream(name, ip, port).start() for name, (ip, _) in PODS.items()]
+    for name, (ip, track) in PODS.items():
+        api.put(pod(name, ip, track))
+    api.put(
+        {
+            "apiVersion": "inference.networking.k8s.io/v1",
+            "kind": "InferencePool",
+            "metadata": {"name": "llm", "namespace": NS},
+            "spec": {
+                "selector": {"matchLabels": {"app": "llm"}},
+                "targetPorts": [{"number": port}],
+                "endpointPickerRef": {"name": "graystack", "port": {"number": 9002}},
+            },
+        }
+    )
+    for name, data in ((SPEC_CM, {"spec.yaml": yaml.safe_dump(SPEC)}), (STATE_CM, None)):
+        api.put(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}
+            | ({"data": data} if data else {})
+        )
+    api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": POD, "namespace": NS}})
+    picker = PickerOptions(port=free_port(), health_port=free_port(), insecure=True)
+    kube = KubernetesOptions(
+        NS, SPEC_CM, STATE_CM, LEASE, POD, pod=POD,
+        kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig", NS)), lease_seconds=2.0, picker=picker,
+    )  # fmt: skip
+    gateway = kubernetes_gateway(gateway_options(kube, xds_port=free_port(), admin_port=free_port()), kube)
+    addresses = [f"{ip}:{port}" for ip, _ in PODS.values()]
+    plane = DataPlane(envoy_binary, tmp_path, "override_host", PickerAddress(picker.port), addresses)
+    try:
+        await gateway.start()
+        plane.start()
+        await eventually(lambda: gateway.driver.pool.ready(), 10, "the pool's pods read")
+        await eventually(lambda: gateway.controller.state.label() == "step 0", 10, "step 0")
+        yield api, gateway, plane, {u.name: u for u in upstreams}
+    finally:
+        await gateway.stop()
+        plane.stop()
+        for upstream in upstreams:
+            upstream.stop()
+        api.stop()
+
+
+async def served(plane: DataPlane, n: int, user: str | None = None) -> Counter[str]:
+    """The tracks that answered `n` requests."""
+    tracks: Counter[str] = Counter()
+    async with httpx.AsyncClient(base_url=plane.url, timeout=10) as client:
+        for _ in range(n):
+            answer = await client.post(
+                "/v1/completions", json={"prompt": "hi"}, headers={"x-user": user} if user else {}
+            )
+            assert answer.status_code == 200, answer.text
+            tracks[TRACK[answer.headers[NAME_HEADER]]] += 1
+    return tracks
+
+
+async def test_the_picker_in_the_gateway_serves_each_step_at_once_and_keeps_cohorts(world):
+    api, gateway, plane, upstreams = world
+    gateway_process: GatewayProcess = gateway
+    tracks = await served(plane, 300)
+    assert abs(tracks["v2"] - 60) <= 4 * 7, tracks  # 20 % of 300 (sigma ~7)
+    users = {f"user-{i}": (await served(plane, 1, f"user-{i}")).most_common(1)[0][0] for i in range(30)}
+    assert set(users.values()) == {"v1", "v2"}
+    for user, track in list(users.items())[:10]:
+        assert await served(plane, 3, user) == {track: 3}  # a cohort stays on its variant
+
+    await operate(gateway_process, "promote")  # step 1: 100 %
+    assert await served(plane, 20) == {"v2": 20}  # the very next requests
+    await operate(gateway_process, "rollback")
+    assert await served(plane, 20) == {"v1": 20}
+
+    api.put(pod("v1-b", PODS["v1-b"][0], "v1", ready=False))  # a pod stops being ready
+    await eventually(lambda: len(gateway_process.driver.pool.pods["stable"]) == 1, 10, "the pod dropped")
+    dropped = upstreams["v1-b"].hits
+    assert await served(plane, 20) == {"v1": 20}
+    assert upstreams["v1-b"].hits == dropped  # every one to the pod still ready

@@ -3,8 +3,9 @@ pods by variant, read from the API server every REFRESH seconds, and the picker 
 admin API, fed the live spec at every pick (gateway/epp/feed.py), so a step, a flip or a rollback reaches
 the next pick without a reconcile in between.
 
-A read that fails keeps the last pods and is logged; until the first read the picker reports itself not
-ready (gRPC health), so a gateway sends it nothing it could not place.
+A read that fails keeps the last pods and is logged; until the first read, and while no pod of any
+variant matches, the picker reports itself not ready (gRPC health, with the reason logged), so a gateway
+sends it nothing it could not place.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class PoolPicker:
         self.live = live
         self.options = options
         self.pods: dict[str, tuple[str, ...]] | None = None  # None: not yet read
+        self.problem: str | None = None  # why the last read found no pod to pick
         self.picker = Picker(self.wanted)
         self._server: EppServer | None = None
 
@@ -74,6 +76,16 @@ class PoolPicker:
         )
         pods = call_json(self.core.list_namespaced_pod, picker.namespace).get("items", [])
         self.pods = pool_endpoints(pool, pods, picker, spec.variants)
+        problem = None
+        if not self.pods:
+            marks = ", ".join(f"{picker.variant_label}={picker.value_of(v)}" for v in spec.variants)
+            problem = (
+                f"InferencePool {picker.namespace}/{picker.pool}: no Running, Ready pod matches its selector "
+                f"with one of {marks}"
+            )
+        if problem != self.problem and problem is not None:
+            log.warning("%s: the picker is not ready", problem)
+        self.problem = problem
 
     async def start(self) -> None:
         credentials: grpc.ServerCredentials | None = None
@@ -84,7 +96,8 @@ class PoolPicker:
         log.info("picking for the InferencePool on %s:%d, health on %d", o.host, o.port, o.health_port)
 
     def ready(self) -> bool:
-        return self.pods is not None
+        """Pods read, and some to pick: a gateway sends a picker that is not ready nothing."""
+        return self.pods is not None and self.problem is None
 
     async def run(self) -> None:
         """Read the pods every REFRESH seconds, until cancelled."""

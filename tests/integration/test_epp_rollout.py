@@ -18,8 +18,10 @@ import pytest
 import yaml
 
 from gateway.app import GatewayProcess
-from gateway.kubernetes.pool import PickerOptions
+from gateway.kubernetes.api import api_client
+from gateway.kubernetes.pool import PickerOptions, PoolPicker
 from gateway.kubernetes.process import KubernetesOptions, gateway_options, kubernetes_gateway
+from gateway.spec.model import validate_spec
 from graystack.local.processes import free_port
 from tests.integration.test_kubernetes_mode import eventually, operate
 from tests.support.gie_data_plane import DataPlane, PickerAddress
@@ -142,3 +144,30 @@ async def test_the_picker_in_the_gateway_serves_each_step_at_once_and_keeps_coho
     dropped = upstreams["v1-b"].hits
     assert await served(plane, 20) == {"v1": 20}
     assert upstreams["v1-b"].hits == dropped  # every one to the pod still ready
+
+
+def test_a_pool_whose_selector_matches_no_pod_is_named_and_the_picker_not_ready(tmp_path, caplog):
+    api = FakeApiServer().start()
+    try:
+        api.put(pod("v1-a", "127.0.8.1", "v9"))  # a pod, but of no variant's track
+        api.put(
+            {
+                "apiVersion": "inference.networking.k8s.io/v1",
+                "kind": "InferencePool",
+                "metadata": {"name": "llm", "namespace": NS},
+                "spec": {"selector": {"matchLabels": {"app": "llm"}}, "targetPorts": [{"number": 8000}],
+                         "endpointPickerRef": {"name": "graystack", "port": {"number": 9002}}},
+            }
+        )  # fmt: skip
+        live = validate_spec(SPEC)
+        picker = PoolPicker(
+            api_client(str(api.write_kubeconfig(tmp_path / "kubeconfig", NS))), lambda: live, PickerOptions()
+        )
+        picker.read()
+        assert not picker.ready()
+        assert picker.problem == (
+            "InferencePool serving/llm: no Running, Ready pod matches its selector with one of track=v1, track=v2"
+        )
+        assert picker.problem in caplog.text
+    finally:
+        api.stop()

@@ -36,6 +36,7 @@ SCENARIOS = [
     "loadtest-values.yaml",
     "autoscaling-values.yaml",
     "gateway-api-values.yaml",
+    "endpoint-picker-values.yaml",
 ]
 KUBERNETES_VERSION = "1.33.0"
 CRDS = Path(__file__).resolve().parent / "crds"

@@ -46,6 +46,9 @@ app.kubernetes.io/part-of: graystack
 {{- define "graystack.adminService" -}}{{ include "graystack.componentName" (dict "root" . "component" "gateway-admin") }}{{- end -}}
 {{- define "graystack.adminSecret" -}}{{ include "graystack.componentName" (dict "root" . "component" "admin-token") }}{{- end -}}
 {{- define "graystack.alsService" -}}{{ include "graystack.componentName" (dict "root" . "component" "als") }}{{- end -}}
+{{- define "graystack.eppService" -}}{{ include "graystack.componentName" (dict "root" . "component" "epp") }}{{- end -}}
+{{/* The namespace of the InferencePool the Endpoint Picker serves (left out: the release's). */}}
+{{- define "graystack.eppNamespace" -}}{{ .Values.endpointPicker.pool.namespace | default .Release.Namespace }}{{- end -}}
 
 {{/* Whether `helm test` runs: its pod and its header rules go through graystack's Envoy, which Gateway API
 mode does not run (its rules would become rules of the user's routes). */}}
@@ -87,7 +90,8 @@ affinity:
 {{/* The rollout spec the gateway watches: the values' `rollout`, with variants from `variants`. Envoy
 health-checks each variant on its server's own readiness path (vLLM: /health; graystack: /readyz), and
 balances its pods by its `loadBalancing` (unset: the gateway's default). In Gateway API mode `gateway_api`
-comes from `gatewayApi`, with a backendRef for every enabled variant and none for another. */}}
+comes from `gatewayApi`, with a backendRef for every enabled variant and none for another; with the
+Endpoint Picker on, `endpoint_picker` from `endpointPicker` (its `values` keyed by enabled variants only). */}}
 {{- define "graystack.spec" -}}
 {{- $variants := dict -}}
 {{- range $name, $v := .Values.variants -}}
@@ -118,6 +122,24 @@ comes from `gatewayApi`, with a backendRef for every enabled variant and none fo
 {{- end -}}
 {{- $routes := include "graystack.gatewayApiRoutes" $ | fromJsonArray -}}
 {{- $_ := set $spec "gateway_api" (dict "routes" $routes "backends" .backends "on_drift" .onDrift "mirror" .mirror "answer_filter" .answerFilter) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.endpointPicker -}}
+{{- if .enabled -}}
+{{- $marks := dict -}}{{/* label value: the variant whose pods it marks */}}
+{{- range $name, $value := .values -}}
+{{- if not (hasKey $variants $name) -}}
+{{- fail (printf "endpointPicker.values.%s: no enabled variant %s in variants" $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $_ := $variants -}}
+{{- $mark := get $.Values.endpointPicker.values $name | default $name -}}
+{{- if hasKey $marks $mark -}}
+{{- fail (printf "endpointPicker.values: variants %s and %s share the label value %s" (get $marks $mark) $name $mark) -}}
+{{- end -}}
+{{- $_ := set $marks $mark $name -}}
+{{- end -}}
+{{- $_ := set $spec "endpoint_picker" (dict "pool" .pool.name "namespace" (include "graystack.eppNamespace" $) "variant_label" .variantLabel "values" .values) -}}
 {{- end -}}
 {{- end -}}
 {{- if include "graystack.helmTest" . -}}

@@ -1,10 +1,10 @@
-"""Which variant, then which of its pods (pure): the rollout's split drawn per request, or hashed from a
-cohort key; within the variant, the pod with the fewest requests in flight."""
+"""Which variant (pure): the rollout's split drawn per request, or hashed from a cohort key; which of its
+pods is gateway/epp/scorers.py's."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 
 from gateway.envoy.affinity import nested_order
 
@@ -34,11 +34,3 @@ def choose_variant(
             return variant
         at -= weight
     raise AssertionError("a position lies beyond the split's total")
-
-
-def rank(endpoints: Sequence[str], in_flight: Mapping[str, int], turn: int) -> list[str]:
-    """`endpoints`, fewest in flight first; ties taken in turn (rotated by `turn`), so that an idle variant
-    is not all sent to its first pod."""
-    start = turn % len(endpoints)
-    rotated = [*endpoints[start:], *endpoints[:start]]
-    return sorted(rotated, key=lambda endpoint: in_flight.get(endpoint, 0))

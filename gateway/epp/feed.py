@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gateway.epp.wanted import Wanted
-from gateway.spec.endpoint_picker import EndpointPicker
+from gateway.spec.endpoint_picker import SCORERS, EndpointPicker
 from gateway.spec.model import RolloutSpec
 
 
@@ -61,4 +61,5 @@ def wanted_from(spec: RolloutSpec, pods: Mapping[str, tuple[str, ...]], baseline
         segment_header=routing.header if routing.rules else None,
         segments={rule.value: rule.split() for rule in routing.rules},
         cohort_header=cohort,
+        scorers=spec.endpoint_picker.weights() if spec.endpoint_picker else dict(SCORERS),
     )

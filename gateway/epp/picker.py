@@ -1,16 +1,22 @@
-"""The picker's state: requests in flight per pod, counted from the pick to the end of the answer, and the
-rollout's current wishes read afresh for every request (an injected callable: a flip reaches the next pick
-with no restart and no reconcile)."""
+"""The picker's state: requests in flight per pod, counted from the pick to the end of the answer, each
+cohort's last pod, the pods' last metrics readings (kept by the reader, never read on a pick's path), and
+the rollout's current wishes read afresh for every request (an injected callable: a flip reaches the next
+pick with no restart and no reconcile)."""
 
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.epp.choice import choose_variant, rank
+from gateway.epp.choice import choose_variant
+from gateway.epp.readings import Readings
+from gateway.epp.scorers import Recent, Signals, rank
 from gateway.epp.wanted import Wanted
+
+SESSIONS = 10_000  # cohort keys remembered with their last pod, the least recent forgotten first
 
 
 @dataclass
@@ -23,6 +29,7 @@ class Ticket:
     endpoints: tuple[str, ...]
     served: str | None = None
     counted: str | None = None
+    cohort: str | None = None
 
 
 @dataclass(frozen=True)
@@ -35,14 +42,22 @@ class Outcome:
 
 
 class Picker:
+    """`readings`: the pods' metrics as the reader last saw them (gateway/epp/metrics_reader.py); None
+    when nothing reads them (every pod is then scored by its in-flight count). `clock`: their time."""
+
     def __init__(
         self,
         wanted: Callable[[], Wanted],
         draw: Callable[[], float] = random.random,
         on_outcome: Callable[[Outcome], None] = lambda outcome: None,
+        readings: Readings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sessions: int = SESSIONS,
     ) -> None:
         self._wanted, self._draw, self._on_outcome = wanted, draw, on_outcome
+        self.readings, self._clock = readings, clock
         self._in_flight: Counter[str] = Counter()
+        self._sessions = Recent(sessions)
         self._turn = 0
 
     def pick(self, headers: Mapping[str, str], subset: frozenset[str] | None) -> Ticket | None:
@@ -53,20 +68,27 @@ class Picker:
             variant: [pod for pod in pods if subset is None or pod in subset]
             for variant, pods in wanted.pods.items()
         }
-        key = headers.get(wanted.cohort_header.lower()) if wanted.cohort_header else None
+        cohort = (headers.get(wanted.cohort_header.lower()) if wanted.cohort_header else None) or None
         variant = choose_variant(
             wanted.split_for(headers),
             wanted.baseline,
             {variant for variant, pods in eligible.items() if pods},
-            key or None,
+            cohort,
             self._draw(),
         )
         if variant is None:
             return None
-        ranked = rank(eligible[variant], self._in_flight, self._turn)
+        signals = Signals(
+            self._in_flight,
+            self.readings.fresh(self._clock()) if self.readings is not None else {},
+            self._sessions.get(cohort) if cohort is not None else None,
+        )
+        ranked = rank(eligible[variant], signals, wanted.scorers, self._turn)
         self._turn += 1
         self._in_flight[ranked[0]] += 1
-        return Ticket(variant, tuple(ranked), counted=ranked[0])
+        if cohort is not None:
+            self._sessions.set(cohort, ranked[0])
+        return Ticket(variant, tuple(ranked), counted=ranked[0], cohort=cohort)
 
     def served(self, ticket: Ticket, endpoint: str) -> None:
         """The gateway says `endpoint` served the request (a fallback, after a retry): it holds the count."""
@@ -75,6 +97,8 @@ class Picker:
             self._in_flight[ticket.counted] -= 1
             self._in_flight[endpoint] += 1
             ticket.counted = endpoint
+        if ticket.cohort is not None:
+            self._sessions.set(ticket.cohort, endpoint)
 
     def release(self, ticket: Ticket) -> None:
         """The answer ended (or the stream closed): the request leaves its pod's count; told once."""
@@ -86,3 +110,11 @@ class Picker:
 
     def in_flight(self) -> dict[str, int]:
         return {endpoint: count for endpoint, count in self._in_flight.items() if count}
+
+    def fallbacks(self) -> dict[str, str]:
+        """The pool's endpoints picked by in-flight counts alone, for want of fresh metrics, and why: what
+        status shows beside the pods."""
+        endpoints = sorted({e for pods in self._wanted().pods.values() for e in pods})
+        if self.readings is None:
+            return dict.fromkeys(endpoints, "metrics not read")
+        return self.readings.fallbacks(endpoints, self._clock())

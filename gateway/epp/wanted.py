@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gateway.spec.endpoint_picker import SCORERS
+
 
 @dataclass(frozen=True)
 class Wanted:
@@ -13,7 +15,7 @@ class Wanted:
     `weights`: the default split. `segments`: a header value's own split (the header `segment_header`).
     `cohort_header`: a client's key; requests with one stay on one variant while the split holds (and
     move only as the split's edge moves: gateway/envoy/affinity.py's nested order). `baseline` heads
-    that order."""
+    that order. `scorers`: each scorer's weight within a variant (gateway/epp/scorers.py)."""
 
     pods: Mapping[str, tuple[str, ...]]
     weights: Mapping[str, int]
@@ -21,6 +23,7 @@ class Wanted:
     segment_header: str | None = None
     segments: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     cohort_header: str | None = None
+    scorers: Mapping[str, float] = field(default_factory=lambda: dict(SCORERS))
 
     def __post_init__(self) -> None:
         splits = [self.weights, *self.segments.values()]
@@ -31,6 +34,11 @@ class Wanted:
             raise ValueError("a weight is negative")
         if self.baseline not in self.pods:
             raise ValueError(f"the baseline {self.baseline!r} has no pods")
+        unknown = sorted(set(self.scorers) - set(SCORERS))
+        if unknown:
+            raise ValueError(f"unknown scorer(s) {unknown}; known: {sorted(SCORERS)}")
+        if any(weight < 0 for weight in self.scorers.values()):
+            raise ValueError("a scorer's weight is negative")
 
     def split_for(self, headers: Mapping[str, str]) -> Mapping[str, int]:
         """The split this request's segment takes: its own, or the default."""
@@ -53,6 +61,15 @@ def _pairs(text: str, what: str) -> dict[str, str]:
             raise ValueError(f"{what}: {item!r} is not NAME=VALUE")
         pairs[name] = value
     return pairs
+
+
+def parse_scorers(items: list[str]) -> dict[str, float]:
+    """`NAME=WEIGHT` once per scorer, over the defaults (0 turns one off)."""
+    try:
+        given = {name: float(weight) for name, weight in _pairs(",".join(items), "scorer").items()}
+    except ValueError as error:
+        raise ValueError(f"scorer: {error}") from None
+    return {**SCORERS, **given}
 
 
 def parse_split(text: str) -> dict[str, int]:

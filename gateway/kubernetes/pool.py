@@ -3,9 +3,16 @@ pods by variant, read from the API server every REFRESH seconds, and the picker 
 admin API, fed the live spec at every pick (gateway/epp/feed.py), so a step, a flip or a rollback reaches
 the next pick without a reconcile in between.
 
+<<<<<<< HEAD
 A read that fails keeps the last pods and is logged; until the first read, and while no pod of any
 variant matches, the picker reports itself not ready (gRPC health, with the reason logged), so a gateway
 sends it nothing it could not place.
+=======
+A read that fails keeps the last pods and is logged; until the first read the picker reports itself not
+ready (gRPC health), so a gateway sends it nothing it could not place. Beside the pods, each pod's metrics
+are read every `endpoint_picker.metrics.interval` (gateway/epp/metrics_reader.py) for the scorers; a pod
+whose metrics cannot be read is picked by in-flight counts, listed by `picker.fallbacks()`.
+>>>>>>> scorers
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from kubernetes import client
 
 from gateway.epp import tls
 from gateway.epp.feed import pool_endpoints, wanted_from
+from gateway.epp.metrics_reader import MetricsReader, Scrape
 from gateway.epp.picker import Picker
+from gateway.epp.readings import Readings
 from gateway.epp.server import EppServer, start
 from gateway.epp.wanted import Wanted
 from gateway.kubernetes.api import call_json
@@ -53,12 +62,24 @@ class PoolPicker:
         self.options = options
         self.pods: dict[str, tuple[str, ...]] | None = None  # None: not yet read
         self.problem: str | None = None  # why the last read found no pod to pick
-        self.picker = Picker(self.wanted)
+        readings = Readings()
+        self.picker = Picker(self.wanted, readings=readings)
+        self.metrics = MetricsReader(readings, self.endpoints, self.scrape)
         self._server: EppServer | None = None
 
     def wanted(self) -> Wanted:
         spec = self.live()
         return wanted_from(spec, self.pods or {}, roles(spec)[0])
+
+    def endpoints(self) -> list[str]:
+        return [endpoint for pods in (self.pods or {}).values() for endpoint in pods]
+
+    def scrape(self) -> Scrape:
+        picker = self.live().endpoint_picker
+        if picker is None:
+            return Scrape()
+        m = picker.metrics
+        return Scrape(m.path, m.port, m.interval, m.timeout)
 
     def read(self) -> None:
         """(on a thread) The pool's ready pods by variant."""
@@ -100,7 +121,10 @@ class PoolPicker:
         return self.pods is not None and self.problem is None
 
     async def run(self) -> None:
-        """Read the pods every REFRESH seconds, until cancelled."""
+        """Read the pods every REFRESH seconds and their metrics every interval, until cancelled."""
+        await asyncio.gather(self._read_pods(), self.metrics.run())
+
+    async def _read_pods(self) -> None:
         while True:
             try:
                 await asyncio.to_thread(self.read)

@@ -2,6 +2,8 @@
 one InferencePool (gateway/epp/), from the gateway process, so a step or a rollback reaches its next
 pick at once. Each variant is the pool's pods whose `variant_label` has the variant's value (`values`
 maps a variant to its label value where they differ: the variants are named otherwise than the pods).
+Within a variant the pods are ranked by `scorers`, weighted (gateway/epp/scorers.py), two of them from
+each pod's own metrics, read in the background as `metrics` says (gateway/epp/metrics_reader.py).
 """
 
 from __future__ import annotations
@@ -10,10 +12,25 @@ from collections.abc import Mapping
 
 from pydantic import Field
 
-from gateway.spec.fields import SpecModel
+from gateway.spec.fields import PositiveDuration, SpecModel
 from gateway.spec.gateway_api import DNS_LABEL, DNS_SUBDOMAIN
 
 LABEL = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+# The scorers there are, each with its default weight. Equal weights: no signal is known to matter more in
+# general; a pod's queue and its KV cache each count as much as the picker's own in-flight count, and a
+# cohort's last pod (its conversation's KV cache, while prefix affinity is not yet scored) as much again.
+SCORERS: dict[str, float] = {"in_flight": 1.0, "queue": 1.0, "kv_cache": 1.0, "session": 1.0}
+
+
+class Metrics(SpecModel):
+    """Where and how often each pod's Prometheus metrics are read: `port` None is the endpoint's own."""
+
+    path: str = Field(default="/metrics", pattern=r"^/")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    interval: PositiveDuration = 1.0
+    timeout: PositiveDuration = 0.5
 
 
 class EndpointPicker(SpecModel):
@@ -21,10 +38,16 @@ class EndpointPicker(SpecModel):
     namespace: str = Field(default="default", pattern=DNS_LABEL)
     variant_label: str = Field(default="graystack.io/variant", pattern=LABEL)
     values: dict[str, str] = {}
+    scorers: dict[str, float] = {}  # over SCORERS' defaults: a scorer not named keeps its default
+    metrics: Metrics = Metrics()
 
     def value_of(self, variant: str) -> str:
         """The label value that marks `variant`'s pods."""
         return self.values.get(variant, variant)
+
+    def weights(self) -> dict[str, float]:
+        """Every scorer's weight: the spec's where it names one, else the default (0 turns one off)."""
+        return {**SCORERS, **self.scorers}
 
 
 def check_endpoint_picker(picker: EndpointPicker | None, variants: Mapping[str, object], body: bool) -> None:
@@ -34,6 +57,13 @@ def check_endpoint_picker(picker: EndpointPicker | None, variants: Mapping[str, 
     unknown = sorted(set(picker.values) - set(variants))
     if unknown:
         raise ValueError(f"endpoint_picker.values: unknown variant(s) {unknown}")
+    unknown = sorted(set(picker.scorers) - set(SCORERS))
+    if unknown:
+        raise ValueError(f"endpoint_picker.scorers: unknown scorer(s) {unknown}; known: {sorted(SCORERS)}")
+    if any(weight < 0 for weight in picker.scorers.values()):
+        raise ValueError("endpoint_picker.scorers: a weight is negative")
+    if picker.metrics.timeout > picker.metrics.interval:
+        raise ValueError("endpoint_picker.metrics: the timeout is longer than the interval")
     marks = [picker.value_of(v) for v in variants]
     if len(set(marks)) < len(marks):
         raise ValueError("endpoint_picker.values: two variants share a label value")

@@ -1,6 +1,6 @@
 """`graystack epp`: the Endpoint Picker a GIE gateway calls (gateway/epp). In this first form the pool's
-pods and the split come from flags; the picker reads them through a callable, the boundary the rollout
-controller is to feed."""
+pods, the split and the scorers' weights come from flags; the picker reads them through a callable, the
+boundary the rollout controller is to feed. The pods' metrics are read in the background beside it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import click
 import grpc
 
 from gateway.epp import tls
+from gateway.epp.metrics_reader import MetricsReader, Scrape
 from gateway.epp.picker import Outcome, Picker
+from gateway.epp.readings import Readings
 from gateway.epp.server import start
-from gateway.epp.wanted import Wanted, parse_pods, parse_segments, parse_split
+from gateway.epp.wanted import Wanted, parse_pods, parse_scorers, parse_segments, parse_split
 from graystack.cli.root import configure_logging, log_level_option, main
 
 log = logging.getLogger("graystack.epp")
@@ -49,6 +51,19 @@ log = logging.getLogger("graystack.epp")
     help="the variant's other pods listed after the pick, for retries: only for gateways whose Envoy "
     "uses override_host (an ORIGINAL_DST cluster cannot read a list)",
 )
+@click.option(
+    "--scorer",
+    "scorers",
+    multiple=True,
+    envvar="GRAYSTACK_EPP_SCORERS",
+    show_envvar=True,
+    help="NAME=WEIGHT: a scorer's weight within a variant (in_flight, queue, kv_cache, session; "
+    "default 1 each, 0 turns one off)",
+)
+@click.option("--metrics-path", default="/metrics", show_default=True, help="each pod's Prometheus metrics")
+@click.option("--metrics-port", default=None, type=click.IntRange(1, 65535), help="default: the pod's own")
+@click.option("--metrics-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--metrics-timeout", default=0.5, show_default=True, type=click.FloatRange(min=0.01))
 @click.option("--insecure", is_flag=True, envvar="GRAYSTACK_EPP_INSECURE", show_envvar=True, help="no TLS")
 @click.option(
     "--cert", type=click.Path(path_type=Path, exists=True), default=None, help="PEM; else self-signed"
@@ -66,6 +81,11 @@ def epp(
     segments: tuple[str, ...],
     cohort_header: str | None,
     fallbacks: int,
+    scorers: tuple[str, ...],
+    metrics_path: str,
+    metrics_port: int | None,
+    metrics_interval: float,
+    metrics_timeout: float,
     insecure: bool,
     cert: Path | None,
     key: Path | None,
@@ -82,6 +102,7 @@ def epp(
             segment_header=segment_header,
             segments=parse_segments(list(segments)),
             cohort_header=cohort_header,
+            scorers=parse_scorers(list(scorers)),
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -91,9 +112,11 @@ def epp(
     if not insecure:
         pem = (key.read_bytes(), cert.read_bytes()) if key and cert else tls.self_signed(addresses=(host,))
         credentials = tls.credentials(*pem)
-    asyncio.run(
-        _serve(Picker(lambda: wanted, on_outcome=_told), host, port, health_port, credentials, fallbacks)
-    )
+    readings = Readings(metrics_interval)
+    scrape = Scrape(metrics_path, metrics_port, metrics_interval, metrics_timeout)
+    reader = MetricsReader(readings, lambda: [e for pods in pool.values() for e in pods], lambda: scrape)
+    picker = Picker(lambda: wanted, on_outcome=_told, readings=readings)
+    asyncio.run(_serve(picker, reader, host, port, health_port, credentials, fallbacks))
 
 
 def _told(outcome: Outcome) -> None:
@@ -102,6 +125,7 @@ def _told(outcome: Outcome) -> None:
 
 async def _serve(
     picker: Picker,
+    reader: MetricsReader,
     host: str,
     port: int,
     health_port: int,
@@ -116,4 +140,8 @@ async def _serve(
         "TLS" if credentials else "plaintext",
         server.health_port,
     )
-    await server.ext_proc.wait_for_termination()
+    metrics = asyncio.create_task(reader.run())
+    try:
+        await server.ext_proc.wait_for_termination()
+    finally:
+        metrics.cancel()

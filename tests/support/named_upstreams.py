@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 NAME_HEADER = "x-upstream"
@@ -25,12 +26,17 @@ class _QuietServer(ThreadingHTTPServer):
 class NamedUpstream:
     """`name` answered (200, text) on `host:port`; `hits`: the requests it got, mirrored copies included,
     also served as a Prometheus counter at METRICS_PATH.
-    `status`: what it answers (a test sets 500 to fail it, as a broken model server would)."""
+    `status`: what it answers (a test sets 500 to fail it, as a broken model server would).
+    `metrics`: more Prometheus text served after the counter (a test sets a model server's gauges, such
+    as vLLM's queue and KV-cache use); `metrics_delay`: seconds its metrics wait before answering (a
+    test sets it to make them hang)."""
 
     def __init__(self, name: str, host: str, port: int) -> None:
         self.name, self.host, self.port = name, host, port
         self.hits = 0
         self.status = 200
+        self.metrics = ""
+        self.metrics_delay = 0.0
         self._lock = threading.Lock()
         self._server = _QuietServer((host, port), self._handler())
         self._server.daemon_threads = True
@@ -65,7 +71,9 @@ class NamedUpstream:
             def _answer(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path == METRICS_PATH:
-                    self._send(200, f"# TYPE {COUNTER} counter\n{COUNTER}_total {upstream.hits}\n".encode())
+                    time.sleep(upstream.metrics_delay)
+                    counter = f"# TYPE {COUNTER} counter\n{COUNTER}_total {upstream.hits}\n"
+                    self._send(200, (counter + upstream.metrics).encode())
                     return
                 upstream._count()
                 self._send(upstream.status, body)

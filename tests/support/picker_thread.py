@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any
 
 import grpc
 
@@ -38,6 +41,10 @@ class PickerThread:
         )
         self._server = started.result(timeout=10)
         return self
+
+    def submit(self, work: Coroutine[Any, Any, None]) -> Future[None]:
+        """Run `work` on the picker's loop, beside it (the metrics reader, as the gateway runs it)."""
+        return asyncio.run_coroutine_threadsafe(work, self._loop)
 
     def stop(self) -> None:
         if self._server is not None:

@@ -9,9 +9,10 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from gateway.epp import protocol
-from gateway.epp.choice import choose_variant, rank
+from gateway.epp.choice import choose_variant
 from gateway.epp.health import Request, Response
 from gateway.epp.picker import Outcome, Picker
+from gateway.epp.scorers import Signals, rank
 from gateway.epp.wanted import Wanted, parse_pods, parse_segments, parse_split
 
 PODS = {"baseline": ("10.0.0.1:8000", "10.0.0.2:8000"), "zero-layer": ("10.0.1.1:8000",)}
@@ -60,8 +61,9 @@ def test_a_cohort_key_keeps_its_variant_and_moves_only_forward_as_the_candidate_
 
 
 def test_fewest_in_flight_first_and_ties_taken_in_turn():
-    assert rank(["a", "b", "c"], {"a": 2, "b": 1}, 0) == ["c", "b", "a"]
-    assert [rank(["a", "b"], {}, turn)[0] for turn in range(4)] == ["a", "b", "a", "b"]
+    counts = {"in_flight": 1.0}
+    assert rank(["a", "b", "c"], Signals({"a": 2, "b": 1}, {}), counts, 0) == ["c", "b", "a"]
+    assert [rank(["a", "b"], Signals({}, {}), counts, turn)[0] for turn in range(4)] == ["a", "b", "a", "b"]
 
 
 def test_counts_follow_the_pick_the_pod_that_served_and_the_end():

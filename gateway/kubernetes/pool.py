@@ -3,16 +3,11 @@ pods by variant, read from the API server every REFRESH seconds, and the picker 
 admin API, fed the live spec at every pick (gateway/epp/feed.py), so a step, a flip or a rollback reaches
 the next pick without a reconcile in between.
 
-<<<<<<< HEAD
 A read that fails keeps the last pods and is logged; until the first read, and while no pod of any
 variant matches, the picker reports itself not ready (gRPC health, with the reason logged), so a gateway
-sends it nothing it could not place.
-=======
-A read that fails keeps the last pods and is logged; until the first read the picker reports itself not
-ready (gRPC health), so a gateway sends it nothing it could not place. Beside the pods, each pod's metrics
-are read every `endpoint_picker.metrics.interval` (gateway/epp/metrics_reader.py) for the scorers; a pod
-whose metrics cannot be read is picked by in-flight counts, listed by `picker.fallbacks()`.
->>>>>>> scorers
+sends it nothing it could not place. Beside the pods, each pod's metrics are read every
+`endpoint_picker.metrics.interval` (gateway/epp/metrics_reader.py) for the scorers; a pod whose metrics
+cannot be read is picked by in-flight counts, listed by `picker.fallbacks()`.
 """
 
 from __future__ import annotations

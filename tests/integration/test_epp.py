@@ -241,7 +241,7 @@ def test_original_dst_cannot_read_a_list(pods, envoy_binary, tmp_path):
     ("profile", "fail_open", "body", "status"),
     [
         ("override_host", True, None, 200),
-        ("override_host", True, BODY, 503),
+        ("override_host", True, BODY, None),  # 200 or 503: a race in Envoy 1.40 (below)
         ("override_host", False, None, 503),
         ("override_host", False, BODY, 503),
         ("original_dst", True, None, 503),
@@ -251,17 +251,19 @@ def test_original_dst_cannot_read_a_list(pods, envoy_binary, tmp_path):
 def test_the_picker_down_fails_open_or_closed(pods, envoy_binary, tmp_path, profile, fail_open, body, status):
     """EppUnAvailableFailOpen, and fail-closed (503), with no picker listening. failure_mode_allow lets a
     request without a body on, and override_host's fallback (round robin) serves it. What Envoy 1.40 does
-    besides, shown here so a change is noticed: a request WITH a body is answered 503 even so, since under
-    FULL_DUPLEX_STREAMED its chunks were already handed to the processor (GIE's own fail-open test posts a
-    body); and ORIGINAL_DST cannot fail open at all: with no header there is no address to dial."""
+    besides, shown here so a change is noticed: a request WITH a body may be answered 503 even so, when
+    under FULL_DUPLEX_STREAMED its chunks were handed to the processor before the failure was seen (a
+    race: on an idle machine it was 503 every time, under load it was once let through; GIE's own
+    fail-open test posts a body); and ORIGINAL_DST cannot fail open at all: with no header there is no
+    address to dial."""
     plane = DataPlane(
         envoy_binary, tmp_path, profile, PickerAddress(free_port()), list(ADDRESS.values()), fail_open
     )
     try:
         plane.start()
         answer = httpx.request("POST" if body else "GET", plane.url, content=body, timeout=10)
-        assert answer.status_code == status, answer.text
-        if status == 200:
+        assert answer.status_code in ((200, 503) if status is None else (status,)), answer.text
+        if answer.status_code == 200:
             assert answer.headers[NAME_HEADER] in HOSTS
     finally:
         plane.stop()

@@ -83,7 +83,7 @@ def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> Provi
                 raise ProviderUnavailable("the prometheus provider has no url: the guard is off")
             queries = {**histogram_queries(histograms), **(source.queries or {})}
             return PrometheusProvider(source.url, variants, fallback, queries)
-        if spec.gateway_api is not None:  # no Envoy of ours: the answers are the requests
+        if spec.users_gateway:  # no Envoy of ours: the answers are the requests
             return DirectProvider(None, list(targets), variants, fallback, histograms=histograms)
         if envoy_admin is None:
             raise ProviderUnavailable(
@@ -111,7 +111,12 @@ def _is_loopback(host: str) -> bool:
 
 
 class Driver(Protocol):
-    """What keeps a built gateway current and moves its rollout: a mode's spec source and watches."""
+    """What keeps a built gateway current and moves its rollout: a mode's spec source and watches.
+    `placement`: where the answers come from a gateway of the user's that the driver knows the pods of
+    (the spec's endpoint_picker), how each is placed; None: graystack's Envoy names each answer's variant."""
+
+    @property
+    def placement(self) -> Placement | None: ...
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         """What runs beside the admin API until the process stops (cancelled then)."""
@@ -234,6 +239,9 @@ class GatewayProcess:
         self._admin_task: asyncio.Task[None] | None = None
         self._grpc = None
 
+    def _placement(self) -> Placement | None:
+        return self.user_gateway if self.user_gateway is not None else self.driver.placement
+
     def _leading(self) -> bool:
         leadership = self.leadership()
         return leadership is None or leadership.leading
@@ -249,7 +257,7 @@ class GatewayProcess:
             self.answers,
             clients=bool(spec.routing.affinity),
             quality=quality_counts(spec.analysis.quality),
-            traffic=spec.gateway_api is not None,
+            traffic=spec.users_gateway,
         )
 
     async def start(self) -> None:
@@ -258,7 +266,7 @@ class GatewayProcess:
             self.options.xds_host,
             self.options.xds_port,
             also=[
-                AnswerReceiver(self.answers, self._leading, self._digests_only, self.user_gateway).register
+                AnswerReceiver(self.answers, self._leading, self._digests_only, self._placement()).register
             ],
         )
         self._admin_task = asyncio.create_task(self.admin.serve())

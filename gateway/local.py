@@ -27,6 +27,7 @@ class FileDriver:
             interval=options.poll_interval,
         )
         self._controller = controller
+        self.placement = None  # graystack's Envoy names each answer's variant
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         return [self._watcher.run(), self._controller.run()]

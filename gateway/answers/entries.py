@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from gateway import names
 from gateway.answers.answer import Answer, Api, Ending, finish_of
 from gateway.answers.capture import captured
+from gateway.spec.model import Routing
 from inference.prompt_buckets import prompt_bucket
 
 _FALLBACK_SUFFIX = names.fallback_cluster("")
@@ -44,6 +45,14 @@ class Placement(Protocol):
     def variant(self, upstream_host: str) -> str | None: ...  # None: not a variant's endpoint, or ""
 
     def segment(self, headers: Mapping[str, str]) -> str: ...
+
+
+def segment_of(routing: Routing, headers: Mapping[str, str]) -> str:
+    """The segment of a request the user's gateway logged: its routing header's value where a rule has
+    it (the log carries the header: the EnvoyProxy ALS sink's `requestHeaders`), else the default."""
+    wanted = routing.header.lower()
+    value = next((v for k, v in headers.items() if k.lower() == wanted), None)
+    return value if value in {rule.value for rule in routing.rules} else names.DEFAULT_SEGMENT
 
 
 def upstream_host(entry: accesslog_pb2.HTTPAccessLogEntry) -> str:

@@ -30,6 +30,7 @@ import httpx
 from kubernetes import client
 
 from gateway import names
+from gateway.answers.entries import segment_of
 from gateway.answers.store import AnswerStore
 from gateway.gatewayapi.attribution import address, pool_addresses, variants_by_address
 from gateway.gatewayapi.routes import RouteError, drift
@@ -103,10 +104,7 @@ class GatewayApiDataPlane:
         return found
 
     def segment(self, headers: Mapping[str, str]) -> str:
-        routing = self.live().routing
-        wanted = routing.header.lower()
-        value = next((v for k, v in headers.items() if k.lower() == wanted), None)
-        return value if value in {rule.value for rule in routing.rules} else names.DEFAULT_SEGMENT
+        return segment_of(self.live().routing, headers)
 
     # -- writing ------------------------------------------------------------------------------------
 

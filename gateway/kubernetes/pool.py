@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from kubernetes import client
 
+from gateway.answers.entries import segment_of
 from gateway.epp import tls
 from gateway.epp.feed import pool_endpoints, wanted_from
 from gateway.epp.metrics_reader import MetricsReader, Scrape
@@ -65,6 +66,15 @@ class PoolPicker:
     def wanted(self) -> Wanted:
         spec = self.live()
         return wanted_from(spec, self.pods or {}, roles(spec)[0])
+
+    # -- the answer receiver's Placement: the user's gateway logs each answer's pod ------------------
+
+    def variant(self, upstream_host: str) -> str | None:
+        """The variant whose pod (at this port: data-parallel ranks are endpoints of their own) served."""
+        return next((v for v, pods in (self.pods or {}).items() if upstream_host in pods), None)
+
+    def segment(self, headers: Mapping[str, str]) -> str:
+        return segment_of(self.live().routing, headers)
 
     def endpoints(self) -> list[str]:
         return [endpoint for pods in (self.pods or {}).values() for endpoint in pods]

@@ -161,6 +161,7 @@ class ClusterDriver:
             if self.kube.picker is not None and live.endpoint_picker is not None
             else None
         )
+        self.placement = self.pool  # the user's gateway logs the answers of the pods it picks
         self._loop: asyncio.AbstractEventLoop | None = None
         self._controller_task: asyncio.Task[None] | None = None
         self._background_tasks: set[asyncio.Task[None]] = set()

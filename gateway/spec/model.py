@@ -309,6 +309,12 @@ class RolloutSpec(SpecModel):
             rules[index] = {"value": segment, "weights": dict(weights)}
         return validate_spec(data)
 
+    @property
+    def users_gateway(self) -> bool:
+        """The user's own gateway serves the rollout (its routes, or the pool graystack picks for): its
+        access log brings the answers, and no Envoy of graystack's counts the requests."""
+        return self.gateway_api is not None or self.endpoint_picker is not None
+
     def with_mirror(self, mirror: Mirror | None) -> RolloutSpec:
         """A copy that mirrors as `mirror` says (None: no mirroring)."""
         data = self.model_dump(mode="python")

@@ -7,7 +7,9 @@ override_host). The pool's pods are small servers on loopback addresses of their
 
 What it shows: the pool's pods are read from the API; the step's split is the split served; a cohort
 stays on one variant; an operator's promote and rollback reach the very next requests (no route to
-reconcile); a pod that stops being ready takes no more requests."""
+reconcile); a pod that stops being ready takes no more requests; the answers come from the gateway's own
+access log, placed by the pod that served each, and a fault on the canary's pod is rolled back by the
+guard, the next requests all on the baseline's pods."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from gateway.kubernetes.process import KubernetesOptions, gateway_options, kuber
 from gateway.spec.model import validate_spec
 from graystack.local.processes import free_port
 from tests.integration.test_kubernetes_mode import eventually, operate
+from tests.support.gateway_api_stand import Traffic
 from tests.support.gie_data_plane import DataPlane, PickerAddress
 from tests.support.kube_api import FakeApiServer
 from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
@@ -42,6 +45,13 @@ SPEC = {
     "routing": {"weights": {"stable": 100, "canary": 0}, "affinity": [{"header": "x-user"}]},
     "retries": {"fallback": "stable"},
     "strategy": {"steps": [{"weight": 20, "hold": "1h"}, {"weight": 100, "hold": "1h"}]},
+    "analysis": {  # judged on the answers the gateway's access log brings: errors; no first token there
+        "interval": "0.5s",
+        "min_detectable_error_rate": 0.1,
+        "max_latency_ratio": None,
+        "max_ttft_p95": None,
+        "expected_weight_status": None,
+    },
     "endpoint_picker": {
         "pool": "llm",
         "namespace": NS,
@@ -94,9 +104,10 @@ async def world(envoy_binary, tmp_path):
         NS, SPEC_CM, STATE_CM, LEASE, POD, pod=POD,
         kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig", NS)), lease_seconds=2.0, picker=picker,
     )  # fmt: skip
-    gateway = kubernetes_gateway(gateway_options(kube, xds_port=free_port(), admin_port=free_port()), kube)
+    als = free_port()  # the gateway's xDS port, where its access log goes too
+    gateway = kubernetes_gateway(gateway_options(kube, xds_port=als, admin_port=free_port()), kube)
     addresses = [f"{ip}:{port}" for ip, _ in PODS.values()]
-    plane = DataPlane(envoy_binary, tmp_path, "override_host", PickerAddress(picker.port), addresses)
+    plane = DataPlane(envoy_binary, tmp_path, "override_host", PickerAddress(picker.port), addresses, als=als)
     try:
         await gateway.start()
         plane.start()
@@ -144,6 +155,21 @@ async def test_the_picker_in_the_gateway_serves_each_step_at_once_and_keeps_coho
     dropped = upstreams["v1-b"].hits
     assert await served(plane, 20) == {"v1": 20}
     assert upstreams["v1-b"].hits == dropped  # every one to the pod still ready
+
+
+async def test_a_fault_on_the_canarys_pods_is_measured_from_the_gateways_log_and_rolled_back_at_once(world):
+    _, gateway, plane, upstreams = world
+    traffic = Traffic(plane.url, path="/v1/completions").start()
+    try:
+        await eventually(lambda: gateway.answers.answered["canary"] > 50, 20, "the canary's answers measured")
+        upstreams["v2-a"].status = 500  # the canary's one pod breaks
+        await eventually(lambda: gateway.controller.state.label() == "rolled_back", 30, "the rollback")
+    finally:
+        await traffic.stop()
+    assert gateway.answers.failed["canary"] > 0
+    assert gateway.answers.failed["stable"] == 0
+    assert await served(plane, 20) == {"v1": 20}  # the very next requests: no route to reconcile
+    assert not gateway.controller.status().rollback_in_flight
 
 
 def test_a_pool_whose_selector_matches_no_pod_is_named_and_the_picker_not_ready(tmp_path, caplog):

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import httpx
 import yaml
 
+from gateway import names
 from gateway.epp import protocol
 from graystack.local.processes import ManagedProcess, free_port, start_process
 
@@ -57,8 +58,11 @@ def bootstrap(
     picker: PickerAddress,
     pods: list[str],
     fail_open: bool,
+    als: int | None = None,
 ) -> dict[str, Any]:
-    """The Envoy bootstrap (a dict for YAML); `pods`: the pool's `ip:port`s (override_host's members)."""
+    """The Envoy bootstrap (a dict for YAML); `pods`: the pool's `ip:port`s (override_host's members);
+    `als`: a gRPC access-log service on 127.0.0.1 (graystack's, on its xDS port), as a gateway's EnvoyProxy
+    ALS sink sends its log."""
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "grpc_service": {"envoy_grpc": {"cluster_name": "epp"}, "timeout": "10s"},
@@ -107,6 +111,20 @@ def bootstrap(
         },
         "http_filters": http_filters,
     }
+    clusters = [_pool(profile, pods), _picker_cluster(picker)]
+    if als is not None:
+        manager["access_log"] = [_access_log()]
+        clusters.append(
+            {
+                "name": "als",
+                "type": "STATIC",
+                "typed_extension_protocol_options": _HTTP2,
+                "load_assignment": {
+                    "cluster_name": "als",
+                    "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address("127.0.0.1", als)}}]}],
+                },
+            }
+        )
     listener = {
         "name": "gateway",
         "address": _address("127.0.0.1", listen_port),
@@ -118,7 +136,30 @@ def bootstrap(
         "admin": {"address": _address("127.0.0.1", admin_port)},
         "static_resources": {
             "listeners": [listener],
-            "clusters": [_pool(profile, pods), _picker_cluster(picker)],
+            "clusters": clusters,
+        },
+    }
+
+
+_HTTP2 = {
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http2_protocol_options": {}},
+    }
+}
+
+
+def _access_log() -> dict[str, Any]:
+    return {
+        "name": "envoy.access_loggers.http_grpc",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig",
+            "common_config": {
+                "log_name": names.ANSWER_LOG,
+                "grpc_service": {"envoy_grpc": {"cluster_name": "als"}},
+                "transport_api_version": "V3",
+                "buffer_flush_interval": "0.1s",
+            },
         },
     }
 
@@ -222,10 +263,11 @@ class DataPlane:
         picker: PickerAddress,
         pods: list[str],
         fail_open: bool = False,
+        als: int | None = None,
     ) -> None:
         self.listen_port, self.admin_port = free_port(), free_port()
         self.config = folder / f"envoy-{profile}.yaml"
-        config = bootstrap(profile, self.listen_port, self.admin_port, picker, pods, fail_open)
+        config = bootstrap(profile, self.listen_port, self.admin_port, picker, pods, fail_open, als)
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self._envoy, self._folder = envoy, folder
         self.url = f"http://127.0.0.1:{self.listen_port}"

@@ -503,13 +503,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="closed-loop workers, plain capacity")
     parser.add_argument("--stream-concurrency", type=int, default=16, help="closed-loop workers, streams")
     parser.add_argument("--capacity-seconds", type=float, default=10, help="per target, per capacity phase")
+    parser.add_argument("--out", type=Path, default=None, help="default bench/results/epp_cost.json")
     args = parser.parse_args()
     if args.serve_pods is not None:
         asyncio.run(serve_pods(args.serve_pods))
         return
     with tempfile.TemporaryDirectory(prefix="bench-epp-") as workdir:
         results = asyncio.run(run(args, Path(workdir)))
-    parameters = {k: v for k, v in vars(args).items() if k != "serve_pods"}
+    parameters = {k: v for k, v in vars(args).items() if k not in ("serve_pods", "out")}
     parameters |= {
         "pods": len(PODS),
         "event_bytes": EVENT_SIZE,
@@ -517,7 +518,7 @@ def main() -> None:
         "bare": "the override_host data plane without its ext_proc filter (the cluster's round robin)",
         "client": "httpx.AsyncClient in the bench process; one connection per closed-loop worker",
     }
-    print(f"wrote {write_result('epp_cost', parameters, results)}")
+    print(f"wrote {write_result('epp_cost', parameters, results, args.out)}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ the process calls it at every pick's read, so a step, a flip or a rollback reach
 
 A pod is one of the pool's when it is Running, Ready and matches the pool's selector; its variant is its
 `endpoint_picker.variant_label` value; it serves at each of the pool's target ports (data-parallel ranks
-are endpoints of their own). Cohorts: the first header source of `routing.affinity` (a cookie or body
+are endpoints of their own). A model variant (`endpoint_picker.models`) has no pods of its own: the
+baseline's serve it, its requests' `model` rewritten. Cohorts: the first header source of `routing.affinity` (a cookie or body
 source is not read by the picker: its requests are split at random).
 """
 
@@ -38,7 +39,7 @@ def pool_endpoints(
     spec = pool.get("spec", {})
     wanted = spec.get("selector", {}).get("matchLabels", {})
     ports = [p["number"] for p in spec.get("targetPorts", [])]
-    by_value = {picker.value_of(variant): variant for variant in variants}
+    by_value = {picker.value_of(variant): variant for variant in variants if variant not in picker.models}
     found: dict[str, list[str]] = {}
     for pod in pods:
         labels = pod.get("metadata", {}).get("labels") or {}
@@ -52,7 +53,8 @@ def pool_endpoints(
 def wanted_from(spec: RolloutSpec, pods: Mapping[str, tuple[str, ...]], baseline: str) -> Wanted:
     """The live spec's split over the pods there are (a variant with none gets no share)."""
     routing = spec.routing
-    present = {variant: pods.get(variant, ()) for variant in spec.variants}
+    models = dict(spec.endpoint_picker.models) if spec.endpoint_picker else {}
+    present = {variant: pods.get(variant, ()) for variant in spec.variants if variant not in models}
     cohort = next((source.header for source in routing.affinity if source.header), None)
     return Wanted(
         pods=present,
@@ -62,4 +64,5 @@ def wanted_from(spec: RolloutSpec, pods: Mapping[str, tuple[str, ...]], baseline
         segments={rule.value: rule.split() for rule in routing.rules},
         cohort_header=cohort,
         scorers=spec.endpoint_picker.weights() if spec.endpoint_picker else dict(SCORERS),
+        models=models,
     )

@@ -23,10 +23,14 @@ SESSIONS = 10_000  # cohort keys remembered with their last pod, the least recen
 class Ticket:
     """One request's pick: `endpoints` in order (the first picked, the rest fallbacks within its variant);
     `served`: the pod the gateway reports it went to, once known; `counted`: the pod whose in-flight count
-    holds this request (None once released)."""
+    holds this request (None once released). `model`: the model name the request's body is rewritten to,
+    for a model variant (None: the body goes as it came); `baseline`: the variant whose pods serve it, which
+    the request counts as when its body cannot be rewritten (`unchanged`)."""
 
     variant: str
     endpoints: tuple[str, ...]
+    model: str | None = None
+    baseline: str | None = None
     served: str | None = None
     counted: str | None = None
     cohort: str | None = None
@@ -65,8 +69,8 @@ class Picker:
         None when nothing is eligible (the gateway is then answered 503)."""
         wanted = self._wanted()
         eligible = {
-            variant: [pod for pod in pods if subset is None or pod in subset]
-            for variant, pods in wanted.pods.items()
+            variant: [pod for pod in wanted.pods_of(variant) if subset is None or pod in subset]
+            for variant in wanted.variants()
         }
         cohort = (headers.get(wanted.cohort_header.lower()) if wanted.cohort_header else None) or None
         variant = choose_variant(
@@ -88,7 +92,19 @@ class Picker:
         self._in_flight[ranked[0]] += 1
         if cohort is not None:
             self._sessions.set(cohort, ranked[0])
-        return Ticket(variant, tuple(ranked), counted=ranked[0], cohort=cohort)
+        return Ticket(
+            variant,
+            tuple(ranked),
+            counted=ranked[0],
+            cohort=cohort,
+            model=wanted.models.get(variant),
+            baseline=wanted.baseline,
+        )
+
+    def unchanged(self, ticket: Ticket) -> None:
+        """A model variant's request whose body goes as it came: it is the baseline's (same pods, its model)."""
+        if ticket.model is not None and ticket.baseline is not None:
+            ticket.variant, ticket.model = ticket.baseline, None
 
     def served(self, ticket: Ticket, endpoint: str) -> None:
         """The gateway says `endpoint` served the request (a fallback, after a retry): it holds the count."""

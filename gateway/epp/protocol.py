@@ -49,18 +49,14 @@ def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:
     return value.string_value or None if value is not None else None
 
 
-def route_to(endpoints: Sequence[str]) -> ext_proc.ProcessingResponse:
+def route_to(endpoints: Sequence[str], length: int | None = None) -> ext_proc.ProcessingResponse:
     """The request headers' answer: the picked endpoint first, the fallbacks after it, comma-separated, in
-    the header and in the metadata alike (the protocol forbids the two to differ)."""
+    the header and in the metadata alike (the protocol forbids the two to differ). `length`: the body's
+    new `content-length`, where the picker rewrote the body."""
     value = ",".join(endpoints)
-    mutation = ext_proc.HeaderMutation(
-        set_headers=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key=DESTINATION, raw_value=value.encode()),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-        ]
-    )
+    mutation = ext_proc.HeaderMutation(set_headers=[_header(DESTINATION, value)])
+    if length is not None:
+        mutation.set_headers.append(_header("content-length", str(length)))
     metadata = struct_pb2.Struct()
     metadata.update({LB_NAMESPACE: {DESTINATION: value}})
     return ext_proc.ProcessingResponse(
@@ -68,6 +64,13 @@ def route_to(endpoints: Sequence[str]) -> ext_proc.ProcessingResponse:
             response=ext_proc.CommonResponse(header_mutation=mutation, clear_route_cache=True)
         ),
         dynamic_metadata=metadata,
+    )
+
+
+def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
     )
 
 
@@ -84,7 +87,12 @@ def refuse(code: int, reason: str) -> ext_proc.ProcessingResponse:
 
 def echo(kind: str, body: ext_proc.HttpBody) -> ext_proc.ProcessingResponse:
     """A body chunk handed back unchanged (`kind`: request_body or response_body)."""
-    streamed = ext_proc.StreamedBodyResponse(body=body.body, end_of_stream=body.end_of_stream)
+    return streamed(kind, body.body, body.end_of_stream)
+
+
+def streamed(kind: str, data: bytes, end_of_stream: bool) -> ext_proc.ProcessingResponse:
+    """Body bytes handed back (FULL_DUPLEX_STREAMED): held chunks, or a rewritten body, as one chunk."""
+    streamed = ext_proc.StreamedBodyResponse(body=data, end_of_stream=end_of_stream)
     common = ext_proc.CommonResponse(body_mutation=ext_proc.BodyMutation(streamed_response=streamed))
     return ext_proc.ProcessingResponse(**{kind: ext_proc.BodyResponse(response=common)})
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 
+from gateway.epp import rewrite
 from gateway.epp.health import health_handler
 from gateway.epp.picker import Picker
 from gateway.epp.service import ExtProc
@@ -22,6 +23,7 @@ class EppServer:
     health: grpc.aio.Server
     port: int
     health_port: int
+    service: ExtProc
 
     async def stop(self, grace: float = 1.0) -> None:
         await self.ext_proc.stop(grace)
@@ -36,16 +38,20 @@ async def start(
     tls: grpc.ServerCredentials | None,
     fallbacks: int = 0,
     ready: Callable[[], bool] = lambda: True,
+    bound: int = rewrite.BOUND,
 ) -> EppServer:
     """Serve `picker` on `host:port` (TLS with `tls`, plaintext with None) and health on `host:health_port`;
-    `fallbacks`: gateway/epp/service.py's ExtProc."""
+    `fallbacks`, `bound`: gateway/epp/service.py's ExtProc."""
     ext_proc = grpc.aio.server()
-    external_processor_pb2_grpc.add_ExternalProcessorServicer_to_server(ExtProc(picker, fallbacks), ext_proc)
+    service = ExtProc(picker, fallbacks, bound)
+    external_processor_pb2_grpc.add_ExternalProcessorServicer_to_server(service, ext_proc)
     address = f"{host}:{port}"
-    bound = ext_proc.add_secure_port(address, tls) if tls is not None else ext_proc.add_insecure_port(address)
+    port_bound = (
+        ext_proc.add_secure_port(address, tls) if tls is not None else ext_proc.add_insecure_port(address)
+    )
     health = grpc.aio.server()
     health.add_generic_rpc_handlers((health_handler(ready),))
     health_bound = health.add_insecure_port(f"{host}:{health_port}")
     await ext_proc.start()
     await health.start()
-    return EppServer(ext_proc, health, bound, health_bound)
+    return EppServer(ext_proc, health, port_bound, health_bound, service)

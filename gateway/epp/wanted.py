@@ -15,7 +15,9 @@ class Wanted:
     `weights`: the default split. `segments`: a header value's own split (the header `segment_header`).
     `cohort_header`: a client's key; requests with one stay on one variant while the split holds (and
     move only as the split's edge moves: gateway/envoy/affinity.py's nested order). `baseline` heads
-    that order. `scorers`: each scorer's weight within a variant (gateway/epp/scorers.py)."""
+    that order. `scorers`: each scorer's weight within a variant (gateway/epp/scorers.py). `models`: the
+    model variants, each with the model name its requests' bodies are rewritten to; such a variant has no
+    pods of its own and is served by the baseline's (`pods_of`)."""
 
     pods: Mapping[str, tuple[str, ...]]
     weights: Mapping[str, int]
@@ -24,16 +26,23 @@ class Wanted:
     segments: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     cohort_header: str | None = None
     scorers: Mapping[str, float] = field(default_factory=lambda: dict(SCORERS))
+    models: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         splits = [self.weights, *self.segments.values()]
-        unknown = sorted({v for split in splits for v in split if v not in self.pods})
+        unknown = sorted(
+            {v for split in splits for v in split if v not in self.pods and v not in self.models}
+        )
         if unknown:
             raise ValueError(f"a split names variants with no pods: {unknown}")
         if any(weight < 0 for split in splits for weight in split.values()):
             raise ValueError("a weight is negative")
         if self.baseline not in self.pods:
             raise ValueError(f"the baseline {self.baseline!r} has no pods")
+        if self.baseline in self.models:
+            raise ValueError(f"the baseline {self.baseline!r} serves the model variants; it cannot be one")
+        if any(not name for name in self.models.values()):
+            raise ValueError("a model variant's model name is empty")
         unknown = sorted(set(self.scorers) - set(SCORERS))
         if unknown:
             raise ValueError(f"unknown scorer(s) {unknown}; known: {sorted(SCORERS)}")
@@ -47,6 +56,14 @@ class Wanted:
             if value is not None and value in self.segments:
                 return self.segments[value]
         return self.weights
+
+    def variants(self) -> list[str]:
+        """Every variant: those of pods, then the model variants."""
+        return [*self.pods, *(variant for variant in self.models if variant not in self.pods)]
+
+    def pods_of(self, variant: str) -> tuple[str, ...]:
+        """The endpoints that serve `variant`: a model variant's are the baseline's."""
+        return tuple(self.pods[self.baseline if variant in self.models else variant])
 
     def variant_of(self, endpoint: str) -> str | None:
         return next((variant for variant, pods in self.pods.items() if endpoint in pods), None)
@@ -92,6 +109,11 @@ def parse_pods(items: list[str]) -> dict[str, tuple[str, ...]]:
             raise ValueError(f"pods: {item!r}: each endpoint is IP:PORT")
         pods[variant] = listed
     return pods
+
+
+def parse_models(items: list[str]) -> dict[str, str]:
+    """`VARIANT=MODEL-NAME` once per model variant."""
+    return _pairs(",".join(items), "model")
 
 
 def parse_segments(items: list[str]) -> dict[str, dict[str, int]]:

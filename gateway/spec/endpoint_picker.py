@@ -4,6 +4,9 @@ pick at once. Each variant is the pool's pods whose `variant_label` has the vari
 maps a variant to its label value where they differ: the variants are named otherwise than the pods).
 Within a variant the pods are ranked by `scorers`, weighted (gateway/epp/scorers.py), two of them from
 each pod's own metrics, read in the background as `metrics` says (gateway/epp/metrics_reader.py).
+A variant named in `models` is no set of pods but a model name (a LoRA adapter, a model the same server
+also serves): its requests' JSON `model` is rewritten to that name and they go to the baseline's pods
+(gateway/epp/service.py); it has no label value.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class EndpointPicker(SpecModel):
     namespace: str = Field(default="default", pattern=DNS_LABEL)
     variant_label: str = Field(default="graystack.io/variant", pattern=LABEL)
     values: dict[str, str] = {}
+    models: dict[str, str] = {}  # a model variant: its model name, served by the baseline's pods
     scorers: dict[str, float] = {}  # over SCORERS' defaults: a scorer not named keeps its default
     metrics: Metrics = Metrics()
 
@@ -50,13 +54,32 @@ class EndpointPicker(SpecModel):
         return {**SCORERS, **self.scorers}
 
 
-def check_endpoint_picker(picker: EndpointPicker | None, variants: Mapping[str, object], body: bool) -> None:
+def check_endpoint_picker(
+    picker: EndpointPicker | None, variants: Mapping[str, object], body: bool, baseline: str | None = None
+) -> None:
     """ValueError naming the field where the spec asks the picker for what it cannot do."""
     if picker is None:
         return
     unknown = sorted(set(picker.values) - set(variants))
     if unknown:
         raise ValueError(f"endpoint_picker.values: unknown variant(s) {unknown}")
+    unknown = sorted(set(picker.models) - set(variants))
+    if unknown:
+        raise ValueError(f"endpoint_picker.models: unknown variant(s) {unknown}")
+    both = sorted(set(picker.models) & set(picker.values))
+    if both:
+        raise ValueError(
+            f"endpoint_picker.models: {both} also given a label value in endpoint_picker.values; a model "
+            "variant is served by the baseline's pods and has none"
+        )
+    empty = sorted(variant for variant, name in picker.models.items() if not name.strip())
+    if empty:
+        raise ValueError(f"endpoint_picker.models: an empty model name for {empty}")
+    if baseline is not None and baseline in picker.models:
+        raise ValueError(
+            f"endpoint_picker.models: the baseline {baseline!r} serves the model variants on its pods; "
+            "it cannot be one"
+        )
     unknown = sorted(set(picker.scorers) - set(SCORERS))
     if unknown:
         raise ValueError(f"endpoint_picker.scorers: unknown scorer(s) {unknown}; known: {sorted(SCORERS)}")
@@ -64,7 +87,7 @@ def check_endpoint_picker(picker: EndpointPicker | None, variants: Mapping[str, 
         raise ValueError("endpoint_picker.scorers: a weight is negative")
     if picker.metrics.timeout > picker.metrics.interval:
         raise ValueError("endpoint_picker.metrics: the timeout is longer than the interval")
-    marks = [picker.value_of(v) for v in variants]
+    marks = [picker.value_of(v) for v in variants if v not in picker.models]
     if len(set(marks)) < len(marks):
         raise ValueError("endpoint_picker.values: two variants share a label value")
     if body:

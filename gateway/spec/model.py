@@ -271,7 +271,12 @@ class RolloutSpec(SpecModel):
             latency_from_answers=self.analysis.latency_source == "answers"
             and (self.analysis.max_latency_ratio is not None or self.analysis.max_ttft_p95 is not None),
         )
-        check_endpoint_picker(self.endpoint_picker, self.variants, self.routing.body is not None)
+        check_endpoint_picker(
+            self.endpoint_picker,
+            self.variants,
+            self.routing.body is not None,
+            self.retries.fallback or ("baseline" if "baseline" in self.variants else None),
+        )
         for entry in self.apis.table():
             for path in self.protected_paths():
                 if reaches(entry.path, path):

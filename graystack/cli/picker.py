@@ -16,7 +16,7 @@ from gateway.epp.metrics_reader import MetricsReader, Scrape
 from gateway.epp.picker import Outcome, Picker
 from gateway.epp.readings import Readings
 from gateway.epp.server import start
-from gateway.epp.wanted import Wanted, parse_pods, parse_scorers, parse_segments, parse_split
+from gateway.epp.wanted import Wanted, parse_models, parse_pods, parse_scorers, parse_segments, parse_split
 from graystack.cli.root import configure_logging, log_level_option, main
 
 log = logging.getLogger("graystack.epp")
@@ -37,6 +37,13 @@ log = logging.getLogger("graystack.epp")
 )
 @click.option(
     "--split", required=True, envvar="GRAYSTACK_EPP_SPLIT", show_envvar=True, help="VARIANT=WEIGHT,..."
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    help="VARIANT=MODEL-NAME: a model variant, served by the baseline's pods with each request's JSON "
+    "`model` rewritten to MODEL-NAME (its bodies held until complete, up to 1 MiB)",
 )
 @click.option("--baseline", default=None, help="heads the cohorts' order (default: the first --pods variant)")
 @click.option("--segment-header", default=None, envvar="GRAYSTACK_EPP_SEGMENT_HEADER", show_envvar=True)
@@ -76,6 +83,7 @@ def epp(
     health_port: int,
     pods: tuple[str, ...],
     split: str,
+    models: tuple[str, ...],
     baseline: str | None,
     segment_header: str | None,
     segments: tuple[str, ...],
@@ -103,6 +111,7 @@ def epp(
             segments=parse_segments(list(segments)),
             cohort_header=cohort_header,
             scorers=parse_scorers(list(scorers)),
+            models=parse_models(list(models)),
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None

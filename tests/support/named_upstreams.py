@@ -4,12 +4,14 @@ attributes answers by the address that served them, each stands for one pod."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 NAME_HEADER = "x-upstream"
+MODEL_HEADER = "x-upstream-model"  # the `model` of the JSON body it got ("" for none), answered back
 METRICS_PATH = "/metrics"  # its request counter, as a model server exports one (not counted itself)
 COUNTER = "upstream_requests"
 
@@ -29,7 +31,8 @@ class NamedUpstream:
     `status`: what it answers (a test sets 500 to fail it, as a broken model server would).
     `metrics`: more Prometheus text served after the counter (a test sets a model server's gauges, such
     as vLLM's queue and KV-cache use); `metrics_delay`: seconds its metrics wait before answering (a
-    test sets it to make them hang)."""
+    test sets it to make them hang). `last_body`: the body of the last request it got (a chunked body
+    read whole)."""
 
     def __init__(self, name: str, host: str, port: int) -> None:
         self.name, self.host, self.port = name, host, port
@@ -37,6 +40,7 @@ class NamedUpstream:
         self.status = 200
         self.metrics = ""
         self.metrics_delay = 0.0
+        self.last_body = b""
         self._lock = threading.Lock()
         self._server = _QuietServer((host, port), self._handler())
         self._server.daemon_threads = True
@@ -68,24 +72,47 @@ class NamedUpstream:
             def log_message(self, *args: object) -> None:
                 pass
 
+            def _body(self) -> bytes:
+                if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+                    return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                chunks = []
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers, then the blank line
+                return b"".join(chunks)
+
             def _answer(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received = self._body()
                 if self.path == METRICS_PATH:
                     time.sleep(upstream.metrics_delay)
                     counter = f"# TYPE {COUNTER} counter\n{COUNTER}_total {upstream.hits}\n"
                     self._send(200, (counter + upstream.metrics).encode())
                     return
                 upstream._count()
-                self._send(upstream.status, body)
+                upstream.last_body = received
+                self._send(upstream.status, body, _model(received))
 
-            def _send(self, status: int, content: bytes) -> None:
+            def _send(self, status: int, content: bytes, model: str = "") -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(content)))
                 self.send_header(NAME_HEADER, upstream.name)
+                self.send_header(MODEL_HEADER, model)
                 self.end_headers()
                 self.wfile.write(content)
 
             do_GET = do_POST = _answer
 
         return Handler
+
+
+def _model(body: bytes) -> str:
+    """The JSON body's `model`, or "" where it has none."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return ""
+    model = document.get("model") if isinstance(document, dict) else None
+    return model if isinstance(model, str) else ""

@@ -12,14 +12,21 @@ from typing import Any
 
 import grpc
 
+from gateway.epp import rewrite
 from gateway.epp.picker import Picker
 from gateway.epp.server import EppServer, start
 
 
 class PickerThread:
-    def __init__(self, picker: Picker, tls: grpc.ServerCredentials | None = None, fallbacks: int = 0) -> None:
+    def __init__(
+        self,
+        picker: Picker,
+        tls: grpc.ServerCredentials | None = None,
+        fallbacks: int = 0,
+        bound: int = rewrite.BOUND,
+    ) -> None:
         self.picker = picker
-        self._tls, self._fallbacks = tls, fallbacks
+        self._tls, self._fallbacks, self._bound = tls, fallbacks, bound
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="epp", daemon=True)
         self._server: EppServer | None = None
@@ -30,6 +37,12 @@ class PickerThread:
         return self._server.port
 
     @property
+    def unchanged(self) -> dict[str, int]:
+        """The model variants' requests sent unchanged, by reason (gateway/epp/service.py)."""
+        assert self._server is not None, "not started"
+        return dict(self._server.service.unchanged)
+
+    @property
     def health_port(self) -> int:
         assert self._server is not None, "not started"
         return self._server.health_port
@@ -37,7 +50,7 @@ class PickerThread:
     def start(self) -> PickerThread:
         self._thread.start()
         started = asyncio.run_coroutine_threadsafe(
-            start(self.picker, "127.0.0.1", 0, 0, self._tls, self._fallbacks), self._loop
+            start(self.picker, "127.0.0.1", 0, 0, self._tls, self._fallbacks, bound=self._bound), self._loop
         )
         self._server = started.result(timeout=10)
         return self

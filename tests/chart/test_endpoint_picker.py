@@ -195,3 +195,18 @@ def test_bad_endpoint_picker_values_are_refused_naming_the_field(
     result = run_helm("template", "gs", str(CHART), "-f", str(CHART / "ci" / SCENARIO), *setting, check=False)
     assert result.returncode != 0
     assert named in result.stderr
+
+
+def test_a_model_variant_reaches_the_spec_and_takes_no_label_value() -> None:
+    chart = render(
+        sets=(
+            "endpointPicker.enabled=true",
+            "endpointPicker.pool.name=llm",
+            "endpointPicker.models.zero-layer=llama-lora-v2",
+            "networkPolicy.enabled=false",
+        )
+    )
+    spec = validate_spec(_spec_data(chart))
+    assert spec.endpoint_picker is not None
+    assert spec.endpoint_picker.models == {"zero-layer": "llama-lora-v2"}
+    assert spec.endpoint_picker.values == {}

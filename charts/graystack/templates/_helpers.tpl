@@ -133,13 +133,15 @@ Endpoint Picker on, `endpoint_picker` from `endpointPicker` (its `values` keyed 
 {{- end -}}
 {{- end -}}
 {{- range $name, $_ := $variants -}}
+{{- if not (hasKey (default (dict) $.Values.endpointPicker.models) $name) -}}
 {{- $mark := get $.Values.endpointPicker.values $name | default $name -}}
 {{- if hasKey $marks $mark -}}
 {{- fail (printf "endpointPicker.values: variants %s and %s share the label value %s" (get $marks $mark) $name $mark) -}}
 {{- end -}}
 {{- $_ := set $marks $mark $name -}}
 {{- end -}}
-{{- $_ := set $spec "endpoint_picker" (dict "pool" .pool.name "namespace" (include "graystack.eppNamespace" $) "variant_label" .variantLabel "values" .values) -}}
+{{- end -}}
+{{- $_ := set $spec "endpoint_picker" (dict "pool" .pool.name "namespace" (include "graystack.eppNamespace" $) "variant_label" .variantLabel "values" .values "models" (default (dict) .models)) -}}
 {{- end -}}
 {{- end -}}
 {{- if include "graystack.helmTest" . -}}

@@ -17,10 +17,17 @@ if not torch.cuda.is_available():
 # with the module's other tests, so it is built once, as in a serial run, instead of once per worker that
 # happens to get one of them. Without xdist the group marks are inert.
 SHARED_SCOPES = {"module", "package", "class"}
-# Modules that drive a trained model at a set rate and wait for evidence (bounded for a machine half as
+# Modules that drive trained models under load and wait for evidence (bounded for a machine half as
 # fast): side by side, two of them halve each other's rate again, so they share one worker, one at a time.
 MODEL_PACED = frozenset(
-    f"tests/integration/{name}.py" for name in ("test_quality_gate", "test_aa_rollout", "test_demo")
+    f"tests/integration/{name}.py"
+    for name in (
+        "test_quality_gate",
+        "test_aa_rollout",
+        "test_demo",
+        "test_observability_live",
+        "test_load_default_mix",
+    )
 )
 
 

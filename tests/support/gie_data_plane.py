@@ -234,12 +234,7 @@ def _picker_cluster(picker: PickerAddress) -> dict[str, Any]:
             "cluster_name": "epp",
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address("127.0.0.1", picker.port)}}]}],
         },
-        "typed_extension_protocol_options": {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}},
-            }
-        },
+        "typed_extension_protocol_options": _HTTP2,
     }
     if picker.tls:
         cluster["transport_socket"] = {

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gateway.epp.wanted import Wanted
-from gateway.spec.endpoint_picker import SCORERS, EndpointPicker
+from gateway.spec.endpoint_picker import SCORERS, EndpointPicker, Prefix
 from gateway.spec.model import RolloutSpec
 
 
@@ -65,4 +65,5 @@ def wanted_from(spec: RolloutSpec, pods: Mapping[str, tuple[str, ...]], baseline
         cohort_header=cohort,
         scorers=spec.endpoint_picker.weights() if spec.endpoint_picker else dict(SCORERS),
         models=models,
+        prefix=spec.endpoint_picker.prefix if spec.endpoint_picker else Prefix(),
     )

@@ -1,7 +1,11 @@
 """The picker's state: requests in flight per pod, counted from the pick to the end of the answer, each
-cohort's last pod, the pods' last metrics readings (kept by the reader, never read on a pick's path), and
-the rollout's current wishes read afresh for every request (an injected callable: a flip reaches the next
-pick with no restart and no reconcile)."""
+cohort's last pod, the prompt blocks each pod was sent (gateway/epp/prefix.py), the pods' last metrics
+readings (kept by the reader, never read on a pick's path), and the rollout's current wishes read afresh
+for every request (an injected callable: a flip reaches the next pick with no restart and no reconcile).
+
+A pick is two steps: `draw` takes the variant from the request's headers, and says whether the pod's
+choice wants the body (a model variant rewrites it; `prefix` and `lora` read it); `place` ranks that
+variant's pods, with the body's JSON where it was read. `pick` does both at once."""
 
 from __future__ import annotations
 
@@ -12,9 +16,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.epp.choice import choose_variant
+from gateway.epp.prefix import PrefixIndex, block_hashes, prompt_of
 from gateway.epp.readings import Readings
-from gateway.epp.scorers import Recent, Signals, rank
+from gateway.epp.scorers import BODY, Recent, Signals, rank
 from gateway.epp.wanted import Wanted
+from gateway.spec.endpoint_picker import Prefix
 
 SESSIONS = 10_000  # cohort keys remembered with their last pod, the least recent forgotten first
 
@@ -25,7 +31,8 @@ class Ticket:
     `served`: the pod the gateway reports it went to, once known; `counted`: the pod whose in-flight count
     holds this request (None once released). `model`: the model name the request's body is rewritten to,
     for a model variant (None: the body goes as it came); `baseline`: the variant whose pods serve it, which
-    the request counts as when its body cannot be rewritten (`unchanged`)."""
+    the request counts as when its body cannot be rewritten (`unchanged`). `blocks`: its prompt's block
+    hashes; `indexed`: the pod the index holds them on, `fresh`: those it did not hold before."""
 
     variant: str
     endpoints: tuple[str, ...]
@@ -34,6 +41,32 @@ class Ticket:
     served: str | None = None
     counted: str | None = None
     cohort: str | None = None
+    blocks: tuple[int, ...] = ()
+    indexed: str | None = None
+    fresh: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A request's variant, drawn from its headers, and what placing it on a pod needs."""
+
+    variant: str
+    pods: tuple[str, ...]
+    cohort: str | None
+    model: str | None
+    baseline: str
+    scorers: Mapping[str, float]
+    prefix: Prefix
+
+    @property
+    def reads_body(self) -> bool:
+        """A scorer weighted above 0 reads the request's body."""
+        return any(self.scorers.get(name, 0.0) > 0 for name in BODY)
+
+    @property
+    def wants_body(self) -> bool:
+        """The pick waits for the body: it is rewritten (a model variant) or read by a scorer."""
+        return self.model is not None or self.reads_body
 
 
 @dataclass(frozen=True)
@@ -62,11 +95,22 @@ class Picker:
         self.readings, self._clock = readings, clock
         self._in_flight: Counter[str] = Counter()
         self._sessions = Recent(sessions)
+        self._prefixes = PrefixIndex(Prefix().blocks)
         self._turn = 0
 
-    def pick(self, headers: Mapping[str, str], subset: frozenset[str] | None) -> Ticket | None:
-        """A pod for a request with these (lower-cased) headers, from `subset` when the gateway gives one;
-        None when nothing is eligible (the gateway is then answered 503)."""
+    def pick(
+        self,
+        headers: Mapping[str, str],
+        subset: frozenset[str] | None,
+        body: Mapping[str, object] | None = None,
+    ) -> Ticket | None:
+        """A pod for a request with these (lower-cased) headers and this JSON body (None: none read), from
+        `subset` when the gateway gives one; None when nothing is eligible (the gateway answers 503)."""
+        draft = self.draw(headers, subset)
+        return self.place(draft, body) if draft is not None else None
+
+    def draw(self, headers: Mapping[str, str], subset: frozenset[str] | None) -> Draft | None:
+        """The request's variant and its eligible pods; None when nothing is eligible."""
         wanted = self._wanted()
         eligible = {
             variant: [pod for pod in wanted.pods_of(variant) if subset is None or pod in subset]
@@ -82,23 +126,49 @@ class Picker:
         )
         if variant is None:
             return None
+        return Draft(
+            variant,
+            tuple(eligible[variant]),
+            cohort,
+            wanted.models.get(variant),
+            wanted.baseline,
+            wanted.scorers,
+            wanted.prefix,
+        )
+
+    def place(self, draft: Draft, body: Mapping[str, object] | None) -> Ticket:
+        """The draft's pods ranked (the body, where read, scored by `prefix` and `lora`); the first is
+        counted in flight and, for `prefix`, holds the prompt's blocks from now on."""
+        asked = body.get("model") if body is not None else None
+        adapter = draft.model or (asked if isinstance(asked, str) else None)
+        blocks: tuple[int, ...] = ()
+        if body is not None and draft.scorers.get("prefix", 0.0) > 0:
+            bound = draft.prefix
+            prompt = prompt_of(body, bound.block_bytes * bound.max_blocks)
+            blocks = block_hashes(prompt, adapter or "", bound.block_bytes, bound.max_blocks)
+            self._prefixes.size = bound.blocks
         signals = Signals(
             self._in_flight,
             self.readings.fresh(self._clock()) if self.readings is not None else {},
-            self._sessions.get(cohort) if cohort is not None else None,
+            self._sessions.get(draft.cohort) if draft.cohort is not None else None,
+            self._prefixes.shares(blocks, draft.pods) if blocks else {},
+            adapter,
         )
-        ranked = rank(eligible[variant], signals, wanted.scorers, self._turn)
+        ranked = rank(draft.pods, signals, draft.scorers, self._turn)
         self._turn += 1
         self._in_flight[ranked[0]] += 1
-        if cohort is not None:
-            self._sessions.set(cohort, ranked[0])
+        if draft.cohort is not None:
+            self._sessions.set(draft.cohort, ranked[0])
         return Ticket(
-            variant,
+            draft.variant,
             tuple(ranked),
             counted=ranked[0],
-            cohort=cohort,
-            model=wanted.models.get(variant),
-            baseline=wanted.baseline,
+            cohort=draft.cohort,
+            model=draft.model,
+            baseline=draft.baseline,
+            blocks=blocks,
+            indexed=ranked[0] if blocks else None,
+            fresh=self._prefixes.record(blocks, ranked[0]),
         )
 
     def unchanged(self, ticket: Ticket) -> None:
@@ -107,8 +177,12 @@ class Picker:
             ticket.variant, ticket.model = ticket.baseline, None
 
     def served(self, ticket: Ticket, endpoint: str) -> None:
-        """The gateway says `endpoint` served the request (a fallback, after a retry): it holds the count."""
+        """The gateway says `endpoint` served the request (a fallback, after a retry): it holds the count and,
+        in the prefix index, the prompt's blocks in the picked pod's stead."""
         ticket.served = endpoint
+        if ticket.indexed is not None and ticket.indexed != endpoint:
+            self._prefixes.forget(ticket.fresh, ticket.indexed)
+            ticket.indexed, ticket.fresh = endpoint, self._prefixes.record(ticket.blocks, endpoint)
         if ticket.counted is not None and ticket.counted != endpoint:
             self._in_flight[ticket.counted] -= 1
             self._in_flight[endpoint] += 1

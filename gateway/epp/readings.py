@@ -4,8 +4,9 @@ pod whose metrics hang costs a pick nothing: its reading goes stale and it is sc
 counts itself (gateway/epp/scorers.py), and `fallbacks` says so and why.
 
 The names, from the servers' documentation: vLLM's `vllm:num_requests_waiting` and
-`vllm:kv_cache_usage_perc` (a fraction, despite the name), and `vllm:lora_requests_info` (its labels list
-the adapters running and waiting; the newest sample wins); llama.cpp's `llamacpp:requests_deferred` and
+`vllm:kv_cache_usage_perc` (a fraction, despite the name), and `vllm:lora_requests_info` (exported only
+where the server serves LoRA adapters: its labels list the adapters running and waiting, comma-separated,
+and `max_lora`, how many it runs at once; its value is the time it was set, so the newest sample wins); llama.cpp's `llamacpp:requests_deferred` and
 `llamacpp:kv_cache_usage_ratio` (in its server README, though recent builds no longer export it: a pod
 without a KV reading is scored on KV by its in-flight count).
 """
@@ -24,19 +25,40 @@ STALE_AFTER = 3  # intervals: a reading older than this many is not used
 
 
 @dataclass(frozen=True)
+class Adapters:
+    """The LoRA adapters a vLLM server runs and those waiting to be loaded, and how many it runs at once."""
+
+    running: frozenset[str] = frozenset()
+    waiting: frozenset[str] = frozenset()
+    most: int = 0
+
+
+@dataclass(frozen=True)
 class Reading:
     """One pod's load as its server reported it; None where it reports no such series."""
 
     queue: float | None = None
     kv_cache: float | None = None
-    adapters: frozenset[str] | None = None  # running or waiting LoRA adapters (vLLM)
+    adapters: Adapters | None = None
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(filter(None, (name.strip() for name in text.split(","))))
+
+
+def _count(text: str) -> int:
+    """`max_lora`'s label value; 0 (no room known) where it is not a number."""
+    try:
+        return max(int(float(text)), 0)
+    except ValueError:
+        return 0
 
 
 def parse(text: str) -> Reading:
     """A Reading from a Prometheus text exposition; ValueError when the text is not one."""
     queue: float | None = None
     kv_cache: float | None = None
-    lora: tuple[float, frozenset[str]] | None = None
+    lora: tuple[float, Adapters] | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in QUEUE:
@@ -44,8 +66,13 @@ def parse(text: str) -> Reading:
             elif sample.name in KV_CACHE:
                 kv_cache = max(kv_cache or 0.0, sample.value)
             elif sample.name == LORA and (lora is None or sample.value >= lora[0]):
-                names = f"{sample.labels.get('running_lora_adapters', '')},{sample.labels.get('waiting_lora_adapters', '')}"
-                lora = (sample.value, frozenset(filter(None, (n.strip() for n in names.split(",")))))
+                labels = sample.labels
+                adapters = Adapters(
+                    _names(labels.get("running_lora_adapters", "")),
+                    _names(labels.get("waiting_lora_adapters", "")),
+                    _count(labels.get("max_lora", "")),
+                )
+                lora = (sample.value, adapters)
     return Reading(queue, kv_cache, lora[1] if lora is not None else None)
 
 

@@ -6,16 +6,22 @@ in turn. After llm-d's scorers (queue depth, KV-cache use, active requests, sess
   - `queue`: the requests waiting in the server's own queue, least first;
   - `kv_cache`: 1 - the fraction of the server's KV cache in use;
   - `session`: 1 for the pod that last served the request's cohort key (its conversation's KV cache is
-    likely still there), 0 for the others.
-A pod with no fresh reading of its metrics is scored on `queue` and `kv_cache` as `in_flight` scores it:
-what the picker counts itself stands in for what the server would have said.
+    likely still there), 0 for the others;
+  - `prefix`: the share of the request's leading prompt blocks the pod was last sent, contiguously from
+    the first (gateway/epp/prefix.py): its prefix cache, guessed without a cohort key;
+  - `lora`: llm-d's LoRA affinity for the request's `model`: 1 where the adapter runs, 0.8 where the pod
+    has room to load it, 0.6 where it waits to be loaded there, 0 where the pod is full.
+A pod with no fresh reading of its metrics is scored on `queue`, `kv_cache` and `lora` as `in_flight`
+scores it: what the picker counts itself stands in for what the server would have said. `prefix` and
+`lora` read the request's body (Signals.prefix, Signals.adapter); a request without one (none, unread)
+scores alike on every pod, so they leave its pick to the others.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.epp.readings import Reading
 from gateway.spec.endpoint_picker import SCORERS
@@ -28,6 +34,8 @@ class Signals:
     in_flight: Mapping[str, int]
     readings: Mapping[str, Reading]
     last_served: str | None = None
+    prefix: Mapping[str, float] = field(default_factory=dict)  # each pod's share of the prompt's blocks
+    adapter: str | None = None  # the model the request asks its server for (its body's, or rewritten)
 
 
 Scorer = Callable[[Sequence[str], Signals], dict[str, float]]
@@ -65,7 +73,40 @@ def session(endpoints: Sequence[str], signals: Signals) -> dict[str, float]:
     return {endpoint: float(endpoint == signals.last_served) for endpoint in endpoints}
 
 
-TABLE: dict[str, Scorer] = {"in_flight": in_flight, "queue": queue, "kv_cache": kv_cache, "session": session}
+def prefix(endpoints: Sequence[str], signals: Signals) -> dict[str, float]:
+    return {endpoint: signals.prefix.get(endpoint, 0.0) for endpoint in endpoints}
+
+
+def lora(endpoints: Sequence[str], signals: Signals) -> dict[str, float]:
+    """Running 1, room to load it 0.8, waiting 0.6, full 0 (llm-d's `lora-affinity-scorer`)."""
+    if signals.adapter is None:
+        return dict.fromkeys(endpoints, 1.0)
+    scores = in_flight(endpoints, signals)
+    for endpoint in endpoints:
+        reading = signals.readings.get(endpoint)
+        adapters = reading.adapters if reading is not None else None
+        if adapters is None:
+            continue
+        if signals.adapter in adapters.running:
+            scores[endpoint] = 1.0
+        elif len(adapters.running) + len(adapters.waiting) < adapters.most:
+            scores[endpoint] = 0.8
+        elif signals.adapter in adapters.waiting:
+            scores[endpoint] = 0.6
+        else:
+            scores[endpoint] = 0.0
+    return scores
+
+
+TABLE: dict[str, Scorer] = {
+    "in_flight": in_flight,
+    "queue": queue,
+    "kv_cache": kv_cache,
+    "session": session,
+    "prefix": prefix,
+    "lora": lora,
+}
+BODY = frozenset({"prefix", "lora"})  # the scorers that read the request's body
 assert set(TABLE) == set(SCORERS), "the spec's scorers and these differ"
 
 

@@ -1,12 +1,17 @@
 """The ext_proc service: one gRPC stream per HTTP request, walked in Envoy's order (request headers, body
-chunks, trailers; then the answer's). The pick is made on the request headers. For a variant of pods the
-request is held for one Python call and never for its body; every body chunk is echoed as it comes
-(FULL_DUPLEX_STREAMED), whatever it holds: a body that is not JSON is routed like any other. For a model
-variant (its requests' `model` rewritten, served by the baseline's pods) the headers' answer waits for the
-whole body, up to `rewrite.BOUND`: the body is rewritten and sent back as one chunk, its new length in the
-headers' answer. A body that cannot be rewritten (too long, not JSON, no `model`) goes as it came, to the
-same pods, counted as the baseline's, and a log line and `unchanged` say why. The pod's count is released
-when the answer ends or, whatever happens, when the stream closes."""
+chunks, trailers; then the answer's). The variant is drawn on the request headers. Where the pod's choice
+needs nothing more, the request is held for one Python call and never for its body; every body chunk is
+echoed as it comes (FULL_DUPLEX_STREAMED), whatever it holds.
+
+Where it wants the body (a model variant, whose requests' `model` is rewritten and served by the
+baseline's pods; or a scorer that reads the prompt or the model, `prefix` and `lora`, weighted above 0),
+the headers' answer waits for the whole body, up to `rewrite.BOUND`: one path holds it for both. The pod
+is then placed with the body's JSON and the body sent back as one chunk (rewritten for a model variant,
+its new length in the headers' answer). A body that cannot be read (too long, not JSON) is picked without
+it and goes as it came, counted in `unread` and logged; a model variant's body that cannot be rewritten
+(those, or no `model`) goes to the same pods counted as the baseline's, and `unchanged` says why. A
+request is never refused for its body. The pod's count is released when the answer ends or, whatever
+happens, when the stream closes."""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 
 from gateway.epp import protocol, rewrite
-from gateway.epp.picker import Picker, Ticket
+from gateway.epp.picker import Draft, Picker, Ticket
 
 NOTHING_ELIGIBLE = "no endpoint of the pool is eligible for this request"
 
@@ -30,51 +35,55 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
     """`fallbacks`: how many of the variant's other pods follow the pick in the answer. 0 by default: a
     gateway whose ORIGINAL_DST cluster reads the header (Envoy 1.40) cannot parse a list and answers 503,
     while an override_host gateway takes the list and retries down it. `bound`: the most bytes of a body
-    held for a rewrite. `unchanged`: the model variants' requests sent as they came, by reason."""
+    held before the pick. `unchanged`: the model variants' requests sent as they came, by reason;
+    `unread`: the requests picked without the body a scorer wanted, by reason."""
 
     def __init__(self, picker: Picker, fallbacks: int = 0, bound: int = rewrite.BOUND) -> None:
         self._picker, self._fallbacks, self._bound = picker, fallbacks, bound
         self.unchanged: Counter[str] = Counter()
+        self.unread: Counter[str] = Counter()
 
     async def Process(  # an async generator: grpc.aio serves a stream from one
         self, request_iterator: AsyncIterator[ext_proc.ProcessingRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ext_proc.ProcessingResponse]:
         ticket: Ticket | None = None
-        held: bytearray | None = None  # a model variant's body so far, its headers' answer not yet sent
+        draft: Draft | None = None  # drawn, its pod placed once the body is held (`held`)
+        held: bytearray | None = None
         try:
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
                 if kind == "request_headers":
-                    ticket = self._picker.pick(
+                    draft = self._picker.draw(
                         protocol.headers(request.request_headers), protocol.subset_hint(request)
                     )
-                    if ticket is None:
+                    if draft is None:
                         yield protocol.refuse(503, NOTHING_ELIGIBLE)
                         return
-                    if ticket.model is not None and not request.request_headers.end_of_stream:
+                    if draft.wants_body and not request.request_headers.end_of_stream:
                         held = bytearray()
                         continue
+                    ticket = self._picker.place(draft, None)
                     if ticket.model is not None:
                         self._unchanged(ticket, "no body")
                     yield self._route(ticket)
                     continue
-                if held is not None and ticket is not None:
+                if held is not None and draft is not None:
+                    answers: list[ext_proc.ProcessingResponse] = []
                     if kind == "request_body":
                         held += request.request_body.body
                         if request.request_body.end_of_stream:
-                            for answer in self._rewritten(ticket, bytes(held), True):
-                                yield answer
-                            held = None
+                            ticket, answers = self._placed(draft, bytes(held), True)
                         elif len(held) > self._bound:
-                            self._unchanged(ticket, "too large", f"over {self._bound} bytes")
-                            yield self._route(ticket)
-                            yield protocol.streamed(kind, bytes(held), False)
-                            held = None
-                        continue
-                    if kind == "request_trailers":  # the body ended before them
-                        for answer in self._rewritten(ticket, bytes(held), False):
-                            yield answer
+                            ticket = self._unread(draft, "too large", f"over {self._bound} bytes")
+                            answers = [self._route(ticket), protocol.streamed(kind, bytes(held), False)]
+                    elif kind == "request_trailers":  # the body ended before them
+                        ticket, answers = self._placed(draft, bytes(held), False)
+                    for answer in answers:
+                        yield answer
+                    if ticket is not None:
                         held = None
+                    if kind == "request_body":
+                        continue
                 if kind == "response_headers" and ticket is not None:
                     served = protocol.served_endpoint(request)
                     if served is not None:
@@ -93,14 +102,41 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
     def _route(self, ticket: Ticket, length: int | None = None) -> ext_proc.ProcessingResponse:
         return protocol.route_to(ticket.endpoints[: 1 + self._fallbacks], length)
 
-    def _rewritten(self, ticket: Ticket, body: bytes, end: bool) -> list[ext_proc.ProcessingResponse]:
-        """The headers' answer and the whole body, rewritten where it can be, else as it came."""
-        assert ticket.model is not None
-        rewritten = rewrite.rewrite_model(body, ticket.model)
+    def _placed(
+        self, draft: Draft, body: bytes, end: bool
+    ) -> tuple[Ticket, list[ext_proc.ProcessingResponse]]:
+        """The pick made with the whole body, then the headers' answer and the body (rewritten for a model
+        variant where it can be, else as it came), as one chunk."""
+        document = rewrite.read(body)
+        if isinstance(document, str):
+            ticket = self._unread(draft, document)
+            return ticket, [self._route(ticket), protocol.streamed("request_body", body, end)]
+        ticket = self._picker.place(draft, document)
+        if ticket.model is None:
+            return ticket, [self._route(ticket), protocol.streamed("request_body", body, end)]
+        rewritten = rewrite.rewrite_model(document, ticket.model)
         if isinstance(rewritten, str):
             self._unchanged(ticket, rewritten)
-            return [self._route(ticket), protocol.streamed("request_body", body, end)]
-        return [self._route(ticket, len(rewritten)), protocol.streamed("request_body", rewritten, end)]
+            return ticket, [self._route(ticket), protocol.streamed("request_body", body, end)]
+        return ticket, [
+            self._route(ticket, len(rewritten)),
+            protocol.streamed("request_body", rewritten, end),
+        ]
+
+    def _unread(self, draft: Draft, reason: str, detail: str = "") -> Ticket:
+        """The pick made without the body: counted and logged where a scorer wanted it."""
+        if draft.reads_body:
+            log.warning(
+                "%s: request picked without its body: body %s%s",
+                draft.variant,
+                reason,
+                f" ({detail})" if detail else "",
+            )
+            self.unread[reason] += 1
+        ticket = self._picker.place(draft, None)
+        if ticket.model is not None:
+            self._unchanged(ticket, reason, detail)
+        return ticket
 
     def _unchanged(self, ticket: Ticket, reason: str, detail: str = "") -> None:
         log.warning(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gateway.spec.endpoint_picker import SCORERS
+from gateway.spec.endpoint_picker import SCORERS, Prefix
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,8 @@ class Wanted:
     move only as the split's edge moves: gateway/envoy/affinity.py's nested order). `baseline` heads
     that order. `scorers`: each scorer's weight within a variant (gateway/epp/scorers.py). `models`: the
     model variants, each with the model name its requests' bodies are rewritten to; such a variant has no
-    pods of its own and is served by the baseline's (`pods_of`)."""
+    pods of its own and is served by the baseline's (`pods_of`). `prefix`: the prefix index's bound
+    (gateway/epp/prefix.py)."""
 
     pods: Mapping[str, tuple[str, ...]]
     weights: Mapping[str, int]
@@ -27,6 +28,7 @@ class Wanted:
     cohort_header: str | None = None
     scorers: Mapping[str, float] = field(default_factory=lambda: dict(SCORERS))
     models: Mapping[str, str] = field(default_factory=dict)
+    prefix: Prefix = Prefix()
 
     def __post_init__(self) -> None:
         splits = [self.weights, *self.segments.values()]

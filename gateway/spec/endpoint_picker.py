@@ -2,8 +2,10 @@
 one InferencePool (gateway/epp/), from the gateway process, so a step or a rollback reaches its next
 pick at once. Each variant is the pool's pods whose `variant_label` has the variant's value (`values`
 maps a variant to its label value where they differ: the variants are named otherwise than the pods).
-Within a variant the pods are ranked by `scorers`, weighted (gateway/epp/scorers.py), two of them from
-each pod's own metrics, read in the background as `metrics` says (gateway/epp/metrics_reader.py).
+Within a variant the pods are ranked by `scorers`, weighted (gateway/epp/scorers.py), three of them from
+each pod's own metrics, read in the background as `metrics` says (gateway/epp/metrics_reader.py), and
+`prefix` from an index of the prompts' blocks the picker keeps, bounded as `prefix` says
+(gateway/epp/prefix.py).
 A variant named in `models` is no set of pods but a model name (a LoRA adapter, a model the same server
 also serves): its requests' JSON `model` is rewritten to that name and they go to the baseline's pods
 (gateway/epp/service.py); it has no label value.
@@ -21,10 +23,25 @@ from gateway.spec.gateway_api import DNS_LABEL, DNS_SUBDOMAIN
 LABEL = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 
 
-# The scorers there are, each with its default weight. Equal weights: no signal is known to matter more in
-# general; a pod's queue and its KV cache each count as much as the picker's own in-flight count, and a
-# cohort's last pod (its conversation's KV cache, while prefix affinity is not yet scored) as much again.
-SCORERS: dict[str, float] = {"in_flight": 1.0, "queue": 1.0, "kv_cache": 1.0, "session": 1.0}
+# The scorers there are, each with its default weight. The load scorers weigh alike: no one of them is
+# known to matter more in general (a pod's queue and its KV cache each count as much as the picker's own
+# in-flight count), and a cohort's last pod as much again.
+# `prefix` 2: llm-d's default profile weighs prefix 3 : queue 2 : kv 2, a full prefix hit worth 3/4 of
+# the load scorers together; ours are three at 1 (in_flight, queue, kv_cache), so the same share is 2.25,
+# taken down to 2: a pod holding the whole prompt wins unless it is worse than another by two thirds of
+# the load range, so a hot conversation still spills off an overloaded pod. It holds every request's
+# headers' answer until its body is read (gateway/epp/service.py): the price of scoring on the prompt.
+# `lora` 0: only a pool that serves LoRA adapters exports `vllm:lora_requests_info`; elsewhere every pod
+# would fall back to its in-flight count, weighing load above the split argued here. Turn it on (llm-d's
+# KServe profile gives it 4) where the pods serve adapters.
+SCORERS: dict[str, float] = {
+    "in_flight": 1.0,
+    "queue": 1.0,
+    "kv_cache": 1.0,
+    "session": 1.0,
+    "prefix": 2.0,
+    "lora": 0.0,
+}
 
 
 class Metrics(SpecModel):
@@ -36,6 +53,17 @@ class Metrics(SpecModel):
     timeout: PositiveDuration = 0.5
 
 
+class Prefix(SpecModel):
+    """The prefix index's bound: prompts cut into `block_bytes` blocks (64 bytes, about llm-d's 16 tokens),
+    at most `max_blocks` of a request's leading ones hashed (llm-d's 256: 16 KiB here), and `blocks` block
+    hashes remembered over the pool, the least recently used forgotten first (131072: 8 MiB of prompts,
+    about 2M tokens, some 25 MB of the picker's memory)."""
+
+    block_bytes: int = Field(default=64, ge=1, le=1 << 20)
+    max_blocks: int = Field(default=256, ge=1, le=1 << 16)
+    blocks: int = Field(default=1 << 17, ge=1, le=1 << 24)
+
+
 class EndpointPicker(SpecModel):
     pool: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     namespace: str = Field(default="default", pattern=DNS_LABEL)
@@ -44,6 +72,7 @@ class EndpointPicker(SpecModel):
     models: dict[str, str] = {}  # a model variant: its model name, served by the baseline's pods
     scorers: dict[str, float] = {}  # over SCORERS' defaults: a scorer not named keeps its default
     metrics: Metrics = Metrics()
+    prefix: Prefix = Prefix()
 
     def value_of(self, variant: str) -> str:
         """The label value that marks `variant`'s pods."""

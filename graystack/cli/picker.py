@@ -64,8 +64,9 @@ log = logging.getLogger("graystack.epp")
     multiple=True,
     envvar="GRAYSTACK_EPP_SCORERS",
     show_envvar=True,
-    help="NAME=WEIGHT: a scorer's weight within a variant (in_flight, queue, kv_cache, session; "
-    "default 1 each, 0 turns one off)",
+    help="NAME=WEIGHT: a scorer's weight within a variant (in_flight, queue, kv_cache, session: default 1 "
+    "each; prefix: 2; lora: 0; 0 turns one off; prefix and lora hold each request's body, up to 1 MiB, "
+    "before the pick)",
 )
 @click.option("--metrics-path", default="/metrics", show_default=True, help="each pod's Prometheus metrics")
 @click.option("--metrics-port", default=None, type=click.IntRange(1, 65535), help="default: the pod's own")

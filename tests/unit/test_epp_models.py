@@ -10,7 +10,7 @@ import pytest
 
 from gateway.epp.feed import pool_endpoints, wanted_from
 from gateway.epp.picker import Picker
-from gateway.epp.rewrite import rewrite_model
+from gateway.epp.rewrite import read, rewrite_model
 from gateway.epp.wanted import Wanted, parse_models
 from gateway.errors import SpecError
 from gateway.spec.model import validate_spec
@@ -20,7 +20,9 @@ BASELINE = ("10.0.0.1:8000", "10.0.0.2:8000")
 
 def test_the_model_is_rewritten_and_the_rest_kept():
     sent = {"model": "llama-3", "messages": [{"role": "user", "content": "héllo 日本"}], "stream": True}
-    rewritten = rewrite_model(json.dumps(sent).encode(), "llama-3-lora-v2")
+    document = read(json.dumps(sent).encode())
+    assert isinstance(document, dict)
+    rewritten = rewrite_model(document, "llama-3-lora-v2")
     assert isinstance(rewritten, bytes)
     assert json.loads(rewritten) == {**sent, "model": "llama-3-lora-v2"}
     assert "日本".encode() in rewritten  # UTF-8 kept as it was, not escaped
@@ -38,7 +40,8 @@ def test_the_model_is_rewritten_and_the_rest_kept():
     ],
 )
 def test_a_body_that_cannot_be_rewritten_says_why(body, reason):
-    assert rewrite_model(body, "x") == reason
+    document = read(body)
+    assert (document if isinstance(document, str) else rewrite_model(document, "x")) == reason
 
 
 def wanted(weights: dict[str, int], **kw: object) -> Wanted:

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.epp.metrics_reader import MetricsReader, Scrape
 from gateway.epp.picker import Picker
-from gateway.epp.readings import Reading, Readings, parse
+from gateway.epp.readings import Adapters, Reading, Readings, parse
 from gateway.epp.scorers import Recent, Signals, kv_cache, queue, rank, session
 from gateway.epp.wanted import Wanted, parse_scorers
 from gateway.spec.endpoint_picker import SCORERS, EndpointPicker, check_endpoint_picker
@@ -43,7 +43,7 @@ class Clock:
 
 
 def test_vllm_and_llama_cpp_metrics_are_read():
-    assert parse(VLLM) == Reading(queue=5.0, kv_cache=0.25, adapters=frozenset({"sql", "chat", "x"}))
+    assert parse(VLLM) == Reading(5.0, 0.25, Adapters(frozenset({"sql", "chat"}), frozenset({"x"}), 4))
     assert parse(LLAMA_CPP) == Reading(queue=4.0, kv_cache=0.5)
     assert parse("other_metric 1\n") == Reading()  # a server without these series: nothing known
 
@@ -124,7 +124,7 @@ def test_the_spec_takes_weights_over_the_defaults_and_names_an_unknown_scorer():
         check_endpoint_picker(EndpointPicker(pool="llm", scorers={"queue": -1}), {}, False)
     assert parse_scorers(["queue=3", "kv_cache=0"]) == {**SCORERS, "queue": 3.0, "kv_cache": 0.0}
     with pytest.raises(ValueError, match="unknown scorer"):
-        Wanted(pods={"v": PODS}, weights={"v": 1}, baseline="v", scorers={"lora": 1.0})
+        Wanted(pods={"v": PODS}, weights={"v": 1}, baseline="v", scorers={"lru": 1.0})
 
 
 async def test_the_reader_records_readings_and_a_hanging_pod_costs_a_round_only_its_timeout():

@@ -43,6 +43,12 @@ class PickerThread:
         return dict(self._server.service.unchanged)
 
     @property
+    def unread(self) -> dict[str, int]:
+        """The requests picked without the body a scorer wanted, by reason (gateway/epp/service.py)."""
+        assert self._server is not None, "not started"
+        return dict(self._server.service.unread)
+
+    @property
     def health_port(self) -> int:
         assert self._server is not None, "not started"
         return self._server.health_port

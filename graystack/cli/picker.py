@@ -17,6 +17,7 @@ from gateway.epp.picker import Outcome, Picker
 from gateway.epp.readings import Readings
 from gateway.epp.server import start
 from gateway.epp.wanted import Wanted, parse_models, parse_pods, parse_scorers, parse_segments, parse_split
+from gateway.spec.endpoint_picker import Prefix
 from graystack.cli.root import configure_logging, log_level_option, main
 
 log = logging.getLogger("graystack.epp")
@@ -68,6 +69,27 @@ log = logging.getLogger("graystack.epp")
     "each; prefix: 2; lora: 0; 0 turns one off; prefix and lora hold each request's body, up to 1 MiB, "
     "before the pick)",
 )
+@click.option(
+    "--prefix-block-bytes",
+    default=Prefix().block_bytes,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="prefix: the bytes of each prompt block hashed",
+)
+@click.option(
+    "--prefix-max-blocks",
+    default=Prefix().max_blocks,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="prefix: the most leading blocks of a request hashed",
+)
+@click.option(
+    "--prefix-blocks",
+    default=Prefix().blocks,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="prefix: the block hashes the index remembers over the pool, the least recently sent forgotten first",
+)
 @click.option("--metrics-path", default="/metrics", show_default=True, help="each pod's Prometheus metrics")
 @click.option("--metrics-port", default=None, type=click.IntRange(1, 65535), help="default: the pod's own")
 @click.option("--metrics-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01))
@@ -91,6 +113,9 @@ def epp(
     cohort_header: str | None,
     fallbacks: int,
     scorers: tuple[str, ...],
+    prefix_block_bytes: int,
+    prefix_max_blocks: int,
+    prefix_blocks: int,
     metrics_path: str,
     metrics_port: int | None,
     metrics_interval: float,
@@ -113,6 +138,7 @@ def epp(
             cohort_header=cohort_header,
             scorers=parse_scorers(list(scorers)),
             models=parse_models(list(models)),
+            prefix=Prefix(block_bytes=prefix_block_bytes, max_blocks=prefix_max_blocks, blocks=prefix_blocks),
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None

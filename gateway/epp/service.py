@@ -18,7 +18,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 
-from gateway.epp import protocol, rewrite
+from gateway.epp import conformance, protocol, rewrite
 from gateway.epp.picker import Picker, Ticket
 
 NOTHING_ELIGIBLE = "no endpoint of the pool is eligible for this request"
@@ -30,10 +30,14 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
     """`fallbacks`: how many of the variant's other pods follow the pick in the answer. 0 by default: a
     gateway whose ORIGINAL_DST cluster reads the header (Envoy 1.40) cannot parse a list and answers 503,
     while an override_host gateway takes the list and retries down it. `bound`: the most bytes of a body
-    held for a rewrite. `unchanged`: the model variants' requests sent as they came, by reason."""
+    held for a rewrite. `unchanged`: the model variants' requests sent as they came, by reason.
+    `test_headers`: GIE's conformance test headers honoured (gateway/epp/conformance.py), off by default."""
 
-    def __init__(self, picker: Picker, fallbacks: int = 0, bound: int = rewrite.BOUND) -> None:
+    def __init__(
+        self, picker: Picker, fallbacks: int = 0, bound: int = rewrite.BOUND, test_headers: bool = False
+    ) -> None:
         self._picker, self._fallbacks, self._bound = picker, fallbacks, bound
+        self._test_headers = test_headers
         self.unchanged: Counter[str] = Counter()
 
     async def Process(  # an async generator: grpc.aio serves a stream from one
@@ -45,9 +49,11 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
                 if kind == "request_headers":
-                    ticket = self._picker.pick(
-                        protocol.headers(request.request_headers), protocol.subset_hint(request)
-                    )
+                    headers, subset = protocol.headers(request.request_headers), protocol.subset_hint(request)
+                    if self._test_headers:
+                        chosen = conformance.selection(headers, self._picker.endpoints())
+                        subset = conformance.narrow(subset, chosen)
+                    ticket = self._picker.pick(headers, subset)
                     if ticket is None:
                         yield protocol.refuse(503, NOTHING_ELIGIBLE)
                         return
@@ -75,11 +81,12 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                         for answer in self._rewritten(ticket, bytes(held), False):
                             yield answer
                         held = None
-                if kind == "response_headers" and ticket is not None:
-                    served = protocol.served_endpoint(request)
-                    if served is not None:
-                        self._picker.served(ticket, served)
-                if kind in ("request_body", "response_body"):
+                served = protocol.served_endpoint(request) if kind == "response_headers" else None
+                if served is not None and ticket is not None:
+                    self._picker.served(ticket, served)
+                if served is not None and self._test_headers:
+                    yield protocol.add_header(str(kind), conformance.SERVED, served)
+                elif kind in ("request_body", "response_body"):
                     body = getattr(request, kind)
                     yield protocol.echo(kind, body)
                 else:

@@ -2,14 +2,16 @@
 (tests/support/gie_data_plane.py: ORIGINAL_DST reading the header; override_host reading `envoy.lb`), with
 one loopback address per pod, as GIE's conformance tests treat an IP as a pod. The picker's choice comes
 from the rollout's split: a cohort kept, a flip reaching the next request, a fallback when the pick is down,
-GIE's test headers ignored unless asked for; bad input: bodies that are not JSON routed; and
-the command itself (TLS, gRPC health). GIE's own conformance scenarios, and the subset hint
+GIE's test headers ignored unless asked for; bad input: bodies that are not JSON routed, a pod that vanishes
+mid-stream; and the command itself (TLS, gRPC health). GIE's own conformance scenarios, and the subset hint
 and fail-open/closed, are in test_gie_conformance_epp.py."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import httpx
@@ -39,7 +41,8 @@ HOSTS = {
 ADDRESS = {name: f"{host}:{PORT}" for name, host in HOSTS.items()}
 POOL = {"baseline": ("pod-0", "pod-1", "pod-2"), "zero-layer": ("pod-3", "pod-4")}
 DEAD = f"127.0.7.9:{PORT}"  # a pod still listed in the pool whose server is gone: nothing listens there
-ENDPOINTS = list(ADDRESS.values())
+STREAMING = {"stream-0": "127.0.7.10", "stream-1": "127.0.7.11", "stream-2": "127.0.7.12"}  # a test's own
+ENDPOINTS = [*ADDRESS.values(), *(f"{host}:{PORT}" for host in STREAMING.values())]  # override_host's members
 
 
 def wanted(weights: dict[str, int], pool: dict[str, tuple[str, ...]] = POOL, **kw: object) -> Wanted:
@@ -117,6 +120,66 @@ def test_a_body_that_is_not_json_is_routed(gw):
     for body in (b"not json", bytes(range(256)) * 4, b"x" * 300_000, b""):
         assert gw.served_by(1, body=body)[0] in POOL["baseline"]
     assert gw.client.get(gw.url).status_code == 200
+
+
+@pytest.mark.parametrize("gateway", ["override_host"], indirect=True)
+def test_a_pod_that_vanishes_mid_stream_fails_only_its_own_streams(gw):
+    """Six answers streaming from three pods; one pod is killed mid-answer. Its clients get their error
+    (the stream cut, never a whole answer; Envoy closes their connections after its delayed-close second),
+    the others finish; every stream's count is released; the next requests are all served by the two pods
+    left, before the pool's next read drops the pod (override_host: the list's next pod serves the retry)
+    and after it. ORIGINAL_DST shares the picker's part; a pick of the pod gone is a 503 there until that
+    read (gateway/kubernetes/pool.py, shown in test_epp_rollout.py: a pod no longer ready takes no more)."""
+    release = threading.Event()
+    pods = {name: NamedUpstream(name, host, PORT) for name, host in STREAMING.items()}
+    for pod in pods.values():
+        pod.stream = release
+        pod.start()
+    endpoint = {name: f"{host}:{PORT}" for name, host in STREAMING.items()}
+    gw.now = Wanted(
+        pods={"baseline": tuple(endpoint.values())}, weights={"baseline": 100}, baseline="baseline"
+    )
+    begun = threading.Semaphore(0)
+
+    def stream(i: int) -> tuple[str, bytes | Exception]:
+        body = b'{"model": "m", "prompt": "%d", "stream": true}' % i
+        with gw.client.stream("POST", f"{gw.url}/v1/completions", content=body) as answer:
+            chunks = answer.iter_raw()
+            received = next(chunks)
+            begun.release()
+            try:
+                return answer.headers[NAME_HEADER], received + b"".join(chunks)
+            except httpx.HTTPError as error:
+                return answer.headers[NAME_HEADER], error
+
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            futures = []
+            for i in range(6):  # one at a time, each streaming before the next is sent
+                futures.append(pool.submit(stream, i))
+                assert begun.acquire(timeout=10)
+            assert sum(gw.picker.in_flight().values()) == 6
+            pods["stream-0"].kill()
+            release.set()
+            results = [future.result() for future in futures]
+        assert {name for name, _ in results} == set(STREAMING)
+        for name, result in results:
+            if name == "stream-0":
+                assert isinstance(result, httpx.RemoteProtocolError | httpx.ReadError), result
+            else:
+                assert result == f"data: {name}\n\ndata: [DONE]\n\n".encode()
+        wait_until(lambda: not gw.picker.in_flight(), 10, "every stream's count released")
+        assert set(gw.served_by(6)) == {"stream-1", "stream-2"}
+        gw.now = Wanted(
+            pods={"baseline": (endpoint["stream-1"], endpoint["stream-2"])},
+            weights={"baseline": 100},
+            baseline="baseline",
+        )
+        assert set(gw.served_by(6)) == {"stream-1", "stream-2"}
+    finally:
+        release.set()
+        for pod in pods.values():
+            pod.stop()
 
 
 def test_gies_test_headers_are_ignored_unless_asked_for(gw):

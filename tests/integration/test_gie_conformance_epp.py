@@ -26,9 +26,9 @@ from gateway.epp.conformance import SELECTION, SERVED
 from gateway.epp.picker import Picker
 from gateway.epp.wanted import Wanted
 from graystack.local.processes import wait_until
-from tests.integration.test_gie_conformance import gie_passes
 from tests.support.epp_gateway import BODY, Gateway, running
 from tests.support.gie_data_plane import SUBSET_TEST_HEADER, DataPlane, PickerAddress
+from tests.support.gie_tolerance import gie_passes
 from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
 from tests.support.picker_thread import PickerThread
 

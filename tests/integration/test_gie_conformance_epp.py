@@ -15,6 +15,7 @@ gateway converges, these send REQUESTS one after another to a gateway that is re
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,8 @@ REPLICAS = 3  # GIE's resources.ModelServerPodReplicas: base.yaml's Deployments
 # GIE sends 100 requests per case against a picker that draws at random among the pods named; graystack's
 # pick is not random (fewest in flight, ties in turn), so 20 reach each of at most 9 endpoints twice.
 REQUESTS = 20
-HOSTS = {  # each pool's pods, one loopback address each
-    "primary-inference-pool": ("127.0.9.1", "127.0.9.2", "127.0.9.3"),
-    "secondary-inference-pool": ("127.0.9.4", "127.0.9.5", "127.0.9.6"),
-    "dp-inference-pool": ("127.0.9.7", "127.0.9.8", "127.0.9.9"),
+HOSTS = {  # each pool's pods, one loopback address each: 127.0.9.1 to .9
+    pool: tuple(f"127.0.9.{REPLICAS * i + r + 1}" for r in range(REPLICAS)) for i, pool in enumerate(POOLS)
 }
 
 
@@ -54,9 +53,24 @@ def manifest(name: str) -> dict[str, Any]:
     return route
 
 
-def pool_of(route: dict[str, Any]) -> str:
-    """The InferencePool the route's one rule sends to."""
-    return str(route["spec"]["rules"][0]["backendRefs"][0]["name"])
+@dataclass(frozen=True)
+class Route:
+    """A scenario's HTTPRoute: the pool its one rule sends to, and how GIE's requests reach it."""
+
+    pool: str
+    path: str
+    host: str
+
+    @classmethod
+    def of(cls, name: str) -> Route:
+        spec = manifest(name)["spec"]
+        rule = spec["rules"][0]
+        return cls(rule["backendRefs"][0]["name"], rule["matches"][0]["path"]["value"], spec["hostnames"][0])
+
+    def served(self, gw: Gateway, n: int, selection: str) -> list[tuple[str, str]]:
+        """(pod, port) of each of `n` answers to GIE's request naming `selection` (each must be a 200)."""
+        headers = {"host": self.host, SELECTION: selection}
+        return [pod_of(name) for name in gw.served_by(n, headers, path=self.path)]
 
 
 def ports(pool: str) -> list[int]:
@@ -112,24 +126,18 @@ def gateway(request, servers, envoy_binary, tmp_path_factory):
         yield gw
 
 
-def served(gw: Gateway, n: int, selection: str) -> list[tuple[str, str]]:
-    """(pod, port) of each of `n` answers to GIE's request with the test header (each must be a 200)."""
-    return [pod_of(name) for name in gw.served_by(n, {SELECTION: selection})]
-
-
 @pytest.mark.parametrize("chosen", [(2,), (0, 1), (0, 1, 2)], ids=["single", "two", "all"])
 def test_gateway_following_epp_routing(gateway, chosen):
     """GatewayFollowingEPPRouting (gateway_following_epp_routing.go): a request naming one pod is served by
     that pod, each pod in turn; requests naming one, two or all three pods are all served within them.
     Beyond GIE's check, graystack's pick spreads over the pods named (fewest in flight, ties in turn).
     Both profiles: the picker answers one endpoint (the list of named pods narrows what it picks from)."""
-    pool = pool_of(manifest("gateway_following_epp_routing.yaml"))
-    gw = gateway.reset(whole(pool))
-    names, ips = list(pods(pool)), list(pods(pool).values())
-    assert len(names) == REPLICAS
+    route = Route.of("gateway_following_epp_routing.yaml")
+    gw = gateway.reset(whole(route.pool))
+    names, ips = list(pods(route.pool)), list(pods(route.pool).values())
     for name, ip in zip(names, ips, strict=True):
-        assert served(gw, 1, ip) == [(name, str(ports(pool)[0]))]
-    answers = Counter(pod for pod, _ in served(gw, REQUESTS, ",".join(ips[i] for i in chosen)))
+        assert route.served(gw, 1, ip) == [(name, str(ports(route.pool)[0]))]
+    answers = Counter(pod for pod, _ in route.served(gw, REQUESTS, ",".join(ips[i] for i in chosen)))
     assert set(answers) == {names[i] for i in chosen}
 
 
@@ -143,17 +151,17 @@ def test_gateway_following_epp_routing_with_data_parallelism(gateway, allowed):
     listening on the pool's three target ports (ranks), each `ip:port` an endpoint of its own. The header
     names a pod (any rank) or `ip:port` (that rank); the requests are served only by the pods named, on a
     port allowed. Beyond GIE's check: every allowed endpoint takes a share (each port is an endpoint)."""
-    pool = pool_of(manifest("gateway_following_epp_routing_dp.yaml"))
-    gw = gateway.reset(whole(pool))
-    names, ips, ranks = list(pods(pool)), list(pods(pool).values()), ports(pool)
+    route = Route.of("gateway_following_epp_routing_dp.yaml")
+    gw = gateway.reset(whole(route.pool))
+    names, ips, ranks = list(pods(route.pool)), list(pods(route.pool).values()), ports(route.pool)
     for name, ip in zip(names, ips, strict=True):
-        assert served(gw, 1, ip)[0][0] == name
+        assert route.served(gw, 1, ip)[0][0] == name
     header = ",".join(
         ips[i] if not fixed else ",".join(f"{ips[i]}:{port}" for port in sorted(fixed))
         for i, fixed in sorted(allowed.items(), key=lambda item: ips[item[0]])
     )  # GIE's buildEPPHeader: by IP, a bare IP for any rank
     expected = {(names[i], str(port)) for i, fixed in allowed.items() for port in (fixed or ranks)}
-    assert set(served(gw, REQUESTS, header)) == expected
+    assert set(route.served(gw, REQUESTS, header)) == expected
 
 
 def test_gateway_destination_endpoint_served(gateway):
@@ -162,16 +170,16 @@ def test_gateway_destination_endpoint_served(gateway):
     endpoint the gateway reported to the picker (override_host's `selected_host_key`); the picker's own
     outcome says the same. ORIGINAL_DST dials the header's address and reports nothing back: the header
     is absent there, so this scenario cannot pass on a gateway of that shape."""
-    pool = pool_of(manifest("gateway_destination_endpoint_served.yaml"))
-    gw = gateway.reset(whole(pool))
-    for name, ip in pods(pool).items():
-        answer = gw.post({SELECTION: ip})
-        assert (answer.status_code, answer.headers[NAME_HEADER]) == (200, f"{name}:{ports(pool)[0]}")
-        endpoint = f"{ip}:{ports(pool)[0]}"
-        reported = endpoint if gw.profile == "override_host" else None
-        assert answer.headers.get(SERVED) == reported
+    route = Route.of("gateway_destination_endpoint_served.yaml")
+    gw = gateway.reset(whole(route.pool))
+    reports = gw.profile == "override_host"
+    for name, ip in pods(route.pool).items():
+        answer = gw.post({"host": route.host, SELECTION: ip}, path=route.path)
+        endpoint = f"{ip}:{ports(route.pool)[0]}"
+        assert (answer.status_code, answer.headers[NAME_HEADER]) == (200, f"{name}:{ports(route.pool)[0]}")
+        assert answer.headers.get(SERVED) == (endpoint if reports else None)
     wait_until(lambda: len(gw.outcomes) == REPLICAS, 5, "every stream's end")
-    assert all(outcome.served == (outcome.picked if reported else None) for outcome in gw.outcomes)
+    assert all(outcome.served == (outcome.picked if reports else None) for outcome in gw.outcomes)
 
 
 def test_gateway_weighted_across_two_inference_pools(gateway):
@@ -180,11 +188,13 @@ def test_gateway_weighted_across_two_inference_pools(gateway):
     pools, drawn by the picker rather than by a gateway's route weights (that form, HTTPRoute weights
     written by graystack, is test_gie_conformance.py's). GIE's check: of 200 answers, the secondary's
     share within max(10 points, 4.5 sigma) of 30 %; and every pod of both pools serves."""
-    route = manifest("gateway_weighted_two_pools.yaml")
-    weights = {ref["name"]: int(ref["weight"]) for ref in route["spec"]["rules"][0]["backendRefs"]}
+    route = manifest("gateway_weighted_two_pools.yaml")["spec"]
+    rule = route["rules"][0]
+    weights = {ref["name"]: int(ref["weight"]) for ref in rule["backendRefs"]}
     primary, secondary = weights
     gw = gateway.reset(Wanted(pods={p: endpoints(p) for p in weights}, weights=weights, baseline=primary))
-    answers = Counter(pod_of(name)[0] for name in gw.served_by(200))
+    host, path = route["hostnames"][0], rule["matches"][0]["path"]["value"]
+    answers = Counter(pod_of(name)[0] for name in gw.served_by(200, {"host": host}, path=path))
     assert set(answers) == {pod for p in weights for pod in pods(p)}
     to_secondary = sum(answers[pod] for pod in pods(secondary))
     assert gie_passes(to_secondary, 200, weights[secondary] / sum(weights.values())), answers
@@ -209,22 +219,24 @@ def test_the_subset_hint_is_honoured_and_nothing_eligible_is_503(gateway):
         assert "no endpoint of the pool is eligible" in answer.text
 
 
-def _down(envoy_binary, folder, profile, pool: str) -> tuple[str, httpx.Response, httpx.Response]:
-    """The pool's gateway with its picker up, then down: what the first pod answers while it is up (named
-    by the test header), then the answers to GIE's request (a body) and to one without a body."""
-    fail_open = POOLS[pool]["spec"]["endpointPickerRef"].get("failureMode") == "FailOpen"
-    first = next(iter(pods(pool).values()))
-    picker = PickerThread(Picker(lambda: whole(pool)), test_headers=True).start()
+def _down(envoy_binary, folder, profile, route: Route) -> tuple[str, httpx.Response, httpx.Response]:
+    """The route's pool behind a gateway with the pool's failure mode, its picker up, then down: what
+    answers GIE's request naming the first pod while it is up, then GIE's request (a body) and one
+    without a body once it is down."""
+    fail_open = POOLS[route.pool]["spec"]["endpointPickerRef"].get("failureMode") == "FailOpen"
+    first = next(iter(pods(route.pool).values()))
+    picker = PickerThread(Picker(lambda: whole(route.pool)), test_headers=True).start()
     plane = DataPlane(
-        envoy_binary, folder, profile, PickerAddress(picker.port), list(endpoints(pool)), fail_open
+        envoy_binary, folder, profile, PickerAddress(picker.port), list(endpoints(route.pool)), fail_open
     )
+    url, headers = f"{plane.url}{route.path}", {"host": route.host, SELECTION: first}
     try:
         plane.start()
-        up = httpx.post(plane.url, content=BODY, headers={SELECTION: first}, timeout=10)
+        up = httpx.post(url, content=BODY, headers=headers, timeout=10)
         assert up.status_code == 200, up.text
         picker.stop()
-        with_body = httpx.post(plane.url, content=BODY, headers={SELECTION: first}, timeout=10)
-        without = httpx.get(plane.url, timeout=10)
+        with_body = httpx.post(url, content=BODY, headers=headers, timeout=10)
+        without = httpx.get(url, headers={"host": route.host}, timeout=10)
         return up.headers[NAME_HEADER], with_body, without
     finally:
         plane.stop()
@@ -241,8 +253,9 @@ def test_epp_unavailable_fail_open(servers, envoy_binary, tmp_path, profile):
     the processor before the failure was seen (a race: on an idle machine it was 503 every time, under
     load once let through), so GIE's check as written does not pass on this Envoy. ORIGINAL_DST cannot
     fail open at all: with no pick there is no address to dial (503)."""
-    pool = pool_of(manifest("epp_unavailable_fail_open.yaml"))
-    up, with_body, without = _down(envoy_binary, tmp_path, profile, pool)
+    route = Route.of("epp_unavailable_fail_open.yaml")
+    pool = route.pool
+    up, with_body, without = _down(envoy_binary, tmp_path, profile, route)
     assert up == upstream(pool, next(iter(pods(pool).values())), ports(pool)[0])
     app = POOLS[pool]["spec"]["selector"]["matchLabels"]["app"]
     if profile == "override_host":
@@ -259,8 +272,8 @@ def test_epp_unavailable_fail_open(servers, envoy_binary, tmp_path, profile):
 def test_epp_unavailable_fail_closed(servers, envoy_binary, tmp_path, profile):
     """EppUnAvailableFailOpen's counterpart (no Go scenario): the primary pool's picker reference has no
     failure mode, FailClose by the CRD's default; with its picker down every request is answered 503."""
-    pool = "primary-inference-pool"
-    assert "failureMode" not in POOLS[pool]["spec"]["endpointPickerRef"]
-    up, with_body, without = _down(envoy_binary, tmp_path, profile, pool)
+    route = Route.of("gateway_following_epp_routing.yaml")  # to the primary pool
+    pool = route.pool
+    up, with_body, without = _down(envoy_binary, tmp_path, profile, route)
     assert up == upstream(pool, next(iter(pods(pool).values())), ports(pool)[0])
     assert (with_body.status_code, without.status_code) == (503, 503)

@@ -35,14 +35,18 @@ class Gateway:
     picker: Picker | None = None
     client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
 
-    def post(self, headers: dict[str, str] | None = None, body: bytes = BODY) -> httpx.Response:
-        return self.client.post(f"{self.url}/v1/completions", content=body, headers=headers or {})
+    def post(
+        self, headers: dict[str, str] | None = None, body: bytes = BODY, path: str = "/v1/completions"
+    ) -> httpx.Response:
+        return self.client.post(f"{self.url}{path}", content=body, headers=headers or {})
 
-    def served_by(self, n: int, headers: dict[str, str] | None = None, body: bytes = BODY) -> list[str]:
+    def served_by(
+        self, n: int, headers: dict[str, str] | None = None, body: bytes = BODY, path: str = "/v1/completions"
+    ) -> list[str]:
         """The upstreams' names that answered `n` requests (each must be a 200)."""
         names = []
         for _ in range(n):
-            answer = self.post(headers, body)
+            answer = self.post(headers, body, path)
             assert answer.status_code == 200, (answer.status_code, answer.text)
             names.append(answer.headers[NAME_HEADER])
         return names

@@ -152,6 +152,8 @@ async def _serve(
     test_headers: bool,
 ) -> None:
     server = await start(picker, host, port, health_port, credentials, fallbacks, test_headers=test_headers)
+    if test_headers:
+        log.warning("GIE's conformance test headers honoured: a client chooses its pod (never in production)")
     log.info(
         "picking on %s:%d (%s), health on %d",
         host,

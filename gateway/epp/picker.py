@@ -201,10 +201,14 @@ class Picker:
     def in_flight(self) -> dict[str, int]:
         return {endpoint: count for endpoint, count in self._in_flight.items() if count}
 
+    def endpoints(self) -> list[str]:
+        """The pool's endpoints, each once."""
+        return sorted({e for pods in self._wanted().pods.values() for e in pods})
+
     def fallbacks(self) -> dict[str, str]:
         """The pool's endpoints picked by in-flight counts alone, for want of fresh metrics, and why: what
         status shows beside the pods."""
-        endpoints = sorted({e for pods in self._wanted().pods.values() for e in pods})
+        endpoints = self.endpoints()
         if self.readings is None:
             return dict.fromkeys(endpoints, "metrics not read")
         return self.readings.fallbacks(endpoints, self._clock())

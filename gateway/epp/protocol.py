@@ -101,3 +101,10 @@ def go_on(kind: str) -> ext_proc.ProcessingResponse:
     """Headers or trailers let through unchanged (`kind`: response_headers, request_trailers, ...)."""
     answer = ext_proc.TrailersResponse() if kind.endswith("trailers") else ext_proc.HeadersResponse()
     return ext_proc.ProcessingResponse(**{kind: answer})
+
+
+def add_header(kind: str, key: str, value: str) -> ext_proc.ProcessingResponse:
+    """Headers let through with one header set (`kind`: response_headers or request_headers)."""
+    mutation = ext_proc.HeaderMutation(set_headers=[_header(key, value)])
+    answer = ext_proc.HeadersResponse(response=ext_proc.CommonResponse(header_mutation=mutation))
+    return ext_proc.ProcessingResponse(**{kind: answer})

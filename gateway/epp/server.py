@@ -39,11 +39,12 @@ async def start(
     fallbacks: int = 0,
     ready: Callable[[], bool] = lambda: True,
     bound: int = rewrite.BOUND,
+    test_headers: bool = False,
 ) -> EppServer:
     """Serve `picker` on `host:port` (TLS with `tls`, plaintext with None) and health on `host:health_port`;
-    `fallbacks`, `bound`: gateway/epp/service.py's ExtProc."""
+    `fallbacks`, `bound`, `test_headers`: gateway/epp/service.py's ExtProc."""
     ext_proc = grpc.aio.server()
-    service = ExtProc(picker, fallbacks, bound)
+    service = ExtProc(picker, fallbacks, bound, test_headers)
     external_processor_pb2_grpc.add_ExternalProcessorServicer_to_server(service, ext_proc)
     address = f"{host}:{port}"
     port_bound = (

@@ -23,7 +23,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 
-from gateway.epp import protocol, rewrite
+from gateway.epp import conformance, protocol, rewrite
 from gateway.epp.picker import Draft, Picker, Ticket
 
 NOTHING_ELIGIBLE = "no endpoint of the pool is eligible for this request"
@@ -36,10 +36,14 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
     gateway whose ORIGINAL_DST cluster reads the header (Envoy 1.40) cannot parse a list and answers 503,
     while an override_host gateway takes the list and retries down it. `bound`: the most bytes of a body
     held before the pick. `unchanged`: the model variants' requests sent as they came, by reason;
-    `unread`: the requests picked without the body a scorer wanted, by reason."""
+    `unread`: the requests picked without the body a scorer wanted, by reason. `test_headers`: GIE's
+    conformance test headers honoured (gateway/epp/conformance.py), off by default."""
 
-    def __init__(self, picker: Picker, fallbacks: int = 0, bound: int = rewrite.BOUND) -> None:
+    def __init__(
+        self, picker: Picker, fallbacks: int = 0, bound: int = rewrite.BOUND, test_headers: bool = False
+    ) -> None:
         self._picker, self._fallbacks, self._bound = picker, fallbacks, bound
+        self._test_headers = test_headers
         self.unchanged: Counter[str] = Counter()
         self.unread: Counter[str] = Counter()
 
@@ -53,9 +57,11 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
                 if kind == "request_headers":
-                    draft = self._picker.draw(
-                        protocol.headers(request.request_headers), protocol.subset_hint(request)
-                    )
+                    headers, subset = protocol.headers(request.request_headers), protocol.subset_hint(request)
+                    if self._test_headers:
+                        chosen = conformance.selection(headers, self._picker.endpoints())
+                        subset = conformance.narrow(subset, chosen)
+                    draft = self._picker.draw(headers, subset)
                     if draft is None:
                         yield protocol.refuse(503, NOTHING_ELIGIBLE)
                         return
@@ -84,11 +90,12 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                         held = None
                     if kind == "request_body":
                         continue
-                if kind == "response_headers" and ticket is not None:
-                    served = protocol.served_endpoint(request)
-                    if served is not None:
-                        self._picker.served(ticket, served)
-                if kind in ("request_body", "response_body"):
+                served = protocol.served_endpoint(request) if kind == "response_headers" else None
+                if served is not None and ticket is not None:
+                    self._picker.served(ticket, served)
+                if served is not None and self._test_headers:
+                    yield protocol.add_header(str(kind), conformance.SERVED, served)
+                elif kind in ("request_body", "response_body"):
                     body = getattr(request, kind)
                     yield protocol.echo(kind, body)
                 else:

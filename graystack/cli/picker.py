@@ -94,6 +94,12 @@ log = logging.getLogger("graystack.epp")
 @click.option("--metrics-port", default=None, type=click.IntRange(1, 65535), help="default: the pod's own")
 @click.option("--metrics-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01))
 @click.option("--metrics-timeout", default=0.5, show_default=True, type=click.FloatRange(min=0.01))
+@click.option(
+    "--conformance-test-headers",
+    is_flag=True,
+    help="honour GIE's conformance test headers (a client names the pods to pick from): only to run GIE's "
+    "conformance suite against this picker, never in production",
+)
 @click.option("--insecure", is_flag=True, envvar="GRAYSTACK_EPP_INSECURE", show_envvar=True, help="no TLS")
 @click.option(
     "--cert", type=click.Path(path_type=Path, exists=True), default=None, help="PEM; else self-signed"
@@ -120,6 +126,7 @@ def epp(
     metrics_port: int | None,
     metrics_interval: float,
     metrics_timeout: float,
+    conformance_test_headers: bool,
     insecure: bool,
     cert: Path | None,
     key: Path | None,
@@ -152,7 +159,9 @@ def epp(
     scrape = Scrape(metrics_path, metrics_port, metrics_interval, metrics_timeout)
     reader = MetricsReader(readings, lambda: [e for pods in pool.values() for e in pods], lambda: scrape)
     picker = Picker(lambda: wanted, on_outcome=_told, readings=readings)
-    asyncio.run(_serve(picker, reader, host, port, health_port, credentials, fallbacks))
+    asyncio.run(
+        _serve(picker, reader, host, port, health_port, credentials, fallbacks, conformance_test_headers)
+    )
 
 
 def _told(outcome: Outcome) -> None:
@@ -167,8 +176,11 @@ async def _serve(
     health_port: int,
     credentials: grpc.ServerCredentials | None,
     fallbacks: int,
+    test_headers: bool,
 ) -> None:
-    server = await start(picker, host, port, health_port, credentials, fallbacks)
+    server = await start(picker, host, port, health_port, credentials, fallbacks, test_headers=test_headers)
+    if test_headers:
+        log.warning("GIE's conformance test headers honoured: a client chooses its pod (never in production)")
     log.info(
         "picking on %s:%d (%s), health on %d",
         host,

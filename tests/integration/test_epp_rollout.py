@@ -7,9 +7,10 @@ override_host). The pool's pods are small servers on loopback addresses of their
 
 What it shows: the pool's pods are read from the API; the step's split is the split served; a cohort
 stays on one variant; an operator's promote and rollback reach the very next requests (no route to
-reconcile); a pod that stops being ready takes no more requests; the answers come from the gateway's own
-access log, placed by the pod that served each, and a fault on the canary's pod is rolled back by the
-guard, the next requests all on the baseline's pods."""
+reconcile); a pod that stops being ready takes no more requests; a body that is not JSON or has no `model`
+is routed and answered like any other; the answers come from the gateway's own access log, placed by the
+pod that served each, and a fault on the canary's pod is rolled back by the guard, the next requests all on
+the baseline's pods."""
 
 from __future__ import annotations
 
@@ -155,6 +156,19 @@ async def test_the_picker_in_the_gateway_serves_each_step_at_once_and_keeps_coho
     dropped = upstreams["v1-b"].hits
     assert await served(plane, 20) == {"v1": 20}
     assert upstreams["v1-b"].hits == dropped  # every one to the pod still ready
+
+    # Bodies that are not JSON or have no `model`: routed like any other, never refused, and each one an
+    # answer in the gateway's answer log (its access log), placed on the variant whose pod served it.
+    sent = 300 + 30 + 30 + 20 + 20 + 20
+    await eventually(lambda: gateway_process.answers.routed == sent, 10, "every answer so far in the log")
+    stable = gateway_process.answers.answered["stable"]
+    async with httpx.AsyncClient(base_url=plane.url, timeout=10) as client:
+        for body in (b"not json", bytes(range(256)), b'{"prompt": "no model"}', b""):
+            answer = await client.post("/v1/completions", content=body)
+            assert (answer.status_code, TRACK[answer.headers[NAME_HEADER]]) == (200, "v1"), answer.text
+    await eventually(lambda: gateway_process.answers.routed == sent + 4, 10, "their answers in the log")
+    assert gateway_process.answers.answered["stable"] == stable + 4
+    assert gateway_process.answers.failed["stable"] == 0
 
 
 async def test_a_fault_on_the_canarys_pods_is_measured_from_the_gateways_log_and_rolled_back_at_once(world):

@@ -10,7 +10,6 @@ conformant gateways: no real one runs here). And where a gateway serves a two-po
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 from graystack.local.processes import free_port
 from tests.support.gateway_api_graystack import Graystack, spec
 from tests.support.gateway_api_stand import Stand, Traffic
+from tests.support.gie_tolerance import gie_passes
 from tests.support.reference_translation import Bug
 
 pytestmark = pytest.mark.integration
@@ -64,12 +64,6 @@ def world(stand, tmp_path):
     stand.install(ROUTE)  # 70/30 as the manifest has it, Accepted
     yield stand, str(stand.api.write_kubeconfig(tmp_path / "kubeconfig", NAMESPACE))
     stand.gateway.bug = Bug.NONE
-
-
-def gie_passes(secondary: int, total: int, expected_secondary: float) -> bool:
-    """The Go test's own check: the observed share within max(10 points, 4.5 sigma) of the expected."""
-    sigma = math.sqrt(expected_secondary * (1 - expected_secondary) / total)
-    return abs(secondary / total - expected_secondary) <= max(0.10, 4.5 * sigma)
 
 
 @pytest.mark.parametrize("asked", [1, 5, 50])

@@ -5,6 +5,7 @@ attributes answers by the address that served them, each stands for one pod."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -14,6 +15,7 @@ NAME_HEADER = "x-upstream"
 MODEL_HEADER = "x-upstream-model"  # the `model` of the JSON body it got ("" for none), answered back
 METRICS_PATH = "/metrics"  # its request counter, as a model server exports one (not counted itself)
 COUNTER = "upstream_requests"
+POLL = 0.05  # seconds between the server's looks for a stop: the most a test waits on `stop()`
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -32,7 +34,8 @@ class NamedUpstream:
     `metrics`: more Prometheus text served after the counter (a test sets a model server's gauges, such
     as vLLM's queue and KV-cache use); `metrics_delay`: seconds its metrics wait before answering (a
     test sets it to make them hang). `last_body`: the body of the last request it got (a chunked body
-    read whole)."""
+    read whole). `stream`: when a test sets an event, each answer is streamed as a model server streams
+    tokens, its first chunk at once and its last once the event is set; `kill()` ends the pod mid-answer."""
 
     def __init__(self, name: str, host: str, port: int) -> None:
         self.name, self.host, self.port = name, host, port
@@ -41,11 +44,13 @@ class NamedUpstream:
         self.metrics = ""
         self.metrics_delay = 0.0
         self.last_body = b""
+        self.stream: threading.Event | None = None
         self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
         self._server = _QuietServer((host, port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"upstream-{name}", daemon=True
+            target=self._server.serve_forever, args=(POLL,), name=f"upstream-{name}", daemon=True
         )
 
     def start(self) -> NamedUpstream:
@@ -56,6 +61,17 @@ class NamedUpstream:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+    def kill(self) -> None:
+        """The pod gone, as when its process is killed: no more connections taken, and each one it holds
+        (an answer mid-stream) closed at once."""
+        self.stop()
+        with self._lock:
+            held = list(self._open)
+        for connection in held:
+            connection.shutdown(socket.SHUT_RDWR)
+        if self.stream is not None:
+            self.stream.set()  # its handlers wake, find the connection gone, and end
 
     def _count(self) -> None:
         with self._lock:
@@ -71,6 +87,16 @@ class NamedUpstream:
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with upstream._lock:
+                    upstream._open.add(self.connection)
+
+            def finish(self) -> None:
+                with upstream._lock:
+                    upstream._open.discard(self.connection)
+                super().finish()
 
             def _body(self) -> bytes:
                 if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
@@ -92,7 +118,21 @@ class NamedUpstream:
                     return
                 upstream._count()
                 upstream.last_body = received
+                if upstream.stream is not None and upstream.status == 200:
+                    self._stream(upstream.stream)
+                    return
                 self._send(upstream.status, body, _model(received))
+
+            def _stream(self, rest: threading.Event) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header(NAME_HEADER, upstream.name)
+                self.end_headers()
+                for chunk in (f"data: {upstream.name}\n\n".encode(), b"data: [DONE]\n\n", b""):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                    rest.wait(10)
 
             def _send(self, status: int, content: bytes, model: str = "") -> None:
                 self.send_response(status)

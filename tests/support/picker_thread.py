@@ -24,9 +24,11 @@ class PickerThread:
         tls: grpc.ServerCredentials | None = None,
         fallbacks: int = 0,
         bound: int = rewrite.BOUND,
+        test_headers: bool = False,
     ) -> None:
         self.picker = picker
         self._tls, self._fallbacks, self._bound = tls, fallbacks, bound
+        self._test_headers = test_headers
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="epp", daemon=True)
         self._server: EppServer | None = None
@@ -56,8 +58,12 @@ class PickerThread:
     def start(self) -> PickerThread:
         self._thread.start()
         started = asyncio.run_coroutine_threadsafe(
-            start(self.picker, "127.0.0.1", 0, 0, self._tls, self._fallbacks, bound=self._bound), self._loop
-        )
+            start(
+                self.picker, "127.0.0.1", 0, 0, self._tls, self._fallbacks, bound=self._bound,
+                test_headers=self._test_headers,
+            ),
+            self._loop,
+        )  # fmt: skip
         self._server = started.result(timeout=10)
         return self
 

@@ -34,7 +34,7 @@ from bench._common import brief, envoy_binary, summarize, write_result
 from tests.support.epp_world import picker_world
 from tests.support.named_upstreams import NAME_HEADER
 
-PODS = {"v1-a": ("127.0.9.1", "v1"), "v1-b": ("127.0.9.2", "v1"), "v2-a": ("127.0.9.3", "v2")}
+PODS = {"v1-a": ("127.0.10.1", "v1"), "v1-b": ("127.0.10.2", "v1"), "v2-a": ("127.0.10.3", "v2")}
 TRACK = {name: track for name, (_, track) in PODS.items()}
 SPEC = {
     "name": "llm",

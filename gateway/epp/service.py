@@ -11,7 +11,11 @@ its new length in the headers' answer). A body that cannot be read (too long, no
 it and goes as it came, counted in `unread` and logged; a model variant's body that cannot be rewritten
 (those, or no `model`) goes to the same pods counted as the baseline's, and `unchanged` says why. A
 request is never refused for its body. The pod's count is released when the answer ends or, whatever
-happens, when the stream closes."""
+happens, when the stream closes.
+
+Every routed request is marked with the variant it is served as (`names.ROUTED_HEADER`: a model variant's
+unchanged request as the baseline), so that the gateway's access log can place a model variant's answers,
+which its pods (the baseline's) cannot (gateway/kubernetes/pool.py)."""
 
 from __future__ import annotations
 
@@ -107,7 +111,7 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                 self._picker.release(ticket)
 
     def _route(self, ticket: Ticket, length: int | None = None) -> ext_proc.ProcessingResponse:
-        return protocol.route_to(ticket.endpoints[: 1 + self._fallbacks], length)
+        return protocol.route_to(ticket.endpoints[: 1 + self._fallbacks], ticket.variant, length)
 
     def _placed(
         self, draft: Draft, body: bytes, end: bool

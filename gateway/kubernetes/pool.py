@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 from kubernetes import client
 
+from gateway import names
 from gateway.answers.entries import segment_of
 from gateway.epp import tls
 from gateway.epp.feed import pool_endpoints, wanted_from
@@ -69,9 +70,10 @@ class PoolPicker:
 
     # -- the answer receiver's Placement: the user's gateway logs each answer's pod ------------------
 
-    def variant(self, upstream_host: str) -> str | None:
-        """The variant whose pod (at this port: data-parallel ranks are endpoints of their own) served."""
-        return next((v for v, pods in (self.pods or {}).items() if upstream_host in pods), None)
+    def variant(self, upstream_host: str, headers: Mapping[str, str]) -> str | None:
+        """The variant whose pod (at this port: data-parallel ranks are endpoints of their own) served, or
+        the model variant the picker marked the request with, on the baseline's pods (Wanted.answered_as)."""
+        return self.wanted().answered_as(upstream_host, headers.get(names.ROUTED_HEADER))
 
     def segment(self, headers: Mapping[str, str]) -> str:
         return segment_of(self.live().routing, headers)

@@ -10,16 +10,21 @@ stays on one variant; an operator's promote and rollback reach the very next req
 reconcile); a pod that stops being ready takes no more requests; a body that is not JSON or has no `model`
 is routed and answered like any other; the answers come from the gateway's own access log, placed by the
 pod that served each, and a fault on the canary's pod is rolled back by the guard, the next requests all on
-the baseline's pods."""
+the baseline's pods. A model variant (a model name on the baseline's pods) has its answers counted as its
+own, by the variant the picker marked each request with, whatever mark a client sent."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
+from gateway import names
 from gateway.app import GatewayProcess
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.pool import PickerOptions, PoolPicker
@@ -30,7 +35,7 @@ from tests.integration.test_kubernetes_mode import eventually, operate
 from tests.support.gateway_api_stand import Traffic
 from tests.support.gie_data_plane import DataPlane, PickerAddress
 from tests.support.kube_api import FakeApiServer
-from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
+from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER, NamedUpstream
 
 pytestmark = pytest.mark.integration
 
@@ -75,8 +80,10 @@ def pod(name: str, ip: str, track: str, ready: bool = True) -> dict:
     }
 
 
-@pytest.fixture
-async def world(envoy_binary, tmp_path):
+@contextlib.asynccontextmanager
+async def running(envoy_binary: str, tmp_path: Path, spec: dict) -> AsyncIterator[tuple]:
+    """The API stand-in with PODS and the pool, the gateway on `spec` with its picker, and the data plane,
+    at the strategy's step 0."""
     api = FakeApiServer().start()
     port = free_port()
     upstreams = [NamedUpstream(name, ip, port).start() for name, (ip, _) in PODS.items()]
@@ -94,7 +101,7 @@ async def world(envoy_binary, tmp_path):
             },
         }
     )
-    for name, data in ((SPEC_CM, {"spec.yaml": yaml.safe_dump(SPEC)}), (STATE_CM, None)):
+    for name, data in ((SPEC_CM, {"spec.yaml": yaml.safe_dump(spec)}), (STATE_CM, None)):
         api.put(
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}
             | ({"data": data} if data else {})
@@ -121,6 +128,12 @@ async def world(envoy_binary, tmp_path):
         for upstream in upstreams:
             upstream.stop()
         api.stop()
+
+
+@pytest.fixture
+async def world(envoy_binary, tmp_path):
+    async with running(envoy_binary, tmp_path, SPEC) as parts:
+        yield parts
 
 
 async def served(plane: DataPlane, n: int, user: str | None = None) -> Counter[str]:
@@ -184,6 +197,42 @@ async def test_a_fault_on_the_canarys_pods_is_measured_from_the_gateways_log_and
     assert gateway.answers.failed["stable"] == 0
     assert await served(plane, 20) == {"v1": 20}  # the very next requests: no route to reconcile
     assert not gateway.controller.status().rollback_in_flight
+
+
+BASE, LORA = "llama-3", "llama-3-lora-v2"
+# the canary is a model name on the stable pods (track v1); v2-a is then no variant's pod
+MODEL_SPEC = {
+    **SPEC,
+    "endpoint_picker": {**SPEC["endpoint_picker"], "values": {"stable": "v1"}, "models": {"canary": LORA}},
+}
+
+
+async def test_a_model_variants_answers_are_measured_as_its_own_whatever_a_client_marks(
+    envoy_binary, tmp_path
+):
+    async with running(envoy_binary, tmp_path, MODEL_SPEC) as (_, gateway, plane, upstreams):
+        models: Counter[str] = Counter()
+        async with httpx.AsyncClient(base_url=plane.url, timeout=10) as client:
+            for n in range(100):
+                # a client that tries to choose the variant its answer counts as, by sending the mark
+                mark = {names.ROUTED_HEADER: ("canary", "stable")[n % 2]}
+                answer = await client.post(
+                    "/v1/completions", json={"model": BASE, "prompt": "hi"}, headers=mark
+                )
+                assert (answer.status_code, TRACK[answer.headers[NAME_HEADER]]) == (200, "v1"), answer.text
+                models[answer.headers[MODEL_HEADER]] += 1
+            for _ in range(10):  # bodies that cannot be rewritten: served, and counted, as the baseline's
+                answer = await client.post(
+                    "/v1/completions", content=b"not json", headers={names.ROUTED_HEADER: "canary"}
+                )
+                assert (answer.status_code, answer.headers[MODEL_HEADER]) == (200, "")
+        assert abs(models[LORA] - 20) <= 4 * 4, models  # step 0: 20 % of 100 (sigma 4)
+        await eventually(lambda: gateway.answers.routed == 110, 10, "every answer in the log")
+        assert (gateway.answers.answered["canary"], gateway.answers.answered["stable"]) == (
+            models[LORA],
+            models[BASE] + 10,
+        )
+        assert upstreams["v2-a"].hits == 0
 
 
 def test_a_pool_whose_selector_matches_no_pod_is_named_and_the_picker_not_ready(tmp_path, caplog):

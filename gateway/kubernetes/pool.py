@@ -22,6 +22,7 @@ import grpc
 from kubernetes import client
 
 from gateway import names
+from gateway.admin.protocol import PickerStatus
 from gateway.answers.entries import segment_of
 from gateway.epp import tls
 from gateway.epp.feed import pool_endpoints, wanted_from
@@ -122,6 +123,18 @@ class PoolPicker:
         o = self.options
         self._server = await start(self.picker, o.host, o.port, o.health_port, credentials, ready=self.ready)
         log.info("picking for the InferencePool on %s:%d, health on %d", o.host, o.port, o.health_port)
+
+    def status(self) -> PickerStatus:
+        """The picker's part of the admin API's status (and so of `graystack status`)."""
+        picker = self.live().endpoint_picker
+        return PickerStatus(
+            pool=f"{picker.namespace}/{picker.pool}" if picker is not None else "",
+            ready=self.ready(),
+            problem=self.problem if self.pods is not None else "the pool's pods not read yet",
+            pods={variant: list(pods) for variant, pods in (self.pods or {}).items()},
+            in_flight=self.picker.in_flight(),
+            fallbacks=self.picker.fallbacks(),
+        )
 
     def ready(self) -> bool:
         """Pods read, and some to pick: a gateway sends a picker that is not ready nothing."""

@@ -10,35 +10,27 @@ stays on one variant; an operator's promote and rollback reach the very next req
 reconcile); a pod that stops being ready takes no more requests; a body that is not JSON or has no `model`
 is routed and answered like any other; the answers come from the gateway's own access log, placed by the
 pod that served each, and a fault on the canary's pod is rolled back by the guard, the next requests all on
-the baseline's pods. A model variant (a model name on the baseline's pods) has its answers counted as its
-own, by the variant the picker marked each request with, whatever mark a client sent."""
+the baseline's pods."""
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import families, names
-from gateway.admin.protocol import Status
 from gateway.app import GatewayProcess
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.pool import PickerOptions, PoolPicker
 from gateway.kubernetes.process import KubernetesOptions, gateway_options, kubernetes_gateway
 from gateway.spec.model import validate_spec
-from graystack.console.status_view import render_status
 from graystack.local.processes import free_port
-from tests.integration.test_kubernetes_mode import admin_call, eventually, operate
+from tests.integration.test_kubernetes_mode import eventually, operate
 from tests.support.gateway_api_stand import Traffic
 from tests.support.gie_data_plane import DataPlane, PickerAddress
 from tests.support.kube_api import FakeApiServer
-from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER, NamedUpstream
+from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
 
 pytestmark = pytest.mark.integration
 
@@ -83,19 +75,11 @@ def pod(name: str, ip: str, track: str, ready: bool = True) -> dict:
     }
 
 
-@contextlib.asynccontextmanager
-async def running(
-    envoy_binary: str, tmp_path: Path, spec: dict, hang_metrics: str | None = None
-) -> AsyncIterator[tuple]:
-    """The API stand-in with PODS and the pool, the gateway on `spec` with its picker, and the data plane,
-    at the strategy's step 0. `hang_metrics`: a pod whose metrics answer only long after the picker's
-    timeout, from the first read on."""
+@pytest.fixture
+async def world(envoy_binary, tmp_path):
     api = FakeApiServer().start()
     port = free_port()
-    upstreams = [NamedUpstream(name, ip, port) for name, (ip, _) in PODS.items()]
-    for upstream in upstreams:
-        upstream.metrics_delay = 5.0 if upstream.name == hang_metrics else 0.0
-        upstream.start()
+    upstreams = [NamedUpstream(name, ip, port).start() for name, (ip, _) in PODS.items()]
     for name, (ip, track) in PODS.items():
         api.put(pod(name, ip, track))
     api.put(
@@ -110,7 +94,7 @@ async def running(
             },
         }
     )
-    for name, data in ((SPEC_CM, {"spec.yaml": yaml.safe_dump(spec)}), (STATE_CM, None)):
+    for name, data in ((SPEC_CM, {"spec.yaml": yaml.safe_dump(SPEC)}), (STATE_CM, None)):
         api.put(
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}
             | ({"data": data} if data else {})
@@ -137,12 +121,6 @@ async def running(
         for upstream in upstreams:
             upstream.stop()
         api.stop()
-
-
-@pytest.fixture
-async def world(envoy_binary, tmp_path):
-    async with running(envoy_binary, tmp_path, SPEC) as parts:
-        yield parts
 
 
 async def served(plane: DataPlane, n: int, user: str | None = None) -> Counter[str]:
@@ -206,96 +184,6 @@ async def test_a_fault_on_the_canarys_pods_is_measured_from_the_gateways_log_and
     assert gateway.answers.failed["stable"] == 0
     assert await served(plane, 20) == {"v1": 20}  # the very next requests: no route to reconcile
     assert not gateway.controller.status().rollback_in_flight
-
-
-BASE, LORA = "llama-3", "llama-3-lora-v2"
-# the canary is a model name on the stable pods (track v1); v2-a is then no variant's pod
-MODEL_SPEC = {
-    **SPEC,
-    "endpoint_picker": {**SPEC["endpoint_picker"], "values": {"stable": "v1"}, "models": {"canary": LORA}},
-}
-
-
-async def counts(gateway: GatewayProcess) -> dict[str, float]:
-    """The picker's counters, read from the gateway's /metrics."""
-    page = (await admin_call(gateway, "GET", "/metrics")).text
-    samples = {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(page)
-        for sample in family.samples
-    }
-
-    def counted(family: str, **labels: str) -> float:
-        return samples.get((family, tuple(sorted(labels.items()))), 0.0)
-
-    return {
-        "picks canary": counted(families.EPP_PICKS, variant="canary"),
-        "picks stable": counted(families.EPP_PICKS, variant="stable"),
-        "canary unchanged: not JSON": counted(families.EPP_UNCHANGED, variant="canary", reason="not JSON"),
-        "unread: not JSON": counted(families.EPP_UNREAD, reason="not JSON"),
-        "pods scored by fallback": counted(families.EPP_FALLBACK_SCORES),
-    }
-
-
-async def test_a_model_variants_answers_are_measured_as_its_own_and_the_picker_says_what_it_did(
-    envoy_binary, tmp_path
-):
-    """Its answers counted as its own whatever mark a client sends; its cohorts sticky; its unrewritable
-    bodies served and counted as the baseline's; the picker's counters; a pod whose metrics hang in status."""
-    async with running(envoy_binary, tmp_path, MODEL_SPEC, hang_metrics="v1-b") as (_, gateway, plane, pods):
-        before = await counts(gateway)
-        models: dict[str, str] = {}  # each user's model, their cohort's variant
-        async with httpx.AsyncClient(base_url=plane.url, timeout=10) as client:
-            for n in range(100):
-                # a client that tries to choose the variant its answer counts as, by sending the mark
-                sent = {names.ROUTED_HEADER: ("canary", "stable")[n % 2], "x-user": f"user-{n}"}
-                answer = await client.post(
-                    "/v1/completions", json={"model": BASE, "prompt": "hi"}, headers=sent
-                )
-                assert (answer.status_code, TRACK[answer.headers[NAME_HEADER]]) == (200, "v1"), answer.text
-                models[f"user-{n}"] = answer.headers[MODEL_HEADER]
-            by_model = Counter(models.values())
-            assert abs(by_model[LORA] - 20) <= 4 * 4, by_model  # step 0: 20 % of 100 (sigma 4)
-            # bodies that cannot be rewritten, from five users of each variant: served, and counted, as
-            # the baseline's
-            users = [
-                user for model in (LORA, BASE) for user in [u for u, m in models.items() if m == model][:5]
-            ]
-            for user in users:
-                sent = {names.ROUTED_HEADER: "canary", "x-user": user}
-                answer = await client.post("/v1/completions", content=b"not json", headers=sent)
-                assert (answer.status_code, answer.headers[MODEL_HEADER]) == (200, "")
-        await eventually(lambda: gateway.answers.routed == 110, 10, "every answer in the log")
-        answered = gateway.answers.answered
-        assert (answered["canary"], answered["stable"]) == (by_model[LORA], by_model[BASE] + 10)
-        assert pods["v2-a"].hits == 0
-
-        moved = {name: n - before[name] for name, n in (await counts(gateway)).items()}
-        assert moved == {
-            "picks canary": by_model[LORA],
-            "picks stable": by_model[BASE] + 10,
-            "canary unchanged: not JSON": 5,
-            "unread: not JSON": 10,  # the `prefix` scorer reads bodies
-            "pods scored by fallback": moved["pods scored by fallback"],
-        }
-        assert moved["pods scored by fallback"] >= 110  # v1-b, at every pick
-
-        hung = {f"{PODS['v1-b'][0]}:{pods['v1-b'].port}": "metrics unreadable: TimeoutError"}
-
-        async def listed() -> Status | None:
-            status = Status.model_validate((await admin_call(gateway, "GET", "/v1/status")).json())
-            return status if status.picker is not None and status.picker.fallbacks == hung else None
-
-        status = await eventually(
-            listed, 10, "v1-b listed as on fallback once its metrics were tried, v1-a not"
-        )
-        assert status.picker is not None
-        assert (status.picker.pool, status.picker.ready) == ("serving/llm", True)
-        [(endpoint, why)] = hung.items()
-        [line] = [line for line in render_status(status).splitlines() if "FALLBACK" in line]
-        assert (
-            line == f"  FALLBACK {endpoint} ranked by its requests in flight alone: {why}"
-        )  # graystack status
 
 
 def test_a_pool_whose_selector_matches_no_pod_is_named_and_the_picker_not_ready(tmp_path, caplog):

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import uvicorn
 
 from gateway.admin.api import Leadership, create_admin_app, fault_injection_refusal
+from gateway.admin.protocol import PickerStatus
 from gateway.answers.entries import Placement
 from gateway.answers.receiver import AnswerReceiver
 from gateway.answers.store import AnswerStore
@@ -117,6 +118,10 @@ class Driver(Protocol):
 
     @property
     def placement(self) -> Placement | None: ...
+
+    def picker_status(self) -> PickerStatus | None:
+        """The Endpoint Picker's part of the status, where the driver serves one; asked at every status call."""
+        ...
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         """What runs beside the admin API until the process stops (cancelled then)."""
@@ -228,6 +233,7 @@ class GatewayProcess:
                     fault_refusal,
                     self.answers,
                     self.notifier.status,
+                    self.driver.picker_status,
                 ),
                 host=options.admin_host,
                 port=options.admin_port,

@@ -26,6 +26,12 @@ GEN_AI_TTFT = "gen_ai_server_time_to_first_token_seconds"
 GEN_AI_TPOT = "gen_ai_server_time_per_output_token_seconds"
 GEN_AI_TOKEN_USAGE = "gen_ai_client_token_usage"
 
+# The Endpoint Picker (gateway/epp/telemetry.py)
+EPP_PICKS = "graystack_epp_picks_total"
+EPP_UNCHANGED = "graystack_epp_unchanged_total"
+EPP_UNREAD = "graystack_epp_unread_total"
+EPP_FALLBACK_SCORES = "graystack_epp_fallback_scores_total"
+
 # The rollout (gateway/rollout/telemetry.py)
 ROLLOUT_WEIGHT = "graystack_rollout_weight"
 ROLLOUT_SEGMENT_WEIGHT = "graystack_rollout_segment_weight"

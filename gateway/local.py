@@ -7,6 +7,7 @@ import functools
 from collections.abc import Coroutine
 from typing import Any
 
+from gateway.admin.protocol import PickerStatus
 from gateway.app import GatewayOptions, GatewayParts, GatewayProcess, serve_until_signalled
 from gateway.rollout.controller import RolloutController
 from gateway.rollout.state_store import FileStateStore
@@ -31,6 +32,10 @@ class FileDriver:
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         return [self._watcher.run(), self._controller.run()]
+
+    def picker_status(self) -> PickerStatus | None:
+        """None: the local stack serves no Endpoint Picker."""
+        return None
 
     async def start(self) -> None:
         """Nothing more: the watcher and the controller run in the background."""

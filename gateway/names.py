@@ -65,6 +65,8 @@ VARIANT_HEADER = "x-graystack-variant"
 SERVER_VARIANT_HEADER = "x-graystack-server-variant"
 # The request header naming the variant the split chose (gateway/envoy/routes.py), which the answer log
 # carries: after a fallback retry the access log's upstream cluster is the fallback's, not the aggregate.
+# graystack's Endpoint Picker marks each request it routes with it too (gateway/epp/protocol.py), over any
+# copy a client sent: a model variant's answers, served by the baseline's pods, are placed by it.
 ROUTED_HEADER = "x-graystack-routed"
 
 # Cohorts (gateway/envoy/affinity_filter.py): the request header the affinity filter writes the client's key

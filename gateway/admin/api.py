@@ -34,6 +34,7 @@ from gateway.admin.protocol import (
     FaultResult,
     FlipResult,
     MisnamedStatus,
+    PickerStatus,
     RolloutName,
     RolloutSection,
     SplitChange,
@@ -99,11 +100,13 @@ def full_status(
     leadership: Leadership | None = None,
     answers: AnswerStore | None = None,
     notifications: NotificationsStatus | None = None,
+    picker: PickerStatus | None = None,
 ) -> Status:
     """GET /v1/status; `leadership`: None where this process alone drives the rollout (no leader fields);
     `answers`: the measured answers, whose keyed share the cohorts section gives (None: no section), and
     the servers that named themselves otherwise than their variant;
-    `notifications`: the receivers' deliveries (None: no section)."""
+    `notifications`: the receivers' deliveries (None: no section); `picker`: the Endpoint Picker's (None:
+    no section)."""
     own = gateway.status()
     rollout: RolloutSection | RolloutName = (
         RolloutSection(name=own.rollout, **dict(controller.status()))
@@ -136,6 +139,8 @@ def full_status(
         status = status.model_copy(update={"misnamed": misnamed})
     if notifications is not None:
         status = status.model_copy(update={"notifications": notifications})
+    if picker is not None:
+        status = status.model_copy(update={"picker": picker})
     if leadership is None:
         return status
     leader = {
@@ -155,11 +160,12 @@ def create_admin_app(
     fault_refusal: str | None = FAULTS_OFF,
     answers: AnswerStore | None = None,
     notifications: Callable[[], NotificationsStatus | None] = lambda: None,
+    picker: Callable[[], PickerStatus | None] = lambda: None,
 ) -> FastAPI:
     """`leadership()`: asked at every call; None where this process alone drives the rollout (local).
     `fault_refusal`: why faults are refused (fault_injection_refusal), None to take them. `answers`: the
     measured answers, for the cohorts' keyed share in the status. `notifications()`: the receivers'
-    deliveries, asked at every status call."""
+    deliveries, and `picker()`: the Endpoint Picker's state, both asked at every status call."""
 
     def authorized(authorization: str | None = Header(default=None)) -> None:
         if token is None:
@@ -199,7 +205,14 @@ def create_admin_app(
     @app.get("/v1/status", dependencies=[v1], response_model=Status, response_model_exclude_unset=True)
     def status() -> Status:
         return full_status(
-            gateway, ads, controller, fault_refusal is None, leadership(), answers, notifications()
+            gateway,
+            ads,
+            controller,
+            fault_refusal is None,
+            leadership(),
+            answers,
+            notifications(),
+            picker(),
         )
 
     @app.put(

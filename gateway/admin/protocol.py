@@ -158,6 +158,20 @@ class MisnamedStatus(_Answer):
     answers: int
 
 
+class PickerStatus(_Answer):
+    """The Endpoint Picker this replica serves (the spec's `endpoint_picker`): its InferencePool, the pods
+    it picks among by variant, why it is not ready (None: ready), the requests it holds in flight per pod,
+    and the pods it ranks by those counts alone for want of fresh metrics, each with why (issue 37: when a
+    server's metrics cannot be read the picker falls back to what it counts itself, and status says so)."""
+
+    pool: str
+    ready: bool
+    problem: str | None
+    pods: dict[str, list[str]]
+    in_flight: dict[str, int]
+    fallbacks: dict[str, str]
+
+
 class Status(_Answer):
     """GET /v1/status. The leader fields exist only where several replicas elect a leader."""
 
@@ -171,6 +185,7 @@ class Status(_Answer):
     cohorts: CohortStatus | None = None  # only where the spec names `routing.affinity` sources
     notifications: NotificationsStatus | None = None  # only where the spec names receivers
     misnamed: list[MisnamedStatus] = []  # servers that named themselves otherwise than their variant
+    picker: PickerStatus | None = None  # only where this replica serves the spec's endpoint_picker
     leader: bool | None = None
     identity: str | None = None
     leader_identity: str | None = None  # None: no replica holds the Lease right now

@@ -40,9 +40,12 @@ _EVERY_CHECK = ("other", frozenset({"errors", "latency"}))
 
 
 class Placement(Protocol):
-    """The variant and segment of an answer the user's gateway logged (gateway/kubernetes/gateway_api.py)."""
+    """The variant and segment of an answer the user's gateway logged (gateway/kubernetes/gateway_api.py,
+    gateway/kubernetes/pool.py). `variant`: by the endpoint that served it, and, where graystack's picker
+    chose it, the variant the picker marked the request with (`names.ROUTED_HEADER`, in `headers`); None
+    where the upstream host ("" for none) is no variant's endpoint."""
 
-    def variant(self, upstream_host: str) -> str | None: ...  # None: not a variant's endpoint, or ""
+    def variant(self, upstream_host: str, headers: Mapping[str, str]) -> str | None: ...
 
     def segment(self, headers: Mapping[str, str]) -> str: ...
 
@@ -149,7 +152,7 @@ def answer_from(
     cluster = common.upstream_cluster
     kind, checks = names.api_of_route(common.route_name) or _EVERY_CHECK
     if placement is not None:
-        placed = placement.variant(upstream_host(entry))
+        placed = placement.variant(upstream_host(entry), entry.request.request_headers)
         if placed is None:
             return None
         variant = placed

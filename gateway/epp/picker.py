@@ -32,7 +32,8 @@ class Ticket:
     holds this request (None once released). `model`: the model name the request's body is rewritten to,
     for a model variant (None: the body goes as it came); `baseline`: the variant whose pods serve it, which
     the request counts as when its body cannot be rewritten (`unchanged`). `blocks`: its prompt's block
-    hashes; `indexed`: the pod the index holds them on, `fresh`: those it did not hold before."""
+    hashes; `indexed`: the pod the index holds them on, `fresh`: those it did not hold before. `unmetered`:
+    the pods ranked without a fresh reading of their metrics (scored by in-flight counts instead)."""
 
     variant: str
     endpoints: tuple[str, ...]
@@ -44,6 +45,7 @@ class Ticket:
     blocks: tuple[int, ...] = ()
     indexed: str | None = None
     fresh: tuple[int, ...] = ()
+    unmetered: int = 0
 
 
 @dataclass(frozen=True)
@@ -147,9 +149,10 @@ class Picker:
             prompt = prompt_of(body, bound.block_bytes * bound.max_blocks)
             blocks = block_hashes(prompt, adapter or "", bound.block_bytes, bound.max_blocks)
             self._prefixes.size = bound.blocks
+        readings = self.readings.fresh(self._clock()) if self.readings is not None else {}
         signals = Signals(
             self._in_flight,
-            self.readings.fresh(self._clock()) if self.readings is not None else {},
+            readings,
             self._sessions.get(draft.cohort) if draft.cohort is not None else None,
             self._prefixes.shares(blocks, draft.pods) if blocks else {},
             adapter,
@@ -169,6 +172,7 @@ class Picker:
             blocks=blocks,
             indexed=ranked[0] if blocks else None,
             fresh=self._prefixes.record(blocks, ranked[0]),
+            unmetered=sum(pod not in readings for pod in draft.pods),
         )
 
     def unchanged(self, ticket: Ticket) -> None:

@@ -1,7 +1,9 @@
 """GIE's Endpoint Picker protocol v1.0.0 on Envoy's ext_proc messages (pure): what the gateway tells the
 picker (headers, the subset hint, the endpoint that served) and what the picker answers (the endpoints in
 a header and in `envoy.lb` metadata, the same value in both; a refusal; body chunks echoed, as
-FULL_DUPLEX_STREAMED asks of every processor). The protocol's text:
+FULL_DUPLEX_STREAMED asks of every processor). Beside the protocol, graystack's own mark: the variant the
+picker drew, in `names.ROUTED_HEADER` (overwriting any copy a client sent), which the gateway's access log
+carries to the answer receiver. The protocol's text:
 ../shared/schemas/inference-extension/endpoint-picker-protocol.md."""
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
+
+from gateway import names
 
 DESTINATION = "x-gateway-destination-endpoint"  # the header, and the key in LB_NAMESPACE
 SERVED = "x-gateway-destination-endpoint-served"  # the gateway's answer, in LB_NAMESPACE
@@ -49,12 +53,17 @@ def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:
     return value.string_value or None if value is not None else None
 
 
-def route_to(endpoints: Sequence[str], length: int | None = None) -> ext_proc.ProcessingResponse:
+def route_to(
+    endpoints: Sequence[str], variant: str, length: int | None = None
+) -> ext_proc.ProcessingResponse:
     """The request headers' answer: the picked endpoint first, the fallbacks after it, comma-separated, in
-    the header and in the metadata alike (the protocol forbids the two to differ). `length`: the body's
-    new `content-length`, where the picker rewrote the body."""
+    the header and in the metadata alike (the protocol forbids the two to differ), and the request marked
+    with the variant it is served as. `length`: the body's new `content-length`, where the picker
+    rewrote the body."""
     value = ",".join(endpoints)
-    mutation = ext_proc.HeaderMutation(set_headers=[_header(DESTINATION, value)])
+    mutation = ext_proc.HeaderMutation(
+        set_headers=[_header(DESTINATION, value), _header(names.ROUTED_HEADER, variant)]
+    )
     if length is not None:
         mutation.set_headers.append(_header("content-length", str(length)))
     metadata = struct_pb2.Struct()

@@ -11,7 +11,11 @@ its new length in the headers' answer). A body that cannot be read (too long, no
 it and goes as it came, counted in `unread` and logged; a model variant's body that cannot be rewritten
 (those, or no `model`) goes to the same pods counted as the baseline's, and `unchanged` says why. A
 request is never refused for its body. The pod's count is released when the answer ends or, whatever
-happens, when the stream closes."""
+happens, when the stream closes. Each of these counts is exported too (gateway/epp/telemetry.py).
+
+Every routed request is marked with the variant it is served as (`names.ROUTED_HEADER`: a model variant's
+unchanged request as the baseline), so that the gateway's access log can place a model variant's answers,
+which its pods (the baseline's) cannot (gateway/kubernetes/pool.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 
-from gateway.epp import conformance, protocol, rewrite
+from gateway.epp import conformance, protocol, rewrite, telemetry
 from gateway.epp.picker import Draft, Picker, Ticket
 
 NOTHING_ELIGIBLE = "no endpoint of the pool is eligible for this request"
@@ -107,7 +111,10 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                 self._picker.release(ticket)
 
     def _route(self, ticket: Ticket, length: int | None = None) -> ext_proc.ProcessingResponse:
-        return protocol.route_to(ticket.endpoints[: 1 + self._fallbacks], length)
+        """The headers' answer, once per routed request: counted by the variant it is served as."""
+        telemetry.PICKS.labels(ticket.variant).inc()
+        telemetry.FALLBACK_SCORES.inc(ticket.unmetered)
+        return protocol.route_to(ticket.endpoints[: 1 + self._fallbacks], ticket.variant, length)
 
     def _placed(
         self, draft: Draft, body: bytes, end: bool
@@ -140,6 +147,7 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                 f" ({detail})" if detail else "",
             )
             self.unread[reason] += 1
+            telemetry.UNREAD.labels(reason).inc()
         ticket = self._picker.place(draft, None)
         if ticket.model is not None:
             self._unchanged(ticket, reason, detail)
@@ -154,6 +162,7 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
             f" ({detail})" if detail else "",
         )
         self.unchanged[reason] += 1
+        telemetry.UNCHANGED.labels(ticket.variant, reason).inc()
         self._picker.unchanged(ticket)
 
 

@@ -70,6 +70,14 @@ class Wanted:
     def variant_of(self, endpoint: str) -> str | None:
         return next((variant for variant, pods in self.pods.items() if endpoint in pods), None)
 
+    def answered_as(self, endpoint: str, marked: str | None) -> str | None:
+        """The variant an answer served by `endpoint` counts as: its pod's; on the baseline's pods, the
+        model variant the picker marked the request with, since no pod tells a model variant's answers
+        from the baseline's. A mark naming a variant of pods is not taken: where an answer was served is
+        what proves those (issue 36), and a client cannot move an answer by sending a mark."""
+        variant = self.variant_of(endpoint)
+        return marked if variant == self.baseline and marked in self.models else variant
+
 
 def _pairs(text: str, what: str) -> dict[str, str]:
     """`a=1,b=2` as {"a": "1", "b": "2"}; ValueError naming `what` otherwise."""

@@ -91,7 +91,8 @@ class GatewayApiDataPlane:
 
     # -- the receiver's Placement -------------------------------------------------------------------
 
-    def variant(self, upstream_host: str) -> str | None:
+    def variant(self, upstream_host: str, headers: Mapping[str, str]) -> str | None:
+        """By the endpoint alone: no picker of graystack's marks these requests, so a mark is a client's."""
         if not upstream_host:
             self._unplaced["with no upstream host in the access log"] += 1
             return None

@@ -21,6 +21,8 @@ from typing import Any
 import grpc
 from kubernetes import client
 
+from gateway import names
+from gateway.admin.protocol import PickerStatus
 from gateway.answers.entries import segment_of
 from gateway.epp import tls
 from gateway.epp.feed import pool_endpoints, wanted_from
@@ -69,9 +71,10 @@ class PoolPicker:
 
     # -- the answer receiver's Placement: the user's gateway logs each answer's pod ------------------
 
-    def variant(self, upstream_host: str) -> str | None:
-        """The variant whose pod (at this port: data-parallel ranks are endpoints of their own) served."""
-        return next((v for v, pods in (self.pods or {}).items() if upstream_host in pods), None)
+    def variant(self, upstream_host: str, headers: Mapping[str, str]) -> str | None:
+        """The variant whose pod (at this port: data-parallel ranks are endpoints of their own) served, or
+        the model variant the picker marked the request with, on the baseline's pods (Wanted.answered_as)."""
+        return self.wanted().answered_as(upstream_host, headers.get(names.ROUTED_HEADER))
 
     def segment(self, headers: Mapping[str, str]) -> str:
         return segment_of(self.live().routing, headers)
@@ -120,6 +123,18 @@ class PoolPicker:
         o = self.options
         self._server = await start(self.picker, o.host, o.port, o.health_port, credentials, ready=self.ready)
         log.info("picking for the InferencePool on %s:%d, health on %d", o.host, o.port, o.health_port)
+
+    def status(self) -> PickerStatus:
+        """The picker's part of the admin API's status (and so of `graystack status`)."""
+        picker = self.live().endpoint_picker
+        return PickerStatus(
+            pool=f"{picker.namespace}/{picker.pool}" if picker is not None else "",
+            ready=self.ready(),
+            problem=self.problem if self.pods is not None else "the pool's pods not read yet",
+            pods={variant: list(pods) for variant, pods in (self.pods or {}).items()},
+            in_flight=self.picker.in_flight(),
+            fallbacks=self.picker.fallbacks(),
+        )
 
     def ready(self) -> bool:
         """Pods read, and some to pick: a gateway sends a picker that is not ready nothing."""

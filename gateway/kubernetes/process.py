@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes import client
 
 from gateway.admin.api import Leadership
+from gateway.admin.protocol import PickerStatus
 from gateway.app import GatewayOptions, GatewayParts, GatewayProcess, serve_until_signalled
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.capacity import DeploymentCapacity
@@ -168,6 +169,9 @@ class ClusterDriver:
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         return [self.pool.run()] if self.pool is not None else []
+
+    def picker_status(self) -> PickerStatus | None:
+        return self.pool.status() if self.pool is not None else None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 import grpc
+import prometheus_client
 
 from gateway.epp import tls
 from gateway.epp.metrics_reader import MetricsReader, Scrape
@@ -100,6 +101,14 @@ log = logging.getLogger("graystack.epp")
     help="honour GIE's conformance test headers (a client names the pods to pick from): only to run GIE's "
     "conformance suite against this picker, never in production",
 )
+@click.option(
+    "--prometheus-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    envvar="GRAYSTACK_EPP_PROMETHEUS_PORT",
+    show_envvar=True,
+    help="serve the picker's own counters (graystack_epp_*) at /metrics on --host and this port; default: off",
+)
 @click.option("--insecure", is_flag=True, envvar="GRAYSTACK_EPP_INSECURE", show_envvar=True, help="no TLS")
 @click.option(
     "--cert", type=click.Path(path_type=Path, exists=True), default=None, help="PEM; else self-signed"
@@ -127,6 +136,7 @@ def epp(
     metrics_interval: float,
     metrics_timeout: float,
     conformance_test_headers: bool,
+    prometheus_port: int | None,
     insecure: bool,
     cert: Path | None,
     key: Path | None,
@@ -159,6 +169,8 @@ def epp(
     scrape = Scrape(metrics_path, metrics_port, metrics_interval, metrics_timeout)
     reader = MetricsReader(readings, lambda: [e for pods in pool.values() for e in pods], lambda: scrape)
     picker = Picker(lambda: wanted, on_outcome=_told, readings=readings)
+    if prometheus_port is not None:
+        prometheus_client.start_http_server(prometheus_port, host)
     asyncio.run(
         _serve(picker, reader, host, port, health_port, credentials, fallbacks, conformance_test_headers)
     )

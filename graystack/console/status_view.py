@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from gateway.admin.protocol import CapacityStatus, EvidenceStatus, GateStatus, RolloutStatus, Status
+from gateway.admin.protocol import (
+    CapacityStatus,
+    EvidenceStatus,
+    GateStatus,
+    PickerStatus,
+    RolloutStatus,
+    Status,
+)
 
 
 def _split(weights: dict[str, int]) -> str:
@@ -51,6 +58,8 @@ def render_status(status: Status) -> str:
             f"{named.named}: expected in an A/A run or under renamed variants, else a deployment mix-up; "
             f"they count as {named.variant}'s"
         )
+    if status.picker is not None:
+        lines += picker_lines(status.picker)
     for variant, fault in status.faults.items():
         lines.append(f"FAULT     {variant} {fault.summary} (injected: `graystack fault {variant} --clear`)")
     if isinstance(rollout, RolloutStatus):  # the gateway runs a rollout controller
@@ -81,6 +90,17 @@ def render_status(status: Status) -> str:
                 verdict = "REJECTED (serving the last ACKed version)" if info.rejected else "earlier NACK"
                 lines.append(f"      {verdict}: version {nack.version}: {nack.message}")
     return "\n".join(lines)
+
+
+def picker_lines(picker: PickerStatus) -> list[str]:
+    """The Endpoint Picker's pool and pods, then each pod it ranks without its metrics, and why."""
+    pods = ", ".join(f"{variant} {len(endpoints)}" for variant, endpoints in sorted(picker.pods.items()))
+    state = "ready" if picker.ready else f"NOT READY: {picker.problem}"
+    lines = [f"picker    InferencePool {picker.pool}: {state}; pods {pods or 'none'}"]
+    return lines + [
+        f"  FALLBACK {endpoint} ranked by its requests in flight alone: {why}"
+        for endpoint, why in sorted(picker.fallbacks.items())
+    ]
 
 
 def weight_text(rollout: RolloutStatus) -> str:

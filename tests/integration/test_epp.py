@@ -232,10 +232,12 @@ def _health(port: int, service: str) -> int | grpc.StatusCode:
 
 def test_graystack_epp_serves_tls_by_default_and_grpc_health(pods, envoy_binary, tmp_path):
     """The command as a process: TLS with a certificate it made at start, which Envoy dials as gateways
-    do (TLS, any certificate accepted); health on its own port, plaintext, with GIE's service names."""
-    port, health_port = free_port(), free_port()
+    do (TLS, any certificate accepted); health on its own port, plaintext, with GIE's service names; its
+    counters on a port of their own."""
+    port, health_port, prometheus_port = free_port(), free_port(), free_port()
     argv = [sys.executable, "-m", "graystack", "epp", "--port", str(port), "--health-port", str(health_port)]
     argv += ["--pods", f"baseline={ADDRESS['pod-0']}", "--pods", f"zero-layer={ADDRESS['pod-3']}"]
+    argv += ["--prometheus-port", str(prometheus_port)]
     argv += ["--split", "baseline=0,zero-layer=100", "--conformance-test-headers"]
     picker: ManagedProcess = start_process("epp", argv, tmp_path)
     plane = DataPlane(
@@ -251,6 +253,8 @@ def test_graystack_epp_serves_tls_by_default_and_grpc_health(pods, envoy_binary,
         assert answer.headers[SERVED] == ADDRESS["pod-3"]  # GIE's test headers, asked for
         refused = httpx.post(plane.url, content=BODY, headers={SELECTION: HOSTS["pod-0"]}, timeout=10)
         assert refused.status_code == 503  # only the baseline's pod named, the baseline at 0 %
+        counters = httpx.get(f"http://127.0.0.1:{prometheus_port}/metrics", timeout=5).text
+        assert 'graystack_epp_picks_total{variant="zero-layer"} 1.0' in counters.splitlines()
         plaintext = grpc.insecure_channel(f"127.0.0.1:{port}")  # TLS only: a plaintext channel never connects
         with plaintext, pytest.raises(grpc.FutureTimeoutError):
             grpc.channel_ready_future(plaintext).result(timeout=1)

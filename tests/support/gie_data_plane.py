@@ -160,6 +160,8 @@ def _access_log() -> dict[str, Any]:
                 "transport_api_version": "V3",
                 "buffer_flush_interval": "0.1s",
             },
+            # the variant the picker marked each request with: a model variant's answers are placed by it
+            "additional_request_headers_to_log": [names.ROUTED_HEADER],
         },
     }
 

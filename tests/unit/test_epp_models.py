@@ -83,6 +83,22 @@ def test_a_cohort_keeps_one_model_and_the_subset_hint_applies():
     assert Picker(lambda: wanted({"canary": 100})).pick({}, frozenset({"10.9.9.9:1"})) is None
 
 
+def test_an_answer_on_the_baselines_pods_counts_as_the_model_variant_its_request_was_marked_with():
+    fed = Wanted(
+        pods={"baseline": BASELINE, "green": ("10.0.0.7:8000",)},
+        weights={"baseline": 1},
+        baseline="baseline",
+        models={"canary": "lora-v2"},
+    )
+    assert fed.answered_as(BASELINE[1], "canary") == "canary"
+    assert fed.answered_as(BASELINE[1], None) == "baseline"
+    assert fed.answered_as(BASELINE[1], "unknown") == "baseline"
+    # a variant of pods is proven by where it was served: a mark never moves an answer onto or off it
+    assert fed.answered_as(BASELINE[1], "green") == "baseline"
+    assert fed.answered_as("10.0.0.7:8000", "canary") == "green"
+    assert fed.answered_as("", "canary") is None  # no pod served it (a refusal)
+
+
 @pytest.mark.parametrize(
     ("kw", "named"),
     [

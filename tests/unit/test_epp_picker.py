@@ -8,6 +8,7 @@ import itertools
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
+from gateway import names
 from gateway.epp import protocol
 from gateway.epp.choice import choose_variant
 from gateway.epp.health import Request, Response
@@ -115,10 +116,15 @@ def test_flags_parse_and_bad_ones_are_named():
 
 
 def test_the_answer_carries_the_same_list_in_the_header_and_the_metadata():
-    answer = protocol.route_to(["10.0.0.1:8000", "10.0.0.2:8000"])
+    answer = protocol.route_to(["10.0.0.1:8000", "10.0.0.2:8000"], "canary")
     common = answer.request_headers.response
-    header = common.header_mutation.set_headers[0].header
-    assert (header.key, header.raw_value) == (protocol.DESTINATION, b"10.0.0.1:8000,10.0.0.2:8000")
+    destination, marked = common.header_mutation.set_headers
+    assert (destination.header.key, destination.header.raw_value) == (
+        protocol.DESTINATION,
+        b"10.0.0.1:8000,10.0.0.2:8000",
+    )
+    assert (marked.header.key, marked.header.raw_value) == (names.ROUTED_HEADER, b"canary")
+    assert marked.append_action == marked.OVERWRITE_IF_EXISTS_OR_ADD  # a client's copy never survives
     lb = answer.dynamic_metadata.fields[protocol.LB_NAMESPACE].struct_value
     assert lb.fields[protocol.DESTINATION].string_value == "10.0.0.1:8000,10.0.0.2:8000"
     assert common.clear_route_cache

@@ -84,7 +84,9 @@ def test_stale_or_unreadable_metrics_fall_back_to_in_flight_counts_and_say_why()
     wanted = Wanted(pods={"v": PODS}, weights={"v": 100}, baseline="v", scorers={"queue": 1.0})
     picker = Picker(lambda: wanted, readings=readings, clock=clock)
     assert picker.fallbacks() == {"c": "metrics unreadable: ConnectError"}
-    assert {picker.pick({}, None).endpoints[0] for _ in range(4)} == {"b", "c"}  # not a
+    tickets = [picker.pick({}, None) for _ in range(4)]
+    assert {ticket.endpoints[0] for ticket in tickets} == {"b", "c"}  # not a
+    assert {ticket.unmetered for ticket in tickets} == {1}  # c, ranked without metrics at each pick
     clock.now += 3.5  # a's and b's readings are now stale: every pod by its in-flight count
     readings.failed("a", "ReadTimeout", clock.now)
     assert picker.fallbacks() == {
@@ -92,7 +94,8 @@ def test_stale_or_unreadable_metrics_fall_back_to_in_flight_counts_and_say_why()
         "b": "metrics 3.5s old",
         "c": "metrics unreadable: ConnectError",
     }
-    assert picker.pick({}, None).endpoints[0] == "a"  # the only pod with nothing in flight
+    ticket = picker.pick({}, None)
+    assert (ticket.endpoints[0], ticket.unmetered) == ("a", 3)  # the only pod with nothing in flight
 
 
 def test_the_cohort_map_is_bounded_and_forgets_the_least_recent():

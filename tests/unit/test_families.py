@@ -5,6 +5,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway import families as gateway_families
 from gateway.answers import telemetry as answers_telemetry
+from gateway.epp import telemetry as epp_telemetry
 from gateway.notify import telemetry as notify_telemetry
 from gateway.rollout import telemetry as rollout_telemetry
 from gateway.xds import telemetry as xds_telemetry
@@ -20,7 +21,7 @@ def defined(module) -> set[str]:
 def exported() -> set[str]:
     """Every family the parts export, as PromQL names it (a counter with its `_total`)."""
     gateway = CollectorRegistry()
-    for module in (rollout_telemetry, xds_telemetry, answers_telemetry, notify_telemetry):
+    for module in (rollout_telemetry, xds_telemetry, answers_telemetry, notify_telemetry, epp_telemetry):
         for value in vars(module).values():
             if hasattr(value, "_name") and hasattr(value, "_type"):
                 gateway.register(value)

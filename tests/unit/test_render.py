@@ -156,6 +156,18 @@ def test_without_segments_no_header_is_logged():
     assert "additionalRequestHeadersToLog" not in provider["envoyHttpAls"]
 
 
+def test_where_graystacks_picker_serves_the_pool_the_variant_it_marked_is_logged():
+    spec = validate_spec({**WIDE, "endpoint_picker": {"pool": "llm", "namespace": "serving"}})
+    proxy = envoy_gateway.envoy_proxy(spec, options())
+    logged = ["x-client-type", names.ROUTED_HEADER]  # the segment's, then the picker's mark
+    assert proxy["spec"]["telemetry"]["accessLog"]["settings"][1]["sinks"][0]["als"]["http"] == {
+        "requestHeaders": logged
+    }
+    assert (
+        istio.extension_provider(spec, options())["envoyHttpAls"]["additionalRequestHeadersToLog"] == logged
+    )
+
+
 def test_the_gateway_patch_names_the_envoy_proxy_and_keeps_the_gateway_valid():
     proxy = envoy_gateway.envoy_proxy(validate_spec(SPEC), options())
     patch = envoy_gateway.gateway_patch()

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from gateway import names
 from gateway.gatewayapi.render.options import RenderError
 from gateway.spec.gateway_api import GatewayApi
 from gateway.spec.model import RolloutSpec
@@ -61,8 +62,10 @@ def gateway_api(spec: RolloutSpec) -> GatewayApi:
 
 def logged_request_headers(spec: RolloutSpec) -> list[str]:
     """The header the segments are read from, so each answer's segment is known (a segment has a split of
-    its own); none without segments."""
-    return [spec.routing.header.lower()] if spec.routing.rules else []
+    its own); and where graystack's picker serves the pool (`endpoint_picker`), the variant it marked each
+    request with, so a model variant's answers, served by the baseline's pods, are placed as its own."""
+    segments = [spec.routing.header.lower()] if spec.routing.rules else []
+    return segments + ([names.ROUTED_HEADER] if spec.endpoint_picker is not None else [])
 
 
 def measured(answer_filter: bool) -> list[str]:

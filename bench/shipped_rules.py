@@ -115,23 +115,29 @@ class ThresholdRuns:
 
 @dataclass
 class RatioRuns:
-    """R1 at `psi0` (the candidate's errors against the baseline's): state per run."""
+    """R1 at `psi0` (the candidate's errors against the baseline's), with its change detector where
+    `detector`: state per run."""
 
     plan: Plan
     runs: int
     psi0: float
+    detector: bool = False
 
     def __post_init__(self) -> None:
         self.ratios = np.asarray(RatioTest.new(self.psi0).alternatives)
         self.log_lr = np.zeros((self.runs, len(self.ratios)))
+        self.log_sr = np.zeros((self.runs, len(self.ratios)))
+        self.started = np.zeros(self.runs, dtype=bool)
 
     def looks(
         self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
     ) -> np.ndarray:
-        """Add a run of looks' counts (runs, looks); returns which runs' R1 has fired at each look."""
+        """Add a run of looks' counts (runs, looks); returns which runs' R1 (or its detector) has fired
+        at each look."""
         # R1's factor is exactly 1 (log 0) at a look without errors or without one side's requests,
         # so the kernel runs on the other looks only
-        counted = (cand_x + base_x > 0) & (cand_n > 0) & (base_n > 0)
+        compared = (cand_n > 0) & (base_n > 0)
+        counted = (cand_x + base_x > 0) & compared
         steps = np.zeros((*cand_n.shape, len(self.ratios)))
         steps[counted] = ratio_look(
             self.psi0, self.ratios, np.zeros((int(counted.sum()), len(self.ratios))),
@@ -139,7 +145,15 @@ class RatioRuns:
         )  # fmt: skip
         log_lr = self.log_lr[:, None, :] + steps.cumsum(axis=1)
         self.log_lr = log_lr[:, -1]
-        return _reaches(log_lr, self.plan.log_bound)
+        fired = _reaches(log_lr, self.plan.log_bound)
+        if not self.detector:
+            return fired
+        # a look that compared is one SR step (a factor of 1 where it had no errors)
+        log_sr = shiryaev_roberts_looks(self.log_sr, self.started, compared, steps)
+        started = self.started[:, None] | np.logical_or.accumulate(compared, axis=1)
+        self.log_sr = np.where(started[:, -1, None], log_sr[:, -1], self.log_sr)
+        self.started = started[:, -1]
+        return fired | (started & _reaches(log_sr, self.plan.log_detector_bound))
 
 
 class Judged(NamedTuple):
@@ -154,8 +168,8 @@ class Judged(NamedTuple):
 @dataclass
 class ErrorTests:
     """The error checks as the controller runs them: E1 and E2 on the candidate, whose a failure is
-    (gateway/rollout/checks/errors.py `blame`: the comparison at equal exposure, R1 at psi0 = 1, and E1
-    and E2 on the baseline's own counts), and R1 against the baseline at max_error_ratio: state per run."""
+    (gateway/rollout/checks/errors.py `blame`: the comparison at equal exposure, R1 at psi0 = 1 with its
+    change detector, and E1 and E2 on the baseline's own counts), and R1 against the baseline at max_error_ratio: state per run."""
 
     plan: Plan
     runs: int
@@ -163,7 +177,7 @@ class ErrorTests:
     def __post_init__(self) -> None:
         self.candidate = ThresholdRuns(self.plan, self.runs)
         self.baseline = ThresholdRuns(self.plan, self.runs)
-        self.comparison = RatioRuns(self.plan, self.runs, 1.0)
+        self.comparison = RatioRuns(self.plan, self.runs, 1.0, detector=True)
         ratio_bound = max_error_ratio(self.plan)
         self.ratio = None if ratio_bound is None else RatioRuns(self.plan, self.runs, ratio_bound)
         self.alone = np.zeros(self.runs, dtype=bool)

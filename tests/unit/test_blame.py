@@ -117,7 +117,8 @@ def test_the_simulation_decides_as_the_check_does_look_by_look():
     cand_n[:, 100:110] = n[:, 100:110]  # ten looks with no baseline traffic
     base_n = n - cand_n
     cand_x, base_x = rng.binomial(cand_n, cand_rate), rng.binomial(base_n, base_rate)
-    failing, _, found, _ = ErrorTests(plan, runs).judged(cand_n, cand_x, base_n, base_x)
+    simulated = ErrorTests(plan, runs)
+    failing, _, found, _ = simulated.judged(cand_n, cand_x, base_n, base_x)
     row, settings = ErrorRate(), ErrorSettings(plan.max_error_rate)
     for r in range(runs):
         tests = row.start(settings)
@@ -130,6 +131,9 @@ def test_the_simulation_decides_as_the_check_does_look_by_look():
                 candidate.log_detector, plan.log_detector_bound
             )
             assert (fires, whose(tests, plan)) == (failing[r, j], found[r, j]), (r, j)
+        assert tests.blame is not None
+        assert tests.blame.log_lr == pytest.approx(tuple(simulated.comparison.log_lr[r]), abs=1e-9)
+        assert tests.blame.log_sr == pytest.approx(tuple(simulated.comparison.log_sr[r]), abs=1e-9)
     assert {Blame.SHARED, Blame.CANDIDATE} <= set(found[failing].tolist())
 
 

@@ -9,7 +9,8 @@ extends the stage. Promoted or manual, no stage ends, and only the test itself d
 
 Whose errors they are is told by comparison, not by which test fires first (`blame`): `blame` is the
 errors' split between the variants against their request shares, look by look (RatioTest at psi0 = 1:
-H0 "the candidate's error rate is at most the baseline's"), an e-process whatever the shared rate does.
+H0 "the candidate's error rate is at most the baseline's"), an e-process whatever the shared rate does,
+with its change detector beside it for a regression that begins late.
 A failing test is the candidate's once that comparison shows its rate above the baseline's, or when the
 baseline had no traffic to compare with (100 %: the threshold alone guards); a shared incident once the
 same threshold test on the baseline's own counts fired too and the comparison did not; until one of
@@ -129,10 +130,16 @@ def confidence(lower: float, upper: float) -> str:
     return f"CS [{lower:.3%}, {upper:.3%}]"
 
 
+def worse(compared: RatioTest, plan: Plan) -> bool:
+    """The comparison shows the candidate's errors above the baseline's: its e-value, or its change
+    detector (a regression that began after hours of healthy traffic)."""
+    return fired(compared.log_evalue, plan.log_bound) or fired(compared.log_detector, plan.log_detector_bound)
+
+
 def whose(tests: ErrorTests, plan: Plan) -> Blame:
     """Whose a failing error test is, by the module docstring's rule."""
-    worse = tests.blame is not None and fired(tests.blame.log_evalue, plan.log_bound)
-    return Blame(int(blame(worse, tests.alone, baseline_fired(plan, tests.baseline))))
+    shown = tests.blame is not None and worse(tests.blame, plan)
+    return Blame(int(blame(shown, tests.alone, baseline_fired(plan, tests.baseline))))
 
 
 def _told(tests: ErrorTests, plan: Plan, reason: str) -> tuple[Verdict, str, bool]:
@@ -140,11 +147,12 @@ def _told(tests: ErrorTests, plan: Plan, reason: str) -> tuple[Verdict, str, boo
     compared = tests.blame or RatioTest.new(1.0)
     evidence = (
         f"the comparison at equal exposure: log e-value {compared.log_evalue:.2f} vs {plan.log_bound:.2f}, "
+        f"change detector {compared.log_detector:.2f} vs {plan.log_detector_bound:.2f}, "
         f"{compared.candidate_events}/{compared.candidate_requests} against "
         f"{compared.baseline_events}/{compared.baseline_requests} (looks both variants had traffic)"
     )
     found = whose(tests, plan)
-    if found == Blame.CANDIDATE and fired(compared.log_evalue, plan.log_bound):
+    if found == Blame.CANDIDATE and worse(compared, plan):
         return Verdict.FAIL, f"{reason}; above the baseline's, {evidence}", False
     if found == Blame.CANDIDATE:
         return Verdict.FAIL, f"{reason}; the baseline had no traffic to compare with", False

@@ -51,29 +51,29 @@ def integration_test_plan() -> Plan:
     return plan_for(validate_spec(seed_spec(analysis=analysis)))
 
 
+COUNTINGS = ("as counted", "as counted before", "once each")
+
+
 def counts(
-    rng: np.random.Generator,
-    look: float,
-    rps: float,
-    weight: int,
-    rate: np.ndarray,
-    runs: int,
-    as_counted: bool,
+    rng: np.random.Generator, look: float, rps: float, weight: int, rate: np.ndarray, runs: int, counting: str
 ) -> tuple[np.ndarray, ...]:
-    """(cand_n, cand_x, base_n, base_x) per run and look. `as_counted`: as the direct provider counts with
-    `retries.fallback` (gateway/metrics/direct.py): a candidate's failed attempt is charged again when
-    its fallback on the baseline fails too, and the baseline's attempts include the fallbacks it served
-    but not their errors; False: every request once."""
+    """(cand_n, cand_x, base_n, base_x) per run and look. Each failed attempt is retried once: the
+    candidate's on the baseline (its fallback), the baseline's on itself, and every attempt counts as the
+    variant's that made it. `as counted`: as the providers count with `retries.fallback` and one retry
+    (gateway/metrics/direct.py), each failed attempt once, a failed fallback the baseline's; `as counted
+    before`: as they counted before issue 38, a failed fallback the candidate's too (and not the
+    baseline's, whose attempts include it); `once each`: no retries, every request once."""
     shape = (runs, len(rate))
     ours = rng.poisson(rps * look * weight / 100, shape)
     theirs = rng.poisson(rps * look * (100 - weight) / 100, shape)
     failed_ours, failed_theirs = rng.binomial(ours, rate), rng.binomial(theirs, rate)
-    if not as_counted:
+    if counting == "once each":
         return ours, failed_ours, theirs, failed_theirs
-    # each failed attempt is retried once: ours on the baseline, theirs on itself
-    charged_ours = failed_ours + rng.binomial(failed_ours, rate)
-    charged_theirs = failed_theirs + rng.binomial(failed_theirs, rate)
-    return ours, np.minimum(ours, charged_ours), theirs + failed_theirs + failed_ours, charged_theirs
+    fallbacks_failed, retries_failed = rng.binomial(failed_ours, rate), rng.binomial(failed_theirs, rate)
+    attempts = theirs + failed_theirs + failed_ours
+    if counting == "as counted":
+        return ours, failed_ours, attempts, failed_theirs + retries_failed + fallbacks_failed
+    return ours, np.minimum(ours, failed_ours + fallbacks_failed), attempts, failed_theirs + retries_failed
 
 
 def first(looks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,7 +82,7 @@ def first(looks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def incidents(
-    plan: Plan, look: float, rps: float, weight: int, incident: float, runs: int, as_counted: bool
+    plan: Plan, look: float, rps: float, weight: int, incident: float, runs: int, counting: str
 ) -> dict[str, Any]:
     """Both rules over `runs` incidents: the share blamed on the candidate, seconds from onset to the
     first decision (median), the share left undecided within the incident, and (comparison) the share
@@ -92,7 +92,7 @@ def incidents(
     raced, race_fired, race_at, blamed_first, blamed_any, decided, decided_at = ([] for _ in range(7))
     for start in range(0, runs, BLOCK):
         size = min(BLOCK, runs - start)
-        found = ErrorTests(plan, size).judged(*counts(rng, look, rps, weight, rate, size, as_counted))
+        found = ErrorTests(plan, size).judged(*counts(rng, look, rps, weight, rate, size, counting))
         everyone = np.arange(size)
         # the race: at the candidate's first failing look, its own unless the baseline's test fired too
         fired, at = first(found.failing)
@@ -140,11 +140,11 @@ def main() -> None:
     cases = [("seed", seed, LOOK_SECONDS, rps, incident) for rps, incident in SEED_CASES]
     cases.append(("test", test, 1.0, *TEST_CASE))
     results: dict[str, Any] = {}
-    for counting, as_counted in (("as counted", True), ("once each", False)):
+    for counting in COUNTINGS:
         for name, plan, look, rps, incident in cases:
             for weight in WEIGHTS:
                 key = f"{name}, {counting}: {rps:g} req/s, {incident:.0%} errors, weight {weight}"
-                results[key] = incidents(plan, look, rps, weight, incident, args.runs, as_counted)
+                results[key] = incidents(plan, look, rps, weight, incident, args.runs, counting)
                 print(key, results[key], flush=True)
     parameters = {
         "weights": WEIGHTS,

@@ -137,6 +137,23 @@ def test_the_simulation_decides_as_the_check_does_look_by_look():
     assert {Blame.SHARED, Blame.CANDIDATE} <= set(found[failing].tolist())
 
 
+def test_r1s_detector_is_the_shiryaev_roberts_recursion_of_its_per_look_factors():
+    """R = (R + 1) * LR at each look that compared anything (R = LR at the first), averaged over the
+    alternatives; a look with no compared stratum is no step."""
+    looks = [[(50, 2, 950, 3)], [(0, 0, 40, 1)], [(200, 4, 800, 2)], [(100, 0, 100, 0)]]
+    compared = [True, False, True, True]  # the second look's only stratum has no candidate requests
+    test, r = RatioTest.new(1.0), None
+    for strata, step in zip(looks, compared, strict=True):
+        before = np.asarray(test.log_lr)
+        test = test.update(strata)
+        if step:
+            factor = np.exp(np.asarray(test.log_lr) - before)
+            r = factor if r is None else (r + 1) * factor
+    assert test.steps == 3
+    assert math.exp(test.log_detector) == pytest.approx(float(np.mean(r)), rel=1e-9)
+    assert RatioTest.new().log_detector == -math.inf
+
+
 # --- the check's verdicts ------------------------------------------------------------------------
 
 RACE = [{"baseline": Traffic(2000, 14), "zero-layer": Traffic(2000, 20)}]  # the candidate's test first

@@ -123,23 +123,6 @@ def test_r1_is_the_product_of_binomial_pmf_ratios_over_strata_and_looks():
     assert (test.candidate_requests, test.candidate_events, test.baseline_events) == (260, 7, 5)
 
 
-def test_r1s_detector_is_the_shiryaev_roberts_recursion_of_its_per_look_factors():
-    """R = (R + 1) * LR at each look that compared anything (R = LR at the first), averaged over the
-    alternatives; a look with no compared stratum is no step."""
-    looks = [[(50, 2, 950, 3)], [(0, 0, 40, 1)], [(200, 4, 800, 2)], [(100, 0, 100, 0)]]
-    compared = [True, False, True, True]  # the second look's only stratum has no candidate requests
-    test, r = RatioTest.new(1.0), None
-    for strata, step in zip(looks, compared, strict=True):
-        before = np.asarray(test.log_lr)
-        test = test.update(strata)
-        if step:
-            factor = np.exp(np.asarray(test.log_lr) - before)
-            r = factor if r is None else (r + 1) * factor
-    assert test.steps == 3
-    assert math.exp(test.log_detector) == pytest.approx(float(np.mean(r)), rel=1e-9)
-    assert RatioTest.new().log_detector == -math.inf
-
-
 def test_a_single_edge_pair_is_r1_with_psi0_one_on_exceedances():
     test = ShiftTest.new((1.0, 1.2), max_slowdown=0.2)  # one pair; 1.2 has no partner
     looks = [([3, 5, 10], [40, 60, 100]), ([1, 2, 4], [10, 15, 20])]

@@ -171,6 +171,16 @@ def test_a_candidate_ahead_in_the_race_holds_until_told_then_the_incident_is_sha
     assert "not shown above the baseline's" in error_rate.reason
 
 
+def test_with_header_rules_there_is_no_comparison_and_the_baselines_own_test_tells():
+    """Header rules route segments apart and Envoy's counters mix them: the variants' error rates are
+    rates of different traffic, so the failure is shared only if the baseline's own test fired (as
+    error_ratio, the other comparison, is off there)."""
+    rollout = spec(rules=True)
+    error_rate = checks(rollout, run(plan_for(rollout), RACE))["error_rate"]
+    assert (error_rate.verdict, error_rate.shared) == (Verdict.FAIL, False)
+    assert "not compared" in error_rate.reason
+
+
 def test_a_candidate_failing_alone_is_its_own_failure():
     rollout = spec()
     looks = [{"baseline": Traffic(2000, 2), "zero-layer": Traffic(2000, 30)}]
@@ -213,6 +223,7 @@ def even_split(**analysis):
     rollout = look_spec(**analysis)
     data = rollout.model_dump(mode="json", exclude_none=True)
     data["strategy"]["steps"][0]["weight"] = 50
+    data["routing"]["rules"] = []  # every request split at random: the variants are compared
     return validate_spec(data)
 
 

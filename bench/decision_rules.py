@@ -26,7 +26,7 @@ detection: the candidate at a 5 % stage (the baseline at 19x its rate, 0.1 % err
   only 30 minutes the cumulative tests (R1 above all) have lost little to it, so at low rates they can
   come in under the late floor.
 
-    python -m bench.decision_rules [--trials N] [--out PATH]
+    python -m bench.decision_rules [--trials N] [--out PATH] [--regressions NAME ...] [--no-false-rollbacks]
 """
 
 from __future__ import annotations
@@ -236,15 +236,23 @@ def main() -> None:
         "--out", type=Path, default=None, help="result file (default bench/results/decision_rules.json)"
     )
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--regressions", nargs="+", choices=REGRESSIONS, default=list(REGRESSIONS),
+        help="detection cells to run (each keeps the seed it has in a full run)",
+    )  # fmt: skip
+    parser.add_argument("--no-false-rollbacks", action="store_true", help="detection only")
     args = parser.parse_args()
     started = time.monotonic()
-    jobs: list[Job] = [(false_rollbacks, (rps, rate, args.trials, 1000 + i)) for i, (rps, rate) in
-            enumerate((r, e) for r in TOTAL_RPS for e in HEALTHY)]  # fmt: skip
+    jobs: list[Job] = [] if args.no_false_rollbacks else [
+        (false_rollbacks, (rps, rate, args.trials, 1000 + i))
+        for i, (rps, rate) in enumerate((r, e) for r in TOTAL_RPS for e in HEALTHY)
+    ]  # fmt: skip
     jobs += [
         (detection, (rps, name, late, args.trials, 2000 + i))
         for i, (rps, name, late) in enumerate(
             (r, n, late) for r in CANDIDATE_RPS for n in REGRESSIONS for late in (False, True)
         )
+        if name in args.regressions
     ]
     false, found = run_jobs(jobs, args.workers)
     for row in false:
@@ -257,7 +265,8 @@ def main() -> None:
                   f"median {row['median_s']} s (floor {row['floor_s']} s), detected {row['detected_share']:.0%}")  # fmt: skip
     plan = seed_plan()
     params = {
-        "look_seconds": LOOK_SECONDS, "trials": args.trials, "seed_stages": SEED_STAGES,
+        "look_seconds": LOOK_SECONDS, "trials": args.trials, "regressions": args.regressions,
+        "false_rollbacks": not args.no_false_rollbacks, "seed_stages": SEED_STAGES,
         "alpha_per_test": plan.alpha, "tests": list(plan.tests), "log_bound": plan.log_bound,
         "log_detector_bound": plan.log_detector_bound, "stage_share": STAGE_SHARE,
         "baseline_error_rate": BASELINE_ERRORS, "ttft": {"median_s": TTFT_MEDIAN, "sigma": TTFT_SIGMA},

@@ -1,14 +1,22 @@
-"""Shared incidents (both variants fail alike): how often the candidate's error test fires before the
-baseline's, so the look calls it the candidate's fault (a rollback even under `on_shared_incident:
-hold`), simulated through the shipped tests.
+"""Shared incidents (both variants fail alike): how often the candidate is blamed, simulated through the
+shipped error checks (bench/shipped_rules.ErrorTests: the kernels and the rule the controller runs).
 
-A look calls a failing error check shared when the baseline's own test (its e-value or its change
-detector, gateway/rollout/analysis.py) has fired by then. Both variants see the same error rate, so which
-fires first is a race that the baseline wins by carrying more traffic: the candidate's share of it
-decides the odds. Traffic: Poisson requests per look, split by the stage's weight; HEALTHY errors for
-WARM looks, then every request of both fails at INCIDENT. The plan: the seed spec's (max_error_rate 0.3 %,
-a look every 5 s), and the shared-incident integration test's (max_error_rate 1 %, min_detectable 5 %,
-30 req/s, a look a second, 20 % errors).
+Two rules side by side on the same draws:
+  race        before issue 38: a failing check was shared when the baseline's own test (its e-value or
+              its change detector) had fired by then, so which test fired first decided, a race the
+              baseline won by carrying more traffic (decided at the candidate's first failing look:
+              the look the machine acts on)
+  comparison  shipped: a failing check is the candidate's once its errors are shown above the
+              baseline's at equal exposure (the errors' split against the request shares, an e-process),
+              shared once the baseline's own test fired and the comparison did not, held until either
+              (gateway/rollout/checks/errors.py); error_ratio (max_error_ratio x the baseline's) rolls
+              back on its own
+Blamed: the first decision is the candidate's (a rollback even under `on_shared_incident: hold`); for
+the comparison also at any look of the incident (held, the checks go on, and one that later tells the
+candidate apart rolls back). Traffic: Poisson requests per look, split by the stage's weight; HEALTHY
+errors for WARM looks, then every request of both fails at INCIDENT for INCIDENT_SECONDS. The plan: the
+seed spec's (max_error_rate 0.3 %, a look every 5 s), and the shared-incident integration test's
+(max_error_rate 1 %, min_detectable 5 %, 30 req/s, a look a second, 20 % errors).
 
     python -m bench.shared_incident [--runs N] [--out PATH]
 """
@@ -23,15 +31,16 @@ from typing import Any
 import numpy as np
 
 from bench._common import write_result
-from bench.shipped_rules import LOOK_SECONDS, seed_plan, seed_spec
-from gateway.rollout.checks.common import fired
+from bench.shipped_rules import LOOK_SECONDS, ErrorTests, seed_plan, seed_spec
+from gateway.rollout.checks.errors import Blame
 from gateway.rollout.plan import Plan, plan_for
-from gateway.rollout.sequential.errors import ThresholdTest
 from gateway.spec.model import validate_spec
 
 WEIGHTS = (5, 10, 20, 50)
 HEALTHY = 0.001
 WARM = 60  # healthy looks before the incident
+INCIDENT_SECONDS = 600
+BLOCK = 250  # runs simulated together
 SEED_CASES = ((80.0, 0.01), (80.0, 0.05), (20.0, 0.05))  # (total req/s, incident error rate)
 TEST_CASE = (30.0, 0.2)  # tests/integration/test_rollout_decisions.py's shared-incident test
 
@@ -42,46 +51,79 @@ def integration_test_plan() -> Plan:
     return plan_for(validate_spec(seed_spec(analysis=analysis)))
 
 
-def either_fired(test: ThresholdTest, plan: Plan) -> bool:
-    return fired(test.log_evalue, plan.log_bound) or fired(test.log_detector, plan.log_detector_bound)
+COUNTINGS = ("as counted", "as counted before", "once each")
 
 
-def race(
-    plan: Plan, look: float, rps: float, weight: int, incident: float, runs: int, as_counted: bool
+def counts(
+    rng: np.random.Generator, look: float, rps: float, weight: int, rate: np.ndarray, runs: int, counting: str
+) -> tuple[np.ndarray, ...]:
+    """(cand_n, cand_x, base_n, base_x) per run and look. Each failed attempt is retried once: the
+    candidate's on the baseline (its fallback), the baseline's on itself, and every attempt counts as the
+    variant's that made it. `as counted`: as the providers count with `retries.fallback` and one retry
+    (gateway/metrics/direct.py), each failed attempt once, a failed fallback the baseline's; `as counted
+    before`: as they counted before issue 38, a failed fallback the candidate's too (and not the
+    baseline's, whose attempts include it); `once each`: no retries, every request once."""
+    shape = (runs, len(rate))
+    ours = rng.poisson(rps * look * weight / 100, shape)
+    theirs = rng.poisson(rps * look * (100 - weight) / 100, shape)
+    failed_ours, failed_theirs = rng.binomial(ours, rate), rng.binomial(theirs, rate)
+    if counting == "once each":
+        return ours, failed_ours, theirs, failed_theirs
+    fallbacks_failed, retries_failed = rng.binomial(failed_ours, rate), rng.binomial(failed_theirs, rate)
+    attempts = theirs + failed_theirs + failed_ours
+    if counting == "as counted":
+        return ours, failed_ours, attempts, failed_theirs + retries_failed + fallbacks_failed
+    return ours, np.minimum(ours, failed_ours + fallbacks_failed), attempts, failed_theirs + retries_failed
+
+
+def first(looks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per run: whether any look is set, and the first that is."""
+    return np.asarray(looks.any(axis=1)), np.asarray(looks.argmax(axis=1))
+
+
+def incidents(
+    plan: Plan, look: float, rps: float, weight: int, incident: float, runs: int, counting: str
 ) -> dict[str, Any]:
-    """Share of incidents the candidate's test calls first, and seconds from onset to the decision.
-    `as_counted`: as the direct provider counts with `retries.fallback` (gateway/metrics/direct.py): a
-    candidate's failed attempt is charged again when its fallback on the baseline fails too, and the
-    baseline's attempts include the fallbacks it served but not their errors; False: every request once."""
+    """Both rules over `runs` incidents: the share blamed on the candidate, seconds from onset to the
+    first decision (median), the share left undecided within the incident, and (comparison) the share
+    blamed at any look of it."""
     rng = np.random.default_rng(weight)
-    per_look = (rps * look * weight / 100, rps * look * (100 - weight) / 100)
-    blamed, seconds = 0, []
-    for _ in range(runs):
-        tests = [ThresholdTest.new(plan.max_error_rate), ThresholdTest.new(plan.max_error_rate)]
-        looks = 0
-        while True:
-            rate = HEALTHY if looks < WARM else incident
-            ours, theirs = (int(rng.poisson(mean)) for mean in per_look)
-            failed_ours, failed_theirs = (int(rng.binomial(n, rate)) for n in (ours, theirs))
-            if as_counted:  # each failed attempt is retried once: ours on the baseline, theirs on itself
-                charged_ours = failed_ours + int(rng.binomial(failed_ours, rate))
-                charged_theirs = failed_theirs + int(rng.binomial(failed_theirs, rate))
-                counts = (
-                    (ours, min(ours, charged_ours)),
-                    (theirs + failed_theirs + failed_ours, charged_theirs),
-                )
-            else:
-                counts = ((ours, failed_ours), (theirs, failed_theirs))
-            tests = [test.update(n, x) for test, (n, x) in zip(tests, counts, strict=True)]
-            looks += 1
-            candidate, baseline = (either_fired(t, plan) for t in tests)
-            if candidate or baseline:
-                blamed += candidate and not baseline
-                seconds.append((looks - WARM) * look)
-                break
+    rate = np.where(np.arange(WARM + int(INCIDENT_SECONDS / look)) < WARM, HEALTHY, incident)
+    raced, race_fired, race_at, blamed_first, blamed_any, decided, decided_at = ([] for _ in range(7))
+    for start in range(0, runs, BLOCK):
+        size = min(BLOCK, runs - start)
+        found = ErrorTests(plan, size).judged(*counts(rng, look, rps, weight, rate, size, counting))
+        everyone = np.arange(size)
+        # the race: at the candidate's first failing look, its own unless the baseline's test fired too
+        fired, at = first(found.failing)
+        raced.append(fired & ~found.baseline_failing[everyone, at])
+        race_fired.append(fired)
+        race_at.append(at[fired])
+        own = (found.failing & (found.whose == Blame.CANDIDATE)) | found.ratio
+        told, at = first(own | (found.failing & (found.whose == Blame.SHARED)))
+        blamed_first.append(told & own[everyone, at])
+        blamed_any.append(own.any(axis=1))
+        decided.append(told)
+        decided_at.append(at[told])
+
+    def seconds(at: list[np.ndarray]) -> float:
+        return float(np.median((np.concatenate(at) - WARM + 1) * look))
+
+    def share(flags: list[np.ndarray]) -> float:
+        return round(float(np.concatenate(flags).mean()), 4)
+
     return {
-        "candidate_blamed": round(blamed / runs, 4),
-        "decision_seconds_p50": float(np.median(seconds)),
+        "race": {
+            "candidate_blamed": share(raced),
+            "undecided": round(1 - share(race_fired), 4),
+            "decision_seconds_p50": seconds(race_at),
+        },
+        "comparison": {
+            "candidate_blamed": share(blamed_first),
+            "candidate_blamed_within_incident": share(blamed_any),
+            "undecided": round(1 - share(decided), 4),
+            "decision_seconds_p50": seconds(decided_at),
+        },
         "runs": runs,
     }
 
@@ -95,22 +137,20 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     seed, test = seed_plan(), integration_test_plan()
+    cases = [("seed", seed, LOOK_SECONDS, rps, incident) for rps, incident in SEED_CASES]
+    cases.append(("test", test, 1.0, *TEST_CASE))
     results: dict[str, Any] = {}
-    for counting, as_counted in (("as counted", True), ("once each", False)):
-        for rps, incident in SEED_CASES:
+    for counting in COUNTINGS:
+        for name, plan, look, rps, incident in cases:
             for weight in WEIGHTS:
-                key = f"seed, {counting}: {rps:g} req/s, {incident:.0%} errors, weight {weight}"
-                results[key] = race(seed, LOOK_SECONDS, rps, weight, incident, args.runs, as_counted)
+                key = f"{name}, {counting}: {rps:g} req/s, {incident:.0%} errors, weight {weight}"
+                results[key] = incidents(plan, look, rps, weight, incident, args.runs, counting)
                 print(key, results[key], flush=True)
-        rps, incident = TEST_CASE
-        for weight in WEIGHTS:
-            key = f"test, {counting}: {rps:g} req/s, {incident:.0%} errors, weight {weight}"
-            results[key] = race(test, 1.0, rps, weight, incident, args.runs, as_counted)
-            print(key, results[key], flush=True)
     parameters = {
         "weights": WEIGHTS,
         "healthy": HEALTHY,
         "warm_looks": WARM,
+        "incident_seconds": INCIDENT_SECONDS,
         "seed_cases": SEED_CASES,
         "test_case": TEST_CASE,
         "runs": args.runs,

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from gateway.rollout.checks.error_ratio import ERROR_RATIO, RatioSettings
+from gateway.rollout.checks.errors import Blame, blame
 from gateway.rollout.checks.latency import TTFT_VS_BASELINE, LatencySettings
 from gateway.rollout.checks.slo import TTFT_P95, SloSettings
 from gateway.rollout.plan import Plan, plan_for
@@ -83,51 +84,129 @@ def seed_plan(max_error_rate: float = 0.003) -> Plan:
 
 
 @dataclass
-class ErrorTests:
-    """E1 and E2 on the candidate, R1 against the baseline: state per run."""
+class ThresholdRuns:
+    """E1 and E2 on one variant's counts: state per run."""
 
     plan: Plan
     runs: int
 
     def __post_init__(self) -> None:
         self.alternatives = np.asarray(ThresholdTest.new(self.plan.max_error_rate).alternatives)
-        self.ratios = np.asarray(RatioTest.new(max_error_ratio(self.plan) or 2.0).alternatives)
         self.log_lr = np.zeros((self.runs, len(self.alternatives)))
         self.log_sr = np.zeros((self.runs, len(self.alternatives)))
         self.started = np.zeros(self.runs, dtype=bool)
-        self.ratio_lr = np.zeros((self.runs, len(self.ratios)))
 
-    def looks(
-        self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
-    ) -> np.ndarray:
-        """Add a run of looks' counts (runs, looks); returns which runs' tests fire at each look.
+    def looks(self, n: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Add a run of looks' counts (runs, looks); returns which runs' E1 or E2 has fired at each look.
 
-        E1 and R1 add each look's log likelihood ratio, so a batch of looks is a cumulative sum of
-        the kernels' increments; E2's recursion runs over the batch in closed form
+        E1 adds each look's log likelihood ratio, so a batch of looks is a cumulative sum of the
+        kernel's increments; E2's recursion runs over the batch in closed form
         (`shiryaev_roberts_looks`, tested equal to the controller's look-by-look step)."""
         plan = self.plan
-        inc = threshold_increments(plan.max_error_rate, self.alternatives, cand_n, cand_x)
+        inc = threshold_increments(plan.max_error_rate, self.alternatives, n, x)
         log_lr = self.log_lr[:, None, :] + inc.cumsum(axis=1)
-        carried = cand_n > 0
+        carried = n > 0
         log_sr = shiryaev_roberts_looks(self.log_sr, self.started, carried, inc)
         started = self.started[:, None] | np.logical_or.accumulate(carried, axis=1)
         self.log_sr = np.where(started[:, -1, None], log_sr[:, -1], self.log_sr)
         self.log_lr, self.started = log_lr[:, -1], started[:, -1]
-        fired = _reaches(log_lr, plan.log_bound) | (started & _reaches(log_sr, plan.log_detector_bound))
-        ratio_bound = max_error_ratio(plan)
-        if ratio_bound is not None and base_n.any():  # no baseline traffic: nothing to compare
-            # R1's factor is exactly 1 (log 0) at a look without errors or without one side's requests,
-            # so the kernel runs on the other looks only
-            counted = (cand_x + base_x > 0) & (cand_n > 0) & (base_n > 0)
-            steps = np.zeros((*cand_n.shape, len(self.ratios)))
-            steps[counted] = ratio_look(
-                ratio_bound, self.ratios, np.zeros((int(counted.sum()), len(self.ratios))),
-                *(counts[counted][:, None] for counts in (cand_n, cand_x, base_n, base_x)),
-            )  # fmt: skip
-            ratio_lr = self.ratio_lr[:, None, :] + steps.cumsum(axis=1)
-            self.ratio_lr = ratio_lr[:, -1]
-            fired |= _reaches(ratio_lr, plan.log_bound)
-        return fired
+        return _reaches(log_lr, plan.log_bound) | (started & _reaches(log_sr, plan.log_detector_bound))
+
+
+@dataclass
+class RatioRuns:
+    """R1 at `psi0` (the candidate's errors against the baseline's), with its change detector where
+    `detector`: state per run."""
+
+    plan: Plan
+    runs: int
+    psi0: float
+    detector: bool = False
+
+    def __post_init__(self) -> None:
+        self.ratios = np.asarray(RatioTest.new(self.psi0).alternatives)
+        self.log_lr = np.zeros((self.runs, len(self.ratios)))
+        self.log_sr = np.zeros((self.runs, len(self.ratios)))
+        self.started = np.zeros(self.runs, dtype=bool)
+
+    def looks(
+        self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
+    ) -> np.ndarray:
+        """Add a run of looks' counts (runs, looks); returns which runs' R1 (or its detector) has fired
+        at each look."""
+        # R1's factor is exactly 1 (log 0) at a look without errors or without one side's requests,
+        # so the kernel runs on the other looks only
+        compared = (cand_n > 0) & (base_n > 0)
+        counted = (cand_x + base_x > 0) & compared
+        steps = np.zeros((*cand_n.shape, len(self.ratios)))
+        steps[counted] = ratio_look(
+            self.psi0, self.ratios, np.zeros((int(counted.sum()), len(self.ratios))),
+            *(counts[counted][:, None] for counts in (cand_n, cand_x, base_n, base_x)),
+        )  # fmt: skip
+        log_lr = self.log_lr[:, None, :] + steps.cumsum(axis=1)
+        self.log_lr = log_lr[:, -1]
+        fired = _reaches(log_lr, self.plan.log_bound)
+        if not self.detector:
+            return fired
+        # a look that compared is one SR step (a factor of 1 where it had no errors)
+        log_sr = shiryaev_roberts_looks(self.log_sr, self.started, compared, steps)
+        started = self.started[:, None] | np.logical_or.accumulate(compared, axis=1)
+        self.log_sr = np.where(started[:, -1, None], log_sr[:, -1], self.log_sr)
+        self.started = started[:, -1]
+        return fired | (started & _reaches(log_sr, self.plan.log_detector_bound))
+
+
+class Judged(NamedTuple):
+    """The error checks per run and look (runs, looks)."""
+
+    failing: np.ndarray  # the candidate's threshold test (E1 or E2) has fired
+    baseline_failing: np.ndarray  # ... the baseline's, on its own counts
+    whose: np.ndarray  # `Blame`: whose a failing test is
+    ratio: np.ndarray  # error_ratio has fired
+
+
+@dataclass
+class ErrorTests:
+    """The error checks as the controller runs them: E1 and E2 on the candidate, whose a failure is
+    (gateway/rollout/checks/errors.py `blame`: the comparison at equal exposure, R1 at psi0 = 1 with its
+    change detector, and E1 and E2 on the baseline's own counts), and R1 against the baseline at max_error_ratio: state per run."""
+
+    plan: Plan
+    runs: int
+
+    def __post_init__(self) -> None:
+        self.candidate = ThresholdRuns(self.plan, self.runs)
+        self.baseline = ThresholdRuns(self.plan, self.runs)
+        self.comparison = RatioRuns(self.plan, self.runs, 1.0, detector=True)
+        ratio_bound = max_error_ratio(self.plan)
+        self.ratio = None if ratio_bound is None else RatioRuns(self.plan, self.runs, ratio_bound)
+        self.alone = np.zeros(self.runs, dtype=bool)
+
+    def judged(
+        self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
+    ) -> Judged:
+        """Add a run of looks' counts (runs, looks); returns what each run's tests say at each look."""
+        failing = self.candidate.looks(cand_n, cand_x)
+        baseline_failing = self.baseline.looks(base_n, base_x)
+        worse = self.comparison.looks(cand_n, cand_x, base_n, base_x)
+        # the last look with candidate traffic: had the baseline none? (carried over looks without any)
+        last = np.maximum.accumulate(np.where(cand_n > 0, np.arange(cand_n.shape[1]), -1), axis=1)
+        alone = np.where(
+            last >= 0, np.take_along_axis(base_n == 0, np.maximum(last, 0), axis=1), self.alone[:, None]
+        )
+        self.alone = alone[:, -1]
+        ratio = (
+            np.zeros_like(failing) if self.ratio is None else self.ratio.looks(cand_n, cand_x, base_n, base_x)
+        )
+        return Judged(failing, baseline_failing, blame(worse, alone, baseline_failing), ratio)
+
+    def looks(
+        self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
+    ) -> np.ndarray:
+        """Add a run of looks' counts (runs, looks); returns which runs roll back at each look
+        (`on_shared_incident: rollback`, the default: a failure told apart rolls back, shared or not)."""
+        found = self.judged(cand_n, cand_x, base_n, base_x)
+        return (found.failing & (found.whose != Blame.UNTOLD)) | found.ratio
 
 
 @dataclass

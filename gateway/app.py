@@ -83,7 +83,7 @@ def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> Provi
             if source.url is None:  # the spec refuses it (Provider._prometheus_needs_a_url)
                 raise ProviderUnavailable("the prometheus provider has no url: the guard is off")
             queries = {**histogram_queries(histograms), **(source.queries or {})}
-            return PrometheusProvider(source.url, variants, fallback, queries)
+            return PrometheusProvider(source.url, variants, fallback, queries, attempts=spec.retries.attempts)
         if spec.users_gateway:  # no Envoy of ours: the answers are the requests
             return DirectProvider(None, list(targets), variants, fallback, histograms=histograms)
         if envoy_admin is None:
@@ -91,7 +91,10 @@ def provider_factory(envoy_admin: str | None, targets: tuple[str, ...]) -> Provi
                 "no metrics source configured: the guard is off "
                 "(set --envoy-admin / GRAYSTACK_ENVOY_ADMIN, and --metrics-target for the pods)"
             )
-        return DirectProvider(envoy_admin, list(targets), variants, fallback, histograms=histograms)
+        attempts = spec.retries.attempts
+        return DirectProvider(
+            envoy_admin, list(targets), variants, fallback, histograms=histograms, attempts=attempts
+        )
 
     return make
 

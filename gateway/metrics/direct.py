@@ -22,9 +22,18 @@ requests, errors: Envoy, per attempt. Not the model servers' `graystack_requests
   fallback variant). `upstream_rq_retry` rather than `retry_upstream_rq{code=~5..}`: the latter only
   has attempts that got a response code, so a connection refused or a stall cut by the per-try
   timeout, both retried, would not count (checked against Envoy 1.40 on loopback).
-  Limits: a fallback attempt that also fails is charged to the variant too (its final 5xx), so a
-  failing baseline can raise the variant's count above its attempts; the analysis caps errors at
-  requests. The baseline's attempts include the fallbacks it served, its errors exclude theirs.
+  With a fallback and one retry (`retries.attempts: 1`, the default), each failed attempt is charged
+  once, to the variant that made it (issue 38: the comparison that tells a shared incident from the
+  candidate's reads these counts, and a failure charged to the wrong side is evidence against it):
+    errors(variant)   = upstream_rq_retry_success{cluster=<aggregate>}     its failures a fallback rescued
+                      + upstream_rq{cluster=<aggregate>, code=~5..}       failures that reached the client
+                                                                          (its own, after a failed fallback)
+    errors(fallback) += upstream_rq_retry_limit_exceeded{cluster=<aggregate>}  each fallback that failed
+  A fallback's attempt lands in the fallback's own attempts (upstream_rq_total), so it gets the failures
+  of those too. A retry counts as a success when its answer would not be retried: a fallback that fails
+  with a code outside `retries.on` is charged to the variant. With more retries a request's attempts
+  alternate between the two, and the first formula above holds instead: a failed fallback is charged to
+  the variant too (its final 5xx), and the analysis caps errors at requests.
 
   Mirrored copies (the shadow phase) go to the cluster `<variant>-shadow` and are never retried; a
   copy whose connection failed is counted both as refused and as a 503 (checked against Envoy 1.40):
@@ -76,6 +85,8 @@ from gateway.families import (
     ENVOY_UPSTREAM_RQ,
     ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT,
     ENVOY_UPSTREAM_RQ_RETRY,
+    ENVOY_UPSTREAM_RQ_RETRY_LIMIT_EXCEEDED,
+    ENVOY_UPSTREAM_RQ_RETRY_SUCCESS,
 )
 from gateway.metrics.observations import (
     COMPARED,
@@ -90,7 +101,7 @@ from gateway.metrics.observations import (
     CounterKey,
     Observations,
 )
-from gateway.metrics.series import counter_key, route_cluster
+from gateway.metrics.series import charged_once, counter_key, fallback_routes, route_cluster
 from gateway.spec.queries import PROBED, LatencySignal
 from inference.families import (
     MODEL_INFO,
@@ -112,6 +123,8 @@ from inference.families import (
 UPSTREAM_RQ = f"{ENVOY_UPSTREAM_RQ}_total"
 PENDING_FAILURE_EJECT = f"{ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT}_total"
 RETRIES = f"{ENVOY_UPSTREAM_RQ_RETRY}_total"
+RESCUED = f"{ENVOY_UPSTREAM_RQ_RETRY_SUCCESS}_total"
+FALLBACKS_FAILED = f"{ENVOY_UPSTREAM_RQ_RETRY_LIMIT_EXCEEDED}_total"
 # Latency histograms by their base name: graystack's servers', then vLLM's.
 TTFT_HISTOGRAMS = (REQUEST_TTFT, VLLM_TTFT)
 # ITL: each request's mean gap, one observation per request (per token would count one routed request
@@ -119,12 +132,16 @@ TTFT_HISTOGRAMS = (REQUEST_TTFT, VLLM_TTFT)
 ITL_HISTOGRAMS = (REQUEST_TIME_PER_OUTPUT_TOKEN, VLLM_TIME_PER_OUTPUT_TOKEN)
 # Envoy's admin filters by stat name before tags are extracted: only the stats read below, which cuts the
 # page from ~150 KB (~30 ms to parse on the controller's event loop, every interval) to a few KB.
-ENVOY_FILTER = r"^cluster\..+\.upstream_rq_(total|retry|pending_failure_eject|5\d\d)$"
+ENVOY_FILTER = (
+    r"^cluster\..+\.upstream_rq_(total|retry|retry_success|retry_limit_exceeded|pending_failure_eject|5\d\d)$"
+)
 COUNTERS = frozenset(
     {
         UPSTREAM_RQ,
         PENDING_FAILURE_EJECT,
         RETRIES,
+        RESCUED,
+        FALLBACKS_FAILED,
         SHADOW_COMPARISONS,
         PROBE_WEIGHT_STATUS,
         PROBE_SERVER_MISMATCH,
@@ -164,17 +181,20 @@ class DirectProvider:
         fallback: str | None,
         timeout: float = 2.0,
         histograms: Mapping[LatencySignal, str] | None = None,
+        attempts: int = 1,
     ) -> None:
         """`envoy_admin`: Envoy's admin base URL (None: no Envoy of graystack's: on the user's gateway the
         requests are its answers, gateway/metrics/answered.py); `pods`: the /metrics URLs of the model servers and
         probes (`NAME=URL`: every series there is variant NAME's); `variants`, `fallback`: as in the
         rollout spec (they name Envoy's clusters); `timeout`: seconds allowed for each target's whole
         scrape; `histograms`: the spec's TTFT and ITL histogram names (`ttft`, `itl`), read instead
-        of graystack's and vLLM's."""
+        of graystack's and vLLM's; `attempts`: the spec's `retries.attempts` (with one, each failed
+        attempt is charged once, to the variant that made it)."""
         self.envoy_url = f"{envoy_admin.rstrip('/')}/stats/prometheus" if envoy_admin else None
         self.pods = [parse_target(pod) for pod in pods]
         self.variants = list(variants)
         self.fallback = fallback
+        self.attempts = attempts
         self.timeout = timeout
         named = histograms or {}
         self.latency = {
@@ -259,11 +279,15 @@ class DirectProvider:
         route, shadow = route_cluster(variant, self.fallback), names.shadow_cluster(variant)
         own, answered = _one_of(variant, shadow), _one_of(route, shadow)
         of_variant = {"variant": _one_of(variant)}
+        # a variant behind its fallback aggregate: its failures the fallback rescued (else: every retry)
+        failed = RESCUED if charged_once(variant, self.fallback, self.attempts) else RETRIES
+        aggregates = fallback_routes(variant, self.variants, self.fallback, self.attempts)
         terms = [
             (REQUESTS, UPSTREAM_RQ, {CLUSTER: own, CODE: _one_of("")}),
             (REQUESTS, PENDING_FAILURE_EJECT, {CLUSTER: own}),
-            (ERRORS, RETRIES, {CLUSTER: _one_of(route)}),
+            (ERRORS, failed, {CLUSTER: _one_of(route)}),
             (ERRORS, UPSTREAM_RQ, {CLUSTER: answered, CODE: re.compile(r"5\d\d")}),
+            *([(ERRORS, FALLBACKS_FAILED, {CLUSTER: _one_of(*aggregates)})] if aggregates else []),
             *(
                 (signal, f"{base}{suffix}", of_variant)
                 for histogram, total in ((TTFT, TTFT_SUM), (ITL, ITL_SUM))

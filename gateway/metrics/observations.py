@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 REQUESTS = "requests"  # attempts that reached the variant (Envoy: upstream_rq_total + pending_failure_eject)
-ERRORS = "errors"  # of those, failed (Envoy: the route cluster's upstream_rq_retry + upstream_rq{5xx})
+ERRORS = "errors"  # of those, failed, each once (Envoy's retries and 5xx: gateway/metrics/direct.py)
 TTFT = "ttft"  # the model servers' graystack_request_ttft_seconds buckets, stratum(segment, prompt_bucket)
 TTFT_SUM = "ttft_sum"  # ... and its _sum (seconds), le = inf
 ITL = "itl"  # graystack_request_time_per_output_token_seconds buckets (one per request), stratum(segment)

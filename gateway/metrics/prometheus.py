@@ -29,7 +29,7 @@ import httpx
 from gateway.errors import Unreachable
 from gateway.metrics.observations import CounterKey, Observations
 from gateway.metrics.queries import BUCKETS, SIGNALS, render
-from gateway.metrics.series import NAME, counter_key, route_cluster
+from gateway.metrics.series import NAME, charged_once, counter_key, fallback_routes, route_cluster
 from gateway.spec.queries import QUERIES, check_overrides
 
 Sample = tuple[dict[str, str], float]  # a series' labels and its value
@@ -48,21 +48,35 @@ class PrometheusProvider:
         queries: Mapping[str, str] | None = None,
         timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
+        attempts: int = 1,
     ) -> None:
         """`url`: Prometheus' base URL; `variants`, `fallback`: as in the rollout spec; `queries`: the
         spec's overrides, by name; `timeout`: seconds allowed for each query; `clock`: the instant
-        (Unix seconds) the queries are evaluated at."""
+        (Unix seconds) the queries are evaluated at; `attempts`: the spec's `retries.attempts` (with one,
+        each failed attempt is charged once, to the variant that made it: gateway/metrics/direct.py)."""
         check_overrides(queries or {})
         self.api = f"{url.rstrip('/')}/api/v1/query"
         self.variants = list(variants)
         self.fallback = fallback
+        self.attempts = attempts
         self.queries = {**QUERIES, **(queries or {})}
         self.timeout = timeout
         self.clock = clock
 
     def promql(self, name: str, variant: str) -> str:
         """Query `name` as asked for `variant`."""
-        return render(self.queries[name], variant, route_cluster(variant, self.fallback))
+        routes = fallback_routes(variant, self.variants, self.fallback, self.attempts)
+        return render(self.queries[name], variant, route_cluster(variant, self.fallback), routes)
+
+    def asks(self, name: str, variant: str) -> bool:
+        """Whether query `name` is asked for `variant`: with each failed attempt charged once, `rescued`
+        in place of `retried` behind a fallback aggregate, and `fallbacks_failed` for the fallback alone."""
+        once = charged_once(variant, self.fallback, self.attempts)
+        if name in ("retried", "rescued"):
+            return once == (name == "rescued")
+        if name == "fallbacks_failed":
+            return bool(fallback_routes(variant, self.variants, self.fallback, self.attempts))
+        return True
 
     def new_count(self) -> None:
         """Nothing is kept between looks."""
@@ -72,7 +86,7 @@ class PrometheusProvider:
 
     async def observe(self) -> Observations:
         at = self.clock()
-        asked = [(variant, name) for variant in self.variants for name in self.queries]
+        asked = [(v, name) for v in self.variants for name in self.queries if self.asks(name, v)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             answers = await asyncio.gather(
                 *(self._query(client, name, variant, at) for variant, name in asked), return_exceptions=True

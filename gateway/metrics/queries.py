@@ -7,7 +7,7 @@ The built-in queries themselves, their placeholders and the check of a spec's ov
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gateway import names
 from gateway.metrics.observations import (
@@ -29,6 +29,8 @@ SIGNALS: dict[str, str] = {
     "refused": REQUESTS,
     "retried": ERRORS,
     "failed": ERRORS,
+    "rescued": ERRORS,
+    "fallbacks_failed": ERRORS,
     "ttft": TTFT,
     "ttft_sum": TTFT_SUM,
     "itl": ITL,
@@ -51,10 +53,11 @@ def histogram_queries(histograms: Mapping[LatencySignal, str]) -> dict[str, str]
     }
 
 
-def render(template: str, variant: str, route_cluster: str) -> str:
+def render(template: str, variant: str, route_cluster: str, fallback_routes: Sequence[str] = ()) -> str:
     values = {
         "variant": variant,
         "route_cluster": route_cluster,
         "shadow_cluster": names.shadow_cluster(variant),
+        "fallback_routes": "|".join(fallback_routes),
     }
     return PLACEHOLDER.sub(lambda match: values.get(match.group(1), match.group(0)), template)

@@ -8,7 +8,7 @@ series keeps its name: its value falls, which the consumer reads as a reset.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gateway import names
 from gateway.metrics.observations import ITL, ITL_SUM, TTFT, TTFT_SUM, CounterKey, stratum
@@ -46,3 +46,16 @@ def route_cluster(variant: str, fallback: str | None) -> str:
     if fallback is None or variant == fallback:
         return variant
     return names.fallback_cluster(variant)
+
+
+def charged_once(variant: str, fallback: str | None, attempts: int) -> bool:
+    """Whether `variant`'s failures are read each once, as its own (gateway/metrics/direct.py): it is
+    reached through its fallback aggregate and a failed attempt is retried once, on the fallback."""
+    return attempts == 1 and route_cluster(variant, fallback) != variant
+
+
+def fallback_routes(variant: str, variants: Sequence[str], fallback: str | None, attempts: int) -> list[str]:
+    """The aggregates whose failed fallback attempts are `variant`'s own (it is the fallback), each once."""
+    if variant != fallback:
+        return []
+    return [route_cluster(other, fallback) for other in variants if charged_once(other, fallback, attempts)]

@@ -8,12 +8,14 @@ evidence crossing its bound. Verdicts and their policies:
                 latency check with no data at all passes too, saying so (it has nothing to judge)
   fail          a test crossed its bound: roll back at once (or hold, for a shared incident whose
                 policy says so)
-  inconclusive  not enough evidence yet (too few requests this stage, no data at all): hold
+  inconclusive  not enough evidence yet (too few requests this stage, no data at all; an error test
+                that fired but is not yet told the candidate's or shared): hold
   error         the metrics could not be read: retry, then freeze or roll back (spec's on_error)
 
-A test that fires for the candidate while the same test on the baseline's own traffic has fired too is
-a shared incident (an upstream dependency, a GPU node), not the candidate's: its check says so
-(`shared`), and `analysis.on_shared_incident` decides what the machine does with it.
+A failure both variants share (an upstream dependency, a GPU node) is not the candidate's: its check
+says so (`shared`), and `analysis.on_shared_incident` decides what the machine does with it. The error
+checks tell it by comparing the two variants' errors at equal exposure, not by which test fired first
+(gateway/rollout/checks/errors.py); the TTFT SLO by the same test on the baseline's own traffic.
 
 Each check reads its own tests (gateway/rollout/checks/): here the table is walked in its order.
 """

@@ -110,9 +110,10 @@ def per_variant(
     current: Counters | None = None,
     samples: Mapping[SampleKey, Sequence[float]] | None = None,
 ) -> dict[str, VariantLook]:
-    """The look's increments arranged per variant; counts are whole (errors capped at requests: a
-    failed fallback is charged to the variant too, gateway/metrics/direct.py); `current`: the look's
-    counters, for how many pods serve each variant; `samples`: the look's exact per-request values."""
+    """The look's increments arranged per variant; counts are whole (errors capped at requests: with
+    more than one retry a failed fallback is charged to the variant too, gateway/metrics/direct.py);
+    `current`: the look's counters, for how many pods serve each variant; `samples`: the look's exact
+    per-request values."""
     scalars: dict[tuple[str, str], float] = defaultdict(float)
     forms: dict[tuple[str, str, str], float] = defaultdict(float)
     buckets: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)

@@ -12,10 +12,10 @@ One call handles, in order:
 1. The guard. Any FAIL check, in any phase but rolled_back (promoted and manual included: the guard
    stays on after 100 %), rolls back at once; the reason names each failing check with its value,
    samples, bound and threshold (and its evidence). A command in the same call is ignored: safety
-   first. The one exception: when every failing check is a shared incident (the baseline's own traffic
-   fires the same test) and `analysis.on_shared_incident` is `hold`, the weights stay, the rollout
-   pauses and one alert pages; resuming it starts new tests (`evidence` None), since the incident's
-   errors are in the current ones. A failure that is the candidate's alone still rolls back.
+   first. The one exception: when every failing check is a shared incident (the check tells it: for
+   errors, by comparison, checks/errors.py) and `analysis.on_shared_incident` is `hold`, the weights stay,
+   the rollout pauses and one alert pages; resuming it starts new tests (`evidence` None), since the
+   incident's errors are in the current ones. A failure that is the candidate's alone still rolls back.
    Every rollback yields `RolledBack` with the label it is counted under (graystack_rollout_rollbacks_total):
    the first failing check's name, `shared_incident` (every failing check shared), `operator` (the
    command), `metrics_error` (on_error: rollback) or `webhook` (a step webhook's on_failure: rollback).

@@ -8,8 +8,9 @@ importing a provider (the CLI validates specs without the gateway's I/O), and th
 Each counter query selects raw series, one sample per series as it stands (no `increase()`, no
 `sum()`): the analysis takes increments between looks series by series, so a restarted process's
 series (its value falls) is a reset of that series alone. Placeholders: `{variant}`,
-`{route_cluster}` (the aggregate `<variant>-with-fallback`, or the variant itself) and
-`{shadow_cluster}` (`<variant>-shadow`, where mirrored copies go); PromQL's own braces need no
+`{route_cluster}` (the aggregate `<variant>-with-fallback`, or the variant itself),
+`{shadow_cluster}` (`<variant>-shadow`, where mirrored copies go) and `{fallback_routes}` (for the
+fallback variant, the other variants' aggregates as a regex alternation); PromQL's own braces need no
 escaping. What each counter means, and why: gateway/metrics/direct.py.
 """
 
@@ -23,6 +24,8 @@ from gateway.families import (
     ENVOY_UPSTREAM_RQ,
     ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT,
     ENVOY_UPSTREAM_RQ_RETRY,
+    ENVOY_UPSTREAM_RQ_RETRY_LIMIT_EXCEEDED,
+    ENVOY_UPSTREAM_RQ_RETRY_SUCCESS,
     ENVOY_UPSTREAM_RQ_TOTAL,
 )
 from inference.families import (
@@ -60,6 +63,11 @@ QUERIES: dict[str, str] = {
     "attempts": ENVOY_UPSTREAM_RQ_TOTAL + '{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
     "refused": ENVOY_UPSTREAM_RQ_PENDING_FAILURE_EJECT + '{envoy_cluster_name=~"{variant}|{shadow_cluster}"}',
     "retried": ENVOY_UPSTREAM_RQ_RETRY + '{envoy_cluster_name="{route_cluster}"}',
+    # with one retry, each failed attempt once (gateway/metrics/direct.py): in place of `retried`, a
+    # variant behind its fallback aggregate counts the failures its fallback rescued, and the fallback
+    # variant the fallbacks that failed on the others' behalf
+    "rescued": ENVOY_UPSTREAM_RQ_RETRY_SUCCESS + '{envoy_cluster_name="{route_cluster}"}',
+    "fallbacks_failed": ENVOY_UPSTREAM_RQ_RETRY_LIMIT_EXCEEDED + '{envoy_cluster_name=~"{fallback_routes}"}',
     "failed": (
         ENVOY_UPSTREAM_RQ
         + '{envoy_cluster_name=~"{route_cluster}|{shadow_cluster}",envoy_response_code=~"5.."}'
@@ -82,7 +90,7 @@ QUERIES: dict[str, str] = {
     "server_mismatch": f"{PROBE_SERVER_MISMATCH}{VARIANT} == 1",
     "effective_window": f"{MODEL_INFO}{VARIANT} == 1",
 }
-PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster"})
+PLACEHOLDERS = frozenset({"variant", "route_cluster", "shadow_cluster", "fallback_routes"})
 PLACEHOLDER = re.compile(r"\{(\w+)\}")  # `{name}`: never valid PromQL, whose braces hold label matchers
 
 

@@ -91,6 +91,24 @@ def test_a_variant_failing_every_attempt_shows_every_failure_though_no_client_se
     assert counts(failed, healthy, "baseline") == (served["baseline"], 0)
 
 
+def test_when_both_variants_fail_each_failed_attempt_is_charged_once_to_the_variant_that_made_it(stack):
+    """A shared incident: the variant's failed attempt, retried on the baseline, fails there too. Charged
+    to the variant again (its final 5xx), it made the variant look worse than the baseline to the
+    comparison that tells a shared incident apart (issue 38); charged once, to whichever made it, both
+    show every attempt failed."""
+    fifty_fifty(stack)
+    provider = provider_for(stack)
+    start = observe(provider)
+    set_upstream(stack, "zero-layer", "fail")
+    set_upstream(stack, "baseline", "fail")
+    assert {stack.request().status_code for _ in range(200)} == {503}
+    failed = observe(provider)
+    ours, theirs = (upstream_answers(stack, variant)["503"] for variant in ("zero-layer", "baseline"))
+    assert 50 < ours < 150
+    assert counts(start, failed, "zero-layer") == (ours, ours)
+    assert counts(start, failed, "baseline") == (theirs, theirs)  # its fallbacks' failures included
+
+
 def test_refused_connections_count_as_errors_though_they_carry_no_response_code(stack):
     """A variant whose process died between health checks: each attempt's connection is refused and
     retried on the baseline. Envoy charges no response code for it, so counting `retry.upstream_rq_5xx`

@@ -33,6 +33,12 @@ envoy_cluster_upstream_rq{envoy_response_code="503",envoy_cluster_name="zero-lay
 # TYPE envoy_cluster_upstream_rq_retry counter
 envoy_cluster_upstream_rq_retry{envoy_cluster_name="zero-layer-with-fallback"} 6
 envoy_cluster_upstream_rq_retry{envoy_cluster_name="zero-layer"} 99
+# TYPE envoy_cluster_upstream_rq_retry_success counter
+envoy_cluster_upstream_rq_retry_success{envoy_cluster_name="zero-layer-with-fallback"} 4
+envoy_cluster_upstream_rq_retry_success{envoy_cluster_name="baseline"} 8
+# TYPE envoy_cluster_upstream_rq_retry_limit_exceeded counter
+envoy_cluster_upstream_rq_retry_limit_exceeded{envoy_cluster_name="zero-layer-with-fallback"} 2
+envoy_cluster_upstream_rq_retry_limit_exceeded{envoy_cluster_name="baseline"} 3
 """
 
 
@@ -46,7 +52,7 @@ graystack_request_ttft_seconds_sum{{variant="zero-layer",prompt_bucket="0-128"}}
 """
 
 
-def observe(monkeypatch, pages: dict[str, str], pods: tuple[str, ...] = (POD,)):
+def observe(monkeypatch, pages: dict[str, str], pods: tuple[str, ...] = (POD,), attempts: int = 1):
     def handler(request: httpx.Request) -> httpx.Response:
         url = str(request.url.copy_with(query=None))
         return httpx.Response(200, text=pages[url]) if url in pages else httpx.Response(404)
@@ -55,7 +61,9 @@ def observe(monkeypatch, pages: dict[str, str], pods: tuple[str, ...] = (POD,)):
     monkeypatch.setattr(
         direct.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport)
     )
-    provider = DirectProvider(ENVOY, list(pods), ["baseline", "zero-layer"], fallback="baseline")
+    provider = DirectProvider(
+        ENVOY, list(pods), ["baseline", "zero-layer"], fallback="baseline", attempts=attempts
+    )
     return asyncio.run(provider.observe())
 
 
@@ -64,21 +72,35 @@ def test_each_series_counts_once_for_its_variant_and_names_its_target(monkeypatc
     assert seen.error is None
 
     def values(variant: str, signal: str) -> list[float]:
-        return sorted(v for k, v in seen.counters.items() if (k.variant, k.signal) == (variant, signal))
+        return counted(seen, variant, signal)
 
     # Attempts on its own and its shadow cluster (not the aggregate's: they are the baseline's too).
     assert values("zero-layer", REQUESTS) == [4, 7]
-    # Retries of its route cluster, 5xx of its route and shadow clusters (not its own cluster's 5xx,
-    # which the retries already count).
-    assert values("zero-layer", ERRORS) == [1, 2, 6]
+    # Each failed attempt once, to the variant that made it: its failures the fallback rescued, and the
+    # 5xx of its route and shadow clusters (not its own cluster's 5xx, which those already count) ...
+    assert values("zero-layer", ERRORS) == [1, 2, 4]
     assert values("baseline", REQUESTS) == [20]
-    assert values("baseline", ERRORS) == []
+    # ... and the fallbacks that failed on its behalf, the baseline's (not the baseline's own route's)
+    assert values("baseline", ERRORS) == [2]
     ttft = {(k.stratum, k.le): v for k, v in seen.counters.items() if k.signal == TTFT}
     assert ttft == {("*|0-128", 2.0): 3, ("*|0-128", math.inf): 4}  # no `segment` label: "*"
     assert all(f'instance="{POD}"' in k.source for k in seen.counters if k.signal == TTFT)
     assert all(
         f'instance="{ENVOY}/stats/prometheus"' in k.source for k in seen.counters if k.signal == REQUESTS
     )
+
+
+def test_with_more_retries_every_retry_and_final_failure_is_the_variants(monkeypatch):
+    """With two retries or more a request's attempts alternate between the variant and its fallback:
+    each retry, and each failure the client saw, is charged to the variant (capped at its attempts)."""
+    pages = {f"{ENVOY}/stats/prometheus": ENVOY_PAGE, POD: pod_page("2.0")}
+    seen = observe(monkeypatch, pages, attempts=2)
+    assert counted(seen, "zero-layer", ERRORS) == [1, 2, 6]
+    assert counted(seen, "baseline", ERRORS) == []
+
+
+def counted(seen, variant: str, signal: str) -> list[float]:
+    return sorted(v for k, v in seen.counters.items() if (k.variant, k.signal) == (variant, signal))
 
 
 def test_an_unreadable_series_or_a_missing_target_is_an_error_naming_it(monkeypatch):

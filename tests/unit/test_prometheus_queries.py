@@ -65,6 +65,25 @@ def test_a_variant_behind_the_fallback_is_counted_on_its_aggregate_cluster():
     assert '"zero-layer|zero-layer-shadow"' in without.promql("failed", "zero-layer")
 
 
+def test_with_one_retry_each_failed_attempt_is_asked_for_once_of_the_variant_that_made_it():
+    """Behind its fallback aggregate, a variant's failures its fallback rescued (not every retry: a
+    fallback that failed too is the baseline's); the baseline's own retries, and the fallbacks that failed
+    on the others' behalf. With more retries, every retry is the variant's, as before."""
+    asked = {v: {n for n in QUERIES if PROVIDER.asks(n, v)} for v in VARIANTS}
+    assert asked["zero-layer"] >= {"rescued", "failed"}
+    assert asked["zero-layer"].isdisjoint({"retried", "fallbacks_failed"})
+    assert asked["baseline"] >= {"retried", "failed", "fallbacks_failed"}
+    assert "rescued" not in asked["baseline"]
+    assert PROVIDER.promql("fallbacks_failed", "baseline") == (
+        'envoy_cluster_upstream_rq_retry_limit_exceeded{envoy_cluster_name=~"zero-layer-with-fallback"}'
+    )
+    more = PrometheusProvider("http://p:9090", VARIANTS, "baseline", attempts=2)
+    assert {n for n in ("retried", "rescued", "fallbacks_failed") if more.asks(n, "zero-layer")} == {
+        "retried"
+    }
+    assert not more.asks("fallbacks_failed", "baseline")
+
+
 def test_overrides_replace_built_in_queries_by_name():
     override = 'my_attempts{cluster="{variant}"}'
     provider = PrometheusProvider("http://p:9090", VARIANTS, "baseline", queries={"attempts": override})
@@ -131,14 +150,14 @@ ENVOY_B = {"instance": "envoy-b:9901", "job": "envoy"}
 
 def test_each_series_is_its_own_counter_named_by_its_labels(monkeypatch):
     rq_total = {"__name__": "envoy_cluster_upstream_rq_total", "envoy_cluster_name": "zero-layer"}
-    retries = {
-        "__name__": "envoy_cluster_upstream_rq_retry",
+    rescued = {
+        "__name__": "envoy_cluster_upstream_rq_retry_success",
         "envoy_cluster_name": "zero-layer-with-fallback",
     }
     bucket = {"__name__": "graystack_request_ttft_seconds_bucket", "variant": "zero-layer"}
     answers = {
         ("zero-layer", "attempts"): series(({**rq_total, **ENVOY_A}, 120), ({**rq_total, **ENVOY_B}, 30)),
-        ("zero-layer", "retried"): series(({**retries, **ENVOY_A}, 100), ({**retries, **ENVOY_B}, 40)),
+        ("zero-layer", "rescued"): series(({**rescued, **ENVOY_A}, 100), ({**rescued, **ENVOY_B}, 40)),
         ("zero-layer", "ttft"): series(
             ({**bucket, "prompt_bucket": "0-128", "le": "2.0", "instance": "pod-a:8002"}, 7),
             ({**bucket, "prompt_bucket": "0-128", "le": "+Inf", "instance": "pod-a:8002"}, 9),

@@ -202,7 +202,7 @@ def ratio_look(
 
 
 @dataclass(frozen=True)
-class RatioTest(MixedEvidence, State):
+class RatioTest(MixedEvidence, Detector, State):
     """H0: the candidate's error rate is at most psi0 times the baseline's, in every stratum and look.
 
     Conditional on a (stratum, look)'s error total, the candidate's count is binomial with share
@@ -211,6 +211,11 @@ class RatioTest(MixedEvidence, State):
     at any rates (hypergeometric, dominated in convex order by the binomial); for psi0 > 1 exact in the
     rare-event limit, which is what errors are. Strata where one side had no requests are skipped, and
     the counts below are of the compared strata only.
+
+    `log_detector` is the Shiryaev-Roberts e-detector on the same per-look factors (one step per look
+    that compared anything), so a regression that begins after hours of healthy traffic is told apart
+    without first undoing their evidence; its false alarms within H looks are at most H/A at threshold
+    A. `log_sr` empty: a state saved before it (its first step starts it).
     """
 
     psi0: float
@@ -220,11 +225,14 @@ class RatioTest(MixedEvidence, State):
     candidate_events: int
     baseline_requests: int
     baseline_events: int
+    log_sr: tuple[float, ...] = ()
+    steps: int = 0
 
     @classmethod
     def new(cls, psi0: float = 2.0) -> RatioTest:
         alternatives = ratio_alternatives(psi0)
-        return cls(psi0, alternatives, (0.0,) * len(alternatives), 0, 0, 0, 0)
+        zeros = (0.0,) * len(alternatives)
+        return cls(psi0, alternatives, zeros, 0, 0, 0, 0, zeros, 0)
 
     def update(self, strata: Sequence[tuple[int, int, int, int]]) -> RatioTest:
         rows = []
@@ -243,7 +251,12 @@ class RatioTest(MixedEvidence, State):
         counts = np.array([row for row in rows if row[0] > 0 and row[2] > 0], dtype=np.int64).reshape(-1, 4)
         if not len(counts):
             return self
-        log_lr = ratio_look(self.psi0, np.asarray(self.alternatives), np.asarray(self.log_lr), *counts.T)
+        before = np.asarray(self.log_lr)
+        log_lr = ratio_look(self.psi0, np.asarray(self.alternatives), before, *counts.T)
+        started = np.asarray(self.steps > 0)
+        log_sr = shiryaev_roberts_step(
+            np.asarray(self.log_sr or (0.0,) * len(self.log_lr)), started, np.asarray(True), log_lr - before
+        )
         nc, xc, nb, xb = (int(v) for v in counts.sum(axis=0))
         return RatioTest(
             self.psi0,
@@ -253,6 +266,8 @@ class RatioTest(MixedEvidence, State):
             self.candidate_events + xc,
             self.baseline_requests + nb,
             self.baseline_events + xb,
+            tuple(log_sr.tolist()),
+            self.steps + 1,
         )
 
     def _check(self) -> None:
@@ -264,6 +279,7 @@ class RatioTest(MixedEvidence, State):
             "must be non-empty and above psi0",
         )
         require(len(self.log_lr) == len(self.alternatives), f"{name}.log_lr", "length")
+        require(len(self.log_sr) in (0, len(self.alternatives)), f"{name}.log_sr", "length")
         for side in ("candidate", "baseline"):
             ok = getattr(self, f"{side}_events") <= getattr(self, f"{side}_requests")
             require(ok, f"{name}.{side}_events", "more events than requests")

@@ -18,23 +18,20 @@ from collections import Counter
 
 import httpx
 import pytest
-import yaml
 
 from gateway.app import GatewayProcess
 from gateway.kubernetes.api import api_client
 from gateway.kubernetes.pool import PickerOptions, PoolPicker
-from gateway.kubernetes.process import KubernetesOptions, gateway_options, kubernetes_gateway
 from gateway.spec.model import validate_spec
-from graystack.local.processes import free_port
 from tests.integration.test_kubernetes_mode import eventually, operate
+from tests.support.epp_world import NS, inference_pool, picker_world, pod
 from tests.support.gateway_api_stand import Traffic
-from tests.support.gie_data_plane import DataPlane, PickerAddress
+from tests.support.gie_data_plane import DataPlane
 from tests.support.kube_api import FakeApiServer
-from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
+from tests.support.named_upstreams import NAME_HEADER
 
 pytestmark = pytest.mark.integration
 
-NS, SPEC_CM, STATE_CM, LEASE, POD = "serving", "gs-spec", "gs-rollout-state", "gs-gateway-leader", "gateway-a"
 PODS = {"v1-a": ("127.0.8.1", "v1"), "v1-b": ("127.0.8.2", "v1"), "v2-a": ("127.0.8.3", "v2")}
 TRACK = {name: track for name, (_, track) in PODS.items()}
 SPEC = {
@@ -62,65 +59,10 @@ SPEC = {
 }
 
 
-def pod(name: str, ip: str, track: str, ready: bool = True) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"app": "llm", "track": track}},
-        "status": {
-            "phase": "Running",
-            "podIP": ip,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
-
-
 @pytest.fixture
 async def world(envoy_binary, tmp_path):
-    api = FakeApiServer().start()
-    port = free_port()
-    upstreams = [NamedUpstream(name, ip, port).start() for name, (ip, _) in PODS.items()]
-    for name, (ip, track) in PODS.items():
-        api.put(pod(name, ip, track))
-    api.put(
-        {
-            "apiVersion": "inference.networking.k8s.io/v1",
-            "kind": "InferencePool",
-            "metadata": {"name": "llm", "namespace": NS},
-            "spec": {
-                "selector": {"matchLabels": {"app": "llm"}},
-                "targetPorts": [{"number": port}],
-                "endpointPickerRef": {"name": "graystack", "port": {"number": 9002}},
-            },
-        }
-    )
-    for name, data in ((SPEC_CM, {"spec.yaml": yaml.safe_dump(SPEC)}), (STATE_CM, None)):
-        api.put(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}
-            | ({"data": data} if data else {})
-        )
-    api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": POD, "namespace": NS}})
-    picker = PickerOptions(port=free_port(), health_port=free_port(), insecure=True)
-    kube = KubernetesOptions(
-        NS, SPEC_CM, STATE_CM, LEASE, POD, pod=POD,
-        kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig", NS)), lease_seconds=2.0, picker=picker,
-    )  # fmt: skip
-    als = free_port()  # the gateway's xDS port, where its access log goes too
-    gateway = kubernetes_gateway(gateway_options(kube, xds_port=als, admin_port=free_port()), kube)
-    addresses = [f"{ip}:{port}" for ip, _ in PODS.values()]
-    plane = DataPlane(envoy_binary, tmp_path, "override_host", PickerAddress(picker.port), addresses, als=als)
-    try:
-        await gateway.start()
-        plane.start()
-        await eventually(lambda: gateway.driver.pool.ready(), 10, "the pool's pods read")
-        await eventually(lambda: gateway.controller.state.label() == "step 0", 10, "step 0")
-        yield api, gateway, plane, {u.name: u for u in upstreams}
-    finally:
-        await gateway.stop()
-        plane.stop()
-        for upstream in upstreams:
-            upstream.stop()
-        api.stop()
+    async with picker_world(envoy_binary, tmp_path, SPEC, PODS) as world:
+        yield world.api, world.gateway, world.plane, world.upstreams
 
 
 async def served(plane: DataPlane, n: int, user: str | None = None) -> Counter[str]:
@@ -190,15 +132,7 @@ def test_a_pool_whose_selector_matches_no_pod_is_named_and_the_picker_not_ready(
     api = FakeApiServer().start()
     try:
         api.put(pod("v1-a", "127.0.8.1", "v9"))  # a pod, but of no variant's track
-        api.put(
-            {
-                "apiVersion": "inference.networking.k8s.io/v1",
-                "kind": "InferencePool",
-                "metadata": {"name": "llm", "namespace": NS},
-                "spec": {"selector": {"matchLabels": {"app": "llm"}}, "targetPorts": [{"number": 8000}],
-                         "endpointPickerRef": {"name": "graystack", "port": {"number": 9002}}},
-            }
-        )  # fmt: skip
+        api.put(inference_pool(8000))
         live = validate_spec(SPEC)
         picker = PoolPicker(
             api_client(str(api.write_kubeconfig(tmp_path / "kubeconfig", NS))), lambda: live, PickerOptions()

@@ -10,6 +10,7 @@ server says it had cached (OpenAI's `usage.prompt_tokens_details.cached_tokens`,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -49,6 +50,7 @@ class Turn:
     pod: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    same_pod: bool | None = None  # a later turn's: whether the turn before went to the same pod
 
 
 @dataclass
@@ -123,6 +125,8 @@ async def conversation(
     while not talk.done and time.perf_counter() < until:
         asked = talk.ask()
         turn, text = await chat(client, shape, asked, user)
+        if talk.last is not None and talk.last.pod is not None and turn.pod is not None:
+            turn = dataclasses.replace(turn, same_pod=turn.pod == talk.last.pod)
         record.turns.append(turn)
         turns += 1
         if turn.error is not None or not text:

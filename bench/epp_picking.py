@@ -141,6 +141,7 @@ def window(record: Record, start: float, end: float, max_tokens: int) -> dict[st
     done = sum(1 for t in record.turns if t.error is None and start <= t.ended < end)
     prompt = sum(t.prompt_tokens for t in good)
     errors = [t.error for t in sent if t.error is not None]
+    later = [t for t in good if t.same_pod is not None]
     return {
         "turns_sent": len(sent),
         "sent_per_s": round(len(sent) / (end - start), 2),
@@ -151,7 +152,7 @@ def window(record: Record, start: float, end: float, max_tokens: int) -> dict[st
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
         "cached_share_of_answers": round(sum(t.cached_tokens for t in good) / prompt, 3) if prompt else None,
-        "same_pod_share": record.stickiness.pod_share,
+        "same_pod_share": round(sum(bool(t.same_pod) for t in later) / len(later), 3) if later else None,
     }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.local.processes import ManagedProcess, free_port, start_process
 from tests.support.prefix_engine import Pace, engine_argv
@@ -43,19 +44,30 @@ class StandinPods:
                 (await client.post(f"http://{endpoint}/reset_prefix_cache")).raise_for_status()
 
     async def counters(self) -> Counters | None:
-        totals = {"hits": 0.0, "queries": 0.0}
-        async with httpx.AsyncClient(timeout=5) as client:
-            answers = await asyncio.gather(*(client.get(f"http://{e}/metrics") for e in self.endpoints))
-        for answer in answers:
-            for line in answer.text.splitlines():
-                name, _, value = line.partition("{")
-                if name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
-                    totals["hits" if "hits" in name else "queries"] += float(value.rpartition(" ")[2])
-        return totals
+        summed = await _summed(
+            self.endpoints, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+        )
+        return {
+            "hits": summed["vllm:prefix_cache_hits_total"],
+            "queries": summed["vllm:prefix_cache_queries_total"],
+        }
 
     def stop(self) -> None:
         for process in self.processes:
             process.stop()
+
+
+async def _summed(endpoints: list[str], names: tuple[str, ...]) -> dict[str, float]:
+    """Each named sample of the pods' Prometheus metrics, summed over their labels and the pods."""
+    totals = dict.fromkeys(names, 0.0)
+    async with httpx.AsyncClient(timeout=5) as client:
+        answers = await asyncio.gather(*(client.get(f"http://{e}/metrics") for e in endpoints))
+    for answer in answers:
+        for family in text_string_to_metric_families(answer.raise_for_status().text):
+            for sample in family.samples:
+                if sample.name in totals:
+                    totals[sample.name] += sample.value
+    return totals
 
 
 def _healthy(url: str) -> bool:
@@ -83,7 +95,7 @@ def standin_pods(count: int, pace: Pace, folder: Path) -> StandinPods:
 class LlamaCppPods:
     """llama.cpp's servers (the tiny model, one thread each, `context` tokens). It has no endpoint that
     empties its prompt cache: a reset restarts them, on their ports (the data plane's endpoints stay).
-    Its metrics count no cache hits: what was cached is read from each answer's `timings` instead."""
+    """
 
     def __init__(self, count: int, folder: Path, context: int) -> None:
         self.model, self.folder, self.context = tiny_model(), folder, context
@@ -106,4 +118,7 @@ class LlamaCppPods:
         await asyncio.to_thread(self.start)
 
     async def counters(self) -> Counters | None:
-        return None
+        """From llama.cpp's counters of the prompt tokens taken from its cache and of those it processed."""
+        cached, processed = "llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"
+        summed = await _summed(self.endpoints, (cached, processed))
+        return {"hits": summed[cached], "queries": summed[cached] + summed[processed]}

@@ -208,17 +208,21 @@ async def run(args: argparse.Namespace, policies: list[Policy], pods: Pods, fold
     shape = Shape(
         max_tokens=args.max_tokens, prompt_lengths=args.prompt_lengths, max_bytes=args.conversation_bytes
     )
-    results: dict[str, Any] = {"saturation": await saturation(args, pods, shape, folder), "loads": {}}
-    per_second = results["saturation"]["throughput_per_s"]
-    per_conversation = results["saturation"]["turns_per_conversation"]
-    for index, load in enumerate(args.loads):
-        rate = load * per_second / per_conversation
-        print(f"load {load:.0%}: {rate:.2f} conversations/s ({load * per_second:.1f} turns/s)", flush=True)
+    results: dict[str, Any] = {"saturation": None, "loads": {}}
+    if args.conversations_per_s:
+        levels = [(f"{args.conversations_per_s:g} conversations/s", args.conversations_per_s)]
+    else:
+        results["saturation"] = await saturation(args, pods, shape, folder)
+        per_second = results["saturation"]["throughput_per_s"]
+        per_conversation = results["saturation"]["turns_per_conversation"]
+        levels = [(f"{round(100 * load)}%", load * per_second / per_conversation) for load in args.loads]
+    for index, (label, rate) in enumerate(levels):
+        print(f"load {label}: {rate:.2f} conversations/s", flush=True)
         turn = index % len(policies)
         rows = {}
         for policy in [*policies[turn:], *policies[:turn]]:
             rows[policy.name] = await block(args, pods, shape, folder, policy, rate, seed=1000 + index)
-        results["loads"][f"{round(100 * load)}%"] = {
+        results["loads"][label] = {
             "conversations_per_s": round(rate, 3),
             "policies": {p.name: rows[p.name] for p in policies},
             "ttft_p99_vs_round_robin": {
@@ -248,6 +252,9 @@ def main() -> None:
     )
     parser.add_argument("--no-least-request", action="store_true", help="leave Envoy's least-request out")
     parser.add_argument("--loads", default="0.6,0.8,0.95", help="shares of the saturation throughput")
+    parser.add_argument(
+        "--conversations-per-s", type=float, default=None, help="one load, this rate: no saturation search"
+    )
     parser.add_argument("--seconds", type=float, default=50, help="new conversations arrive this long")
     parser.add_argument("--warmup", type=float, default=10, help="the turns sent before this are not counted")
     parser.add_argument("--saturation-seconds", type=float, default=40)

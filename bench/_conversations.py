@@ -31,12 +31,12 @@ PATH = "/v1/chat/completions"
 class Shape:
     """What each conversation is made of (the locustfile's defaults unless told)."""
 
-    model: str = "m"
+    model: str
     turns: int = config.DEFAULT_CONVERSATION_TURNS
     max_tokens: int = config.DEFAULT_MAX_TOKENS
     prompt_lengths: str = config.DEFAULT_PROMPT_LENGTHS
     max_bytes: int = config.DEFAULT_CONVERSATION_BYTES
-    think: tuple[float, float] = (0.5, 1.5)
+    think: tuple[float, float] = config.parse_think_time(config.DEFAULT_THINK_TIME)
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ async def chat(
         "stream": True,
         "stream_options": {"include_usage": True},
         "cache_prompt": True,  # llama.cpp's prompt cache (on by default in recent builds)
+        "ignore_eos": True,  # llama.cpp's and vLLM's: every answer max_tokens long, as the stand-in's are
         "messages": messages,
     }
     sent, first, text, pod, usage = time.perf_counter(), None, [], None, (0, 0)

@@ -45,7 +45,8 @@ from gateway.spec.endpoint_picker import SCORERS
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from loadtests import config
 from tests.support.gie_data_plane import DataPlane, PickerAddress, Profile
-from tests.support.prefix_engine import Pace
+from tests.support.prefix_engine import MODEL, Pace
+from tests.support.third_party.models import MODEL_NAME
 
 ENVOY_POLICIES: dict[str, Profile] = {"round_robin": "round_robin", "least_request": "least_request"}
 PICKED = (
@@ -206,7 +207,10 @@ async def block(
 
 async def run(args: argparse.Namespace, policies: list[Policy], pods: Pods, folder: Path) -> dict[str, Any]:
     shape = Shape(
-        max_tokens=args.max_tokens, prompt_lengths=args.prompt_lengths, max_bytes=args.conversation_bytes
+        model=MODEL_NAME if args.engines == "llama-cpp" else MODEL,
+        max_tokens=args.max_tokens,
+        prompt_lengths=args.prompt_lengths,
+        max_bytes=args.conversation_bytes,
     )
     results: dict[str, Any] = {"saturation": None, "loads": {}}
     if args.conversations_per_s:

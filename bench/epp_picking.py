@@ -225,7 +225,11 @@ async def run(args: argparse.Namespace, policies: list[Policy], pods: Pods, fold
         turn = index % len(policies)
         rows = {}
         for policy in [*policies[turn:], *policies[:turn]]:
-            rows[policy.name] = await block(args, pods, shape, folder, policy, rate, seed=1000 + index)
+            rows[policy.name] = row = await block(args, pods, shape, folder, policy, rate, seed=1000 + index)
+            if results["saturation"] is not None:  # the load it was, the arrivals being random
+                row["sent_share_of_saturation"] = round(
+                    row["sent_per_s"] / results["saturation"]["throughput_per_s"], 3
+                )
         results["loads"][label] = {
             "conversations_per_s": round(rate, 3),
             "policies": {p.name: rows[p.name] for p in policies},

@@ -290,6 +290,7 @@ def main() -> None:
         parser.error(str(error))
     if args.quick:
         args.loads, args.seconds, args.warmup, args.saturation_seconds = [0.8], 16, 4, 14
+    args.pods = args.pods or (4 if args.engines == "standin" else 2)
     envoy = [Policy(name, profile) for name, profile in ENVOY_POLICIES.items()]
     if args.no_least_request:
         envoy = envoy[:1]
@@ -299,19 +300,17 @@ def main() -> None:
         folder = Path(workdir)
         pods: Pods
         if args.engines == "standin":
-            pods = standin_pods(args.pods or 4, pace, folder)
+            pods = standin_pods(args.pods, pace, folder)
         else:
-            pods = LlamaCppPods(args.pods or 2, folder, args.context).start()
+            pods = LlamaCppPods(args.pods, folder, args.context).start()
         try:
             results = asyncio.run(run(args, policies, pods, folder))
         finally:
             pods.stop()
     parameters = {k: v for k, v in vars(args).items() if k not in ("out", "policy")}
     parameters["policies"] = {p.name: p.scorers or f"Envoy {p.profile}" for p in policies}
-    if args.engines == "llama-cpp":
-        parameters = {
-            k: v for k, v in parameters.items() if k not in {f.name for f in dataclasses.fields(Pace)}
-        }
+    unused = {f.name for f in dataclasses.fields(Pace)} if args.engines == "llama-cpp" else {"context"}
+    parameters = {k: v for k, v in parameters.items() if k not in unused}
     name = "epp_picking" if args.engines == "standin" else "epp_picking_llama_cpp"
     print(f"wrote {write_result('epp_picking', parameters, results, args.out or RESULTS / f'{name}.json')}")
 

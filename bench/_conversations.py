@@ -142,15 +142,13 @@ async def conversation(
 async def open_loop(
     client: httpx.AsyncClient, shape: Shape, rate: float, seconds: float, rng: random.Random
 ) -> Record:
-    """New conversations at `rate` per second (Poisson arrivals) for `seconds`; waits for them to end."""
+    """`rate` times `seconds` new conversations, at random times in `seconds` (Poisson arrivals, their count
+    fixed so that every run of a level offers the load it is named for); waits for them to end."""
     record, tasks = Record(), []
     start = time.perf_counter()
-    until, at = start + seconds, start
-    while True:
-        at += rng.expovariate(rate)
-        if at >= until:
-            break
-        await asyncio.sleep(max(0.0, at - time.perf_counter()))
+    until = start + seconds
+    for offset in sorted(rng.uniform(0, seconds) for _ in range(round(rate * seconds))):
+        await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
         seed = rng.getrandbits(64)
         tasks.append(asyncio.create_task(conversation(client, shape, random.Random(seed), record, until)))
     await asyncio.gather(*tasks)

@@ -289,7 +289,7 @@ def main() -> None:
     except ValueError as error:
         parser.error(str(error))
     if args.quick:
-        args.loads, args.seconds, args.warmup, args.saturation_seconds = [0.8], 16, 4, 14
+        args.loads, args.seconds, args.warmup, args.saturation_seconds = [0.8], 15, 4, 12
     args.pods = args.pods or (4 if args.engines == "standin" else 2)
     envoy = [Policy(name, profile) for name, profile in ENVOY_POLICIES.items()]
     if args.no_least_request:

@@ -85,6 +85,8 @@ def parse_policy(text: str) -> Policy:
 
 
 def picker_argv(policy: Policy, pods: list[str], port: int, health: int, interval: float) -> list[str]:
+    """`graystack epp` for one pool variant of `pods`, with the policy's weights and every other scorer at 0
+    (the picker's own defaults would otherwise weigh them 1)."""
     weights = {scorer: 0.0 for scorer in SCORERS} | (policy.scorers or {})
     argv = [sys.executable, "-m", "graystack", "epp", "--insecure", "--log-level", "warning"]
     argv += ["--port", str(port), "--health-port", str(health), "--metrics-interval", str(interval)]
@@ -107,21 +109,26 @@ class Target:
 
     def __enter__(self) -> str:
         port = free_port()
-        if self.policy.scorers is not None:
-            argv = picker_argv(self.policy, self.pods.endpoints, port, free_port(), self.interval)
-            self.picker = start_process(f"epp-{self.policy.name}", argv, self.folder)
-            wait_until(functools.partial(listening, port), 30, "the picker")
         folder = self.folder / self.policy.name
         folder.mkdir(exist_ok=True)
-        plane = DataPlane(
-            envoy_binary(),
-            folder,
-            self.policy.profile,
-            PickerAddress(port),
-            self.pods.endpoints,
-            timeout="0s",
-        )
-        self.plane = plane.start()
+        try:
+            if self.policy.scorers is not None:
+                argv = picker_argv(self.policy, self.pods.endpoints, port, free_port(), self.interval)
+                self.picker = start_process(f"epp-{self.policy.name}", argv, folder)
+                wait_until(functools.partial(listening, port), 30, "the picker")
+            plane = DataPlane(
+                envoy_binary(),
+                folder,
+                self.policy.profile,
+                PickerAddress(port),
+                self.pods.endpoints,
+                timeout="0s",
+            )
+            self.plane = plane  # stopped by __exit__ even if its start fails
+            plane.start()
+        except BaseException:
+            self.__exit__()
+            raise
         return plane.url
 
     def __exit__(self, *_: object) -> None:

@@ -50,8 +50,11 @@ def wanted(weights: dict[str, int], pool: dict[str, tuple[str, ...]] = POOL, **k
     return Wanted(pods=pods, weights=weights, baseline=next(iter(pool)), **kw)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("profile", ["original_dst", "override_host"])
-@pytest.mark.parametrize("tls", [False, True])
+@pytest.mark.parametrize(
+    ("profile", "tls"),
+    [(p, t) for p in ("original_dst", "override_host") for t in (False, True)]
+    + [("round_robin", False), ("least_request", False)],
+)
 def test_the_data_plane_passes_envoys_validation(envoy_binary, tmp_path, profile, tls):
     config = tmp_path / "envoy.yaml"
     config.write_text(

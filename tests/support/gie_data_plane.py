@@ -11,6 +11,8 @@ two shapes they use:
     reading the `envoy.lb` metadata (Istio, Envoy Gateway): only the pool's pods are taken, the list's
     later entries serve retries, the endpoint that served goes back to the picker in `envoy.lb`
     (`selected_host_key`), and with no pick round robin serves (what makes fail-open work).
+Two more shapes, with no picker, are what it is compared with (bench/epp_picking.py): `round_robin` and
+`least_request`, the pool's pods balanced by Envoy alone (no ext_proc filter).
 A test header, `x-test-subset-hint: ip:port,...`, becomes the gateway's subset hint (`envoy.lb.subset_hint`
 metadata, by a Lua filter), the way a gateway would narrow the pool. No TLS to clients, one route."""
 
@@ -27,7 +29,8 @@ from gateway import names
 from gateway.epp import protocol
 from graystack.local.processes import ManagedProcess, free_port, start_process
 
-Profile = Literal["original_dst", "override_host"]
+Profile = Literal["original_dst", "override_host", "round_robin", "least_request"]
+PICKED: tuple[Profile, ...] = ("original_dst", "override_host")  # the shapes that ask the picker
 SUBSET_TEST_HEADER = "x-test-subset-hint"
 
 # The subset hint as a list value, from the test header: what a gateway narrowing the pool would send.
@@ -59,10 +62,11 @@ def bootstrap(
     pods: list[str],
     fail_open: bool,
     als: int | None = None,
+    timeout: str = "10s",
 ) -> dict[str, Any]:
     """The Envoy bootstrap (a dict for YAML); `pods`: the pool's `ip:port`s (override_host's members);
     `als`: a gRPC access-log service on 127.0.0.1 (graystack's, on its xDS port), as a gateway's EnvoyProxy
-    ALS sink sends its log."""
+    ALS sink sends its log; `timeout`: the route's, for a whole answer ("0s": none)."""
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "grpc_service": {"envoy_grpc": {"cluster_name": "epp"}, "timeout": "10s"},
@@ -90,7 +94,7 @@ def bootstrap(
                 "default_source_code": {"inline_string": _SUBSET_LUA},
             },
         },
-        {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
+        *([{"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc}] if profile in PICKED else []),
         {
             "name": "envoy.filters.http.router",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
@@ -98,7 +102,7 @@ def bootstrap(
     ]
     route = {
         "cluster": "pool",
-        "timeout": "10s",
+        "timeout": timeout,
         "retry_policy": {"retry_on": "connect-failure,refused-stream,reset", "num_retries": 2},
     }
     manager = {
@@ -183,6 +187,14 @@ def _pool(profile: Profile, pods: list[str]) -> dict[str, Any]:
         {"endpoint": {"address": _address(host, int(port))}}
         for host, _, port in (pod.rpartition(":") for pod in pods)
     ]
+    if profile != "override_host":
+        return {
+            "name": "pool",
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "lb_policy": profile.upper(),
+            "load_assignment": {"cluster_name": "pool", "endpoints": [{"lb_endpoints": endpoints}]},
+        }
     return {
         "name": "pool",
         "type": "STATIC",
@@ -261,10 +273,11 @@ class DataPlane:
         pods: list[str],
         fail_open: bool = False,
         als: int | None = None,
+        timeout: str = "10s",
     ) -> None:
         self.listen_port, self.admin_port = free_port(), free_port()
         self.config = folder / f"envoy-{profile}.yaml"
-        config = bootstrap(profile, self.listen_port, self.admin_port, picker, pods, fail_open, als)
+        config = bootstrap(profile, self.listen_port, self.admin_port, picker, pods, fail_open, als, timeout)
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self._envoy, self._folder = envoy, folder
         self.url = f"http://127.0.0.1:{self.listen_port}"

@@ -77,11 +77,21 @@ def _started(
     return server
 
 
-def start_llama_cpp(model: TinyModel, logs: Path, timeout: float = 60) -> ThirdPartyServer:
-    """llama.cpp's server (xllamacpp), one thread, `/metrics` on; healthy in about a second."""
-    port = free_port()
+def start_llama_cpp(
+    model: TinyModel, logs: Path, timeout: float = 60, port: int | None = None, context: int = 512
+) -> ThirdPartyServer:
+    """llama.cpp's server (xllamacpp), one thread, `/metrics` on, `context` tokens for its 2 slots;
+    healthy in about a second."""
+    port = port or free_port()
     python = venv_bin("llama-cpp", "python")
-    argv = [str(python), str(HERE / "llama_cpp_server.py"), str(model.gguf), str(port), MODEL_NAME]
+    argv = [
+        str(python),
+        str(HERE / "llama_cpp_server.py"),
+        str(model.gguf),
+        str(port),
+        MODEL_NAME,
+        str(context),
+    ]
     return _started("llama-cpp", argv, logs, port, timeout, {})
 
 

@@ -51,7 +51,10 @@ from tests.support.third_party.models import MODEL_NAME
 ENVOY_POLICIES: dict[str, Profile] = {"round_robin": "round_robin", "least_request": "least_request"}
 PICKED = (
     "load=in_flight:1,queue:1,kv_cache:1",  # load alone
-    "session=session:1,in_flight:1,queue:1,kv_cache:1",  # the picker's defaults: load and the cohort's pod
+    "session=session:1,in_flight:1,queue:1,kv_cache:1",  # load and the cohort's pod (the defaults before prefix)
+    "prefix=prefix:2,in_flight:1,queue:1,kv_cache:1",  # load and the prompt's blocks: no cohort key needed
+    "defaults="
+    + ",".join(f"{name}:{weight:g}" for name, weight in SCORERS.items() if weight),  # the picker's
 )
 USER_HEADER = "x-user-id"
 

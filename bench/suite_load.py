@@ -7,7 +7,8 @@ time achieves, and measures the suite's time both ways.
     python -m bench.suite_load --ci --burners 2 # .ci/run on a fresh clone of HEAD, installs included
 
 Writes bench/results/suite_load_<burners>.json (with --ci, ci_load_<burners>.json): wall seconds,
-pytest's closing line, the failed tests.
+pytest's closing lines (`make test` runs pytest twice: side by side, then the paced tests), the failed
+tests.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "wall_s": round(time.monotonic() - started),
         "returncode": run.returncode,
-        "summary": next((line for line in reversed(lines) if re.search(r"\d+ (passed|failed)", line)), None),
+        "summaries": [
+            line for line in lines if re.match(r"^[\d, a-z]*\d+ (passed|failed).* in [\d.]+s", line)
+        ],
         "failed": [line.split(" ")[1] for line in lines if line.startswith("FAILED ")],
     }
     RESULTS.mkdir(exist_ok=True)

@@ -1,11 +1,11 @@
 """GIE's conformance scenarios (../shared/schemas/inference-extension/conformance-tests/, the Go tests read as
 the specification) ported against `graystack epp`. No Kubernetes API server and no conformant gateway run
 here: the GIE data-plane harness on the real Envoy 1.40 (tests/support/gie_data_plane.py) is the stand-in
-gateway, in both shapes gateways use (`original_dst`, `override_host`), and each pod of base.yaml's
-Deployments is a small server on a loopback address of its own (127.0.9.x: an IP is a pod, as GIE's tests
-treat it), listening on its pool's target ports. The scenarios' manifests are vendored in
-tests/conformance/inference-extension/ with the three InferencePools they name (base_pools.yaml): the
-route's path, its pool and that pool's selector, target ports and failure mode are read from them.
+gateway, in both shapes gateways use (`original_dst`, `override_host`), and each pod is a small server on
+a loopback address of its own (127.0.9.x: an IP is a pod, as GIE's tests treat it), listening on its
+pool's target ports. The scenarios' route manifests are vendored in tests/conformance/inference-extension/;
+the three InferencePools they name are written here (POOLS), GIE's own base manifest not being among
+../shared's files: a pool's selector, target ports and failure mode are read from them as from a cluster.
 
 GIE's conformance picker is steered by the request header `test-epp-endpoint-selection`; graystack's picker
 honours it only with `--conformance-test-headers` (gateway/epp/conformance.py, off by default), so that
@@ -36,10 +36,33 @@ from tests.support.picker_thread import PickerThread
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).parents[1] / "conformance/inference-extension"
+
+
+def inference_pool(name: str, app: str, ports: tuple[int, ...], fail_open: bool = False) -> dict[str, Any]:
+    """A pool the scenarios' routes name: its pods by an `app` label, its target ports (a data-parallel
+    pool's ranks), its picker's failure mode (FailClosed unless said)."""
+    picker: dict[str, Any] = {"name": f"{name}-picker", "port": {"number": 9002}}
+    return {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "targetPorts": [{"number": port} for port in ports],
+            "endpointPickerRef": picker | ({"failureMode": "FailOpen"} if fail_open else {}),
+        },
+    }
+
+
 POOLS = {
-    pool["metadata"]["name"]: pool for pool in yaml.safe_load_all((HERE / "base_pools.yaml").read_text())
+    pool["metadata"]["name"]: pool
+    for pool in (
+        inference_pool("primary-inference-pool", "primary-model-server", (3000,)),
+        inference_pool("secondary-inference-pool", "secondary-model-server", (3000,), fail_open=True),
+        inference_pool("dp-inference-pool", "dp-model-server", (3000, 3002, 3004)),
+    )
 }
-REPLICAS = 3  # GIE's resources.ModelServerPodReplicas: base.yaml's Deployments
+REPLICAS = 3  # GIE's resources.ModelServerPodReplicas: pods per pool
 # GIE sends 100 requests per case against a picker that draws at random among the pods named; graystack's
 # pick is not random (fewest in flight, ties in turn), so 20 reach each of at most 9 endpoints twice.
 REQUESTS = 20
@@ -84,7 +107,7 @@ def ports(pool: str) -> list[int]:
 
 
 def pods(pool: str) -> dict[str, str]:
-    """The pool's pods by name (its selector's `app` label, as base.yaml's Deployments name them) to IP."""
+    """The pool's pods by name (its selector's `app` label and an index) to IP."""
     app = POOLS[pool]["spec"]["selector"]["matchLabels"]["app"]
     return {f"{app}-{i}": host for i, host in enumerate(HOSTS[pool])}
 

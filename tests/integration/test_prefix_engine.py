@@ -1,12 +1,13 @@
 """The prefix-cache engine stand-in (tests/support/prefix_engine.py), as a process: a prompt it has seen
-comes back to its first token sooner than a fresh one, and its vLLM-named metrics say why. The engine's
-clock is simulated (a fresh 4 KiB prompt sleeps about 0.5 s in prefill, a cached one 5 ms), so the margin
-asserted is ten times wider than anything this machine's load could close."""
+is served from its cache (the answer's `cached_tokens`, as OpenAI's usage reports it) and its vLLM-named
+metrics say so. Its prefill sleeps in proportion to the uncached tokens (a fresh 4 KiB prompt about 0.5 s,
+a cached one 5 ms); what that does to the first token is bench.epp_picking's to measure, not a test's:
+asserted here, a wall-clock ratio failed on a loaded machine."""
 
 from __future__ import annotations
 
+import json
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -35,22 +36,23 @@ def engine(tmp_path) -> Iterator[str]:
         process.stop()
 
 
-def first_token(url: str, content: str) -> tuple[float, str]:
-    """Seconds to the first chunk with content, and the answer's text."""
+def first_token(url: str, content: str) -> tuple[int, str]:
+    """The prompt tokens the answer's usage says were cached, and the chunks with content."""
     body = {"model": "m", "max_tokens": 3, "stream": True, "messages": [{"role": "user", "content": content}]}
-    started, first, text = time.perf_counter(), None, []
+    cached, text = None, []
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=10) as answer:
         assert answer.status_code == 200
         for line in answer.iter_lines():
             if line.startswith("data: {") and '"content"' in line:
-                first = first or time.perf_counter() - started
                 text.append(line)
+            if line.startswith("data: {") and '"usage"' in line:
+                cached = json.loads(line[6:])["usage"]["prompt_tokens_details"]["cached_tokens"]
             if line == "data: [DONE]":
                 break
         else:
             pytest.fail("the stream ended without data: [DONE]")
-    assert first is not None
-    return first, "".join(text)
+    assert cached is not None, "no usage in the stream"
+    return cached, "".join(text)
 
 
 def counters(url: str) -> dict[str, float]:
@@ -62,14 +64,15 @@ def counters(url: str) -> dict[str, float]:
     }
 
 
-def test_a_repeated_prompt_is_served_from_the_cache_and_its_first_token_comes_sooner(engine):
+def test_a_repeated_prompt_is_served_from_the_cache_and_says_so(engine):
     fresh, _ = first_token(engine, PROMPT)
     after_fresh = counters(engine)
     repeated, answer = first_token(engine, PROMPT)
     after_repeat = counters(engine)
 
     assert answer.count('"content"') == 3
-    assert repeated < fresh / 10
+    assert fresh == 0
+    assert repeated > 0.95 * len(PROMPT) / 4  # the prompt, 4 bytes a token, but for its last partial block
     assert after_fresh["vllm:prefix_cache_hits_total"] == 0
     queried = after_repeat["vllm:prefix_cache_queries_total"] - after_fresh["vllm:prefix_cache_queries_total"]
     hits = after_repeat["vllm:prefix_cache_hits_total"]

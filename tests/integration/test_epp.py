@@ -25,7 +25,7 @@ from gateway.epp.wanted import Wanted
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from tests.support.epp_gateway import BODY, running
 from tests.support.gie_data_plane import DataPlane, PickerAddress, bootstrap
-from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
+from tests.support.named_upstreams import NAME_HEADER, NamedUpstream, serving
 from tests.support.picker_thread import PickerThread
 
 pytestmark = pytest.mark.integration
@@ -71,10 +71,7 @@ def test_the_data_plane_passes_envoys_validation(envoy_binary, tmp_path, profile
 
 @pytest.fixture(scope="module")
 def pods():
-    upstreams = [NamedUpstream(name, host, PORT).start() for name, host in HOSTS.items()]
-    yield upstreams
-    for upstream in upstreams:
-        upstream.stop()
+    yield from serving(HOSTS, PORT)
 
 
 @pytest.fixture(scope="module", params=["original_dst", "override_host"])

@@ -18,39 +18,14 @@ from gateway.admin.protocol import Status
 from gateway.app import GatewayProcess
 from graystack.console.status_view import render_status
 from tests.integration.test_kubernetes_mode import admin_call, eventually
-from tests.support.epp_world import picker_world
+from tests.support.epp_world import PODS, TRACK, picker_world, rollout_spec
 from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER
 
 pytestmark = pytest.mark.integration
 
 BASE, LORA = "llama-3", "llama-3-lora-v2"
-# v2-a is labelled as no variant is (the canary has no pods of its own): it must get nothing
-PODS = {"v1-a": ("127.0.8.1", "v1"), "v1-b": ("127.0.8.2", "v1"), "v2-a": ("127.0.8.3", "v2")}
-TRACK = {name: track for name, (_, track) in PODS.items()}
-SPEC = {
-    "name": "llm",
-    "variants": {
-        "stable": {"service": "llm-v1", "port": 8000},
-        "canary": {"service": "llm-v2", "port": 8000},
-    },
-    "routing": {"weights": {"stable": 100, "canary": 0}, "affinity": [{"header": "x-user"}]},
-    "retries": {"fallback": "stable"},
-    "strategy": {"steps": [{"weight": 20, "hold": "1h"}, {"weight": 100, "hold": "1h"}]},
-    "analysis": {  # judged on the answers the gateway's access log brings: errors; no first token there
-        "interval": "0.5s",
-        "min_detectable_error_rate": 0.1,
-        "max_latency_ratio": None,
-        "max_ttft_p95": None,
-        "expected_weight_status": None,
-    },
-    "endpoint_picker": {
-        "pool": "llm",
-        "namespace": "serving",
-        "variant_label": "track",
-        "values": {"stable": "v1"},
-        "models": {"canary": LORA},
-    },
-}
+# v2-a (track v2) is labelled as no variant is (the canary has no pods of its own): it must get nothing
+SPEC = rollout_spec(values={"stable": "v1"}, models={"canary": LORA})
 
 
 async def counts(gateway: GatewayProcess) -> dict[str, float]:

@@ -17,7 +17,7 @@ from gateway.epp.picker import Outcome, Picker
 from gateway.epp.wanted import Wanted
 from graystack.local.processes import free_port, wait_until
 from tests.support.gie_data_plane import DataPlane, PickerAddress
-from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER, NamedUpstream
+from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER, serving
 from tests.support.picker_thread import PickerThread
 
 pytestmark = pytest.mark.integration
@@ -63,10 +63,7 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def pods():
-    upstreams = [NamedUpstream(name, host, PORT).start() for name, host in HOSTS.items()]
-    yield {upstream.name: upstream for upstream in upstreams}
-    for upstream in upstreams:
-        upstream.stop()
+    yield from serving(HOSTS, PORT)
 
 
 @pytest.fixture(scope="module", params=["original_dst", "override_host"])

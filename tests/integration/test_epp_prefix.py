@@ -22,7 +22,7 @@ from gateway.epp.wanted import Wanted
 from gateway.spec.endpoint_picker import SCORERS
 from graystack.local.processes import free_port, wait_until
 from tests.support.gie_data_plane import DataPlane, PickerAddress
-from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER, NamedUpstream
+from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER, serving
 from tests.support.picker_thread import PickerThread
 
 pytestmark = pytest.mark.integration
@@ -36,10 +36,7 @@ CONVERSATIONS = 6
 
 @pytest.fixture
 def pods():
-    upstreams = {name: NamedUpstream(name, host, PORT).start() for name, host in HOSTS.items()}
-    yield upstreams
-    for upstream in upstreams.values():
-        upstream.stop()
+    yield from serving(HOSTS, PORT)
 
 
 def chat(who: int, turns: int) -> bytes:

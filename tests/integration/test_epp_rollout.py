@@ -24,7 +24,7 @@ from gateway.kubernetes.api import api_client
 from gateway.kubernetes.pool import PickerOptions, PoolPicker
 from gateway.spec.model import validate_spec
 from tests.integration.test_kubernetes_mode import eventually, operate
-from tests.support.epp_world import NS, inference_pool, picker_world, pod
+from tests.support.epp_world import NS, PODS, TRACK, inference_pool, picker_world, pod, rollout_spec
 from tests.support.gateway_api_stand import Traffic
 from tests.support.gie_data_plane import DataPlane
 from tests.support.kube_api import FakeApiServer
@@ -32,31 +32,7 @@ from tests.support.named_upstreams import NAME_HEADER
 
 pytestmark = pytest.mark.integration
 
-PODS = {"v1-a": ("127.0.8.1", "v1"), "v1-b": ("127.0.8.2", "v1"), "v2-a": ("127.0.8.3", "v2")}
-TRACK = {name: track for name, (_, track) in PODS.items()}
-SPEC = {
-    "name": "llm",
-    "variants": {
-        "stable": {"service": "llm-v1", "port": 8000},
-        "canary": {"service": "llm-v2", "port": 8000},
-    },
-    "routing": {"weights": {"stable": 100, "canary": 0}, "affinity": [{"header": "x-user"}]},
-    "retries": {"fallback": "stable"},
-    "strategy": {"steps": [{"weight": 20, "hold": "1h"}, {"weight": 100, "hold": "1h"}]},
-    "analysis": {  # judged on the answers the gateway's access log brings: errors; no first token there
-        "interval": "0.5s",
-        "min_detectable_error_rate": 0.1,
-        "max_latency_ratio": None,
-        "max_ttft_p95": None,
-        "expected_weight_status": None,
-    },
-    "endpoint_picker": {
-        "pool": "llm",
-        "namespace": NS,
-        "variant_label": "track",
-        "values": {"stable": "v1", "canary": "v2"},
-    },
-}
+SPEC = rollout_spec(values={"stable": "v1", "canary": "v2"})
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from gateway.epp.readings import Readings
 from gateway.epp.wanted import Wanted
 from graystack.local.processes import free_port, wait_until
 from tests.support.gie_data_plane import DataPlane, PickerAddress
-from tests.support.named_upstreams import NAME_HEADER, NamedUpstream
+from tests.support.named_upstreams import NAME_HEADER, serving
 from tests.support.picker_thread import PickerThread
 
 pytestmark = pytest.mark.integration
@@ -38,10 +38,7 @@ def vllm(waiting: float, kv: float) -> str:
 
 @pytest.fixture
 def pods():
-    upstreams = {name: NamedUpstream(name, host, PORT).start() for name, host in HOSTS.items()}
-    yield upstreams
-    for upstream in upstreams.values():
-        upstream.stop()
+    yield from serving(HOSTS, PORT)
 
 
 def test_picks_follow_the_queue_and_kv_readings_and_a_hanging_pod_falls_back(pods, envoy_binary, tmp_path):

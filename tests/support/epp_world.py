@@ -22,10 +22,39 @@ from gateway.kubernetes.process import KubernetesOptions, gateway_options, kuber
 from graystack.local.processes import free_port
 from tests.support.gie_data_plane import DataPlane, PickerAddress
 from tests.support.kube_api import FakeApiServer
-from tests.support.named_upstreams import NamedUpstream
+from tests.support.named_upstreams import NamedUpstream, serving
 
 NS, SPEC_CM, STATE_CM, LEASE, POD = "serving", "gs-spec", "gs-rollout-state", "gs-gateway-leader", "gateway-a"
 POOL = "llm"
+
+
+# The pods the picker's rollout tests serve from (name -> (ip, track)): the stable track's two, the canary's one.
+PODS = {"v1-a": ("127.0.8.1", "v1"), "v1-b": ("127.0.8.2", "v1"), "v2-a": ("127.0.8.3", "v2")}
+TRACK = {name: track for name, (_, track) in PODS.items()}
+
+
+def rollout_spec(**endpoint_picker: Any) -> dict[str, Any]:
+    """Their rollout: `stable` and `canary` (named otherwise than the tracks), cohorts by `x-user`, 20 then
+    100 %, judged on the answers the gateway's access log brings (errors; no first token there); the
+    picker's pool `llm` with `endpoint_picker`'s fields (its `values`, its `models`) added."""
+    return {
+        "name": "llm",
+        "variants": {
+            "stable": {"service": "llm-v1", "port": 8000},
+            "canary": {"service": "llm-v2", "port": 8000},
+        },
+        "routing": {"weights": {"stable": 100, "canary": 0}, "affinity": [{"header": "x-user"}]},
+        "retries": {"fallback": "stable"},
+        "strategy": {"steps": [{"weight": 20, "hold": "1h"}, {"weight": 100, "hold": "1h"}]},
+        "analysis": {
+            "interval": "0.5s",
+            "min_detectable_error_rate": 0.1,
+            "max_latency_ratio": None,
+            "max_ttft_p95": None,
+            "expected_weight_status": None,
+        },
+        "endpoint_picker": {"pool": POOL, "namespace": NS, "variant_label": "track", **endpoint_picker},
+    }
 
 
 def pod(name: str, ip: str, track: str, ready: bool = True) -> dict[str, Any]:
@@ -85,7 +114,8 @@ async def picker_world(
     and `pods` (name -> (ip, track)), started; everything stopped on the way out."""
     api = FakeApiServer().start()
     port = free_port()
-    upstreams = [NamedUpstream(name, ip, port).start() for name, (ip, _) in pods.items()]
+    servers = serving({name: ip for name, (ip, _) in pods.items()}, port)
+    upstreams = next(servers)
     for name, (ip, track) in pods.items():
         api.put(pod(name, ip, track))
     api.put(inference_pool(port))
@@ -109,10 +139,9 @@ async def picker_world(
         plane.start()
         await until(lambda: pool_of(gateway).ready(), 10, "the pool's pods read")
         await until(lambda: gateway.controller.state.label() == "step 0", 10, "step 0")
-        yield World(api, gateway, plane, {u.name: u for u in upstreams})
+        yield World(api, gateway, plane, upstreams)
     finally:
         await gateway.stop()
         plane.stop()
-        for upstream in upstreams:
-            upstream.stop()
+        servers.close()
         api.stop()

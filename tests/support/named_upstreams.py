@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 NAME_HEADER = "x-upstream"
@@ -156,3 +157,14 @@ def _model(body: bytes) -> str:
         return ""
     model = document.get("model") if isinstance(document, dict) else None
     return model if isinstance(model, str) else ""
+
+
+def serving(hosts: Mapping[str, str], port: int) -> Iterator[dict[str, NamedUpstream]]:
+    """A pod per name, on its own address at `port`, by name; all stopped after (a fixture's body:
+    `yield from serving(...)`)."""
+    upstreams = {name: NamedUpstream(name, host, port).start() for name, host in hosts.items()}
+    try:
+        yield upstreams
+    finally:
+        for upstream in upstreams.values():
+            upstream.stop()

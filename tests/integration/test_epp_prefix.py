@@ -15,13 +15,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.epp.metrics_reader import MetricsReader, Scrape
 from gateway.epp.picker import Picker
 from gateway.epp.readings import Readings
 from gateway.epp.wanted import Wanted
 from gateway.spec.endpoint_picker import SCORERS
 from graystack.local.processes import free_port, wait_until
 from tests.support.gie_data_plane import DataPlane, PickerAddress
+from tests.support.metered_picker import metered
 from tests.support.named_upstreams import MODEL_HEADER, NAME_HEADER, serving
 from tests.support.picker_thread import PickerThread
 
@@ -109,16 +109,8 @@ def test_a_lora_reading_steers_an_adapters_requests_to_the_pod_running_it(pods, 
     pods["pod-2"].metrics = lora_info("chat,summary")  # full
     scorers = {**SCORERS, "lora": 4.0, "prefix": 0.0}
     wanted = Wanted(pods={"v": tuple(ADDRESS.values())}, weights={"v": 100}, baseline="v", scorers=scorers)
-    readings = Readings()
-    picker = Picker(lambda: wanted, readings=readings)
-    reader = MetricsReader(readings, lambda: ADDRESS.values(), lambda: Scrape(interval=0.2, timeout=0.1))
-    thread = PickerThread(picker).start()
-    reading = thread.submit(reader.run())
-    plane = DataPlane(
-        envoy_binary, tmp_path, "override_host", PickerAddress(thread.port), [*ADDRESS.values()]
-    )
-    try:
-        plane.start()
+    with metered(envoy_binary, tmp_path, "override_host", wanted, list(ADDRESS.values())) as world:
+        readings, plane = world.readings, world.plane
         wait_until(lambda: len(readings.fresh(time.monotonic())) == 3, 5, "the readings")
         with httpx.Client(timeout=10) as client:
 
@@ -139,7 +131,3 @@ def test_a_lora_reading_steers_an_adapters_requests_to_the_pod_running_it(pods, 
             pods["pod-1"].metrics = lora_info("chat,summary")
             wait_until(lambda: running(readings, "pod-0") == {"sql"}, 5, "the new readings")
             assert served("sql") == {"pod-0"}
-    finally:
-        reading.cancel()
-        plane.stop()
-        thread.stop()

@@ -10,14 +10,10 @@ import time
 import httpx
 import pytest
 
-from gateway.epp.metrics_reader import MetricsReader, Scrape
-from gateway.epp.picker import Picker
-from gateway.epp.readings import Readings
 from gateway.epp.wanted import Wanted
 from graystack.local.processes import free_port, wait_until
-from tests.support.gie_data_plane import DataPlane, PickerAddress
+from tests.support.metered_picker import metered
 from tests.support.named_upstreams import NAME_HEADER, serving
-from tests.support.picker_thread import PickerThread
 
 pytestmark = pytest.mark.integration
 
@@ -46,16 +42,8 @@ def test_picks_follow_the_queue_and_kv_readings_and_a_hanging_pod_falls_back(pod
     pods["pod-1"].metrics = vllm(waiting=0, kv=0.1)
     pods["pod-2"].metrics_delay = 5.0  # its metrics hang
     wanted = Wanted(pods={"v": tuple(ADDRESS.values())}, weights={"v": 100}, baseline="v")
-    readings = Readings()
-    picker = Picker(lambda: wanted, readings=readings)
-    reader = MetricsReader(readings, lambda: ADDRESS.values(), lambda: Scrape(interval=0.2, timeout=0.1))
-    thread = PickerThread(picker).start()
-    reading = thread.submit(reader.run())
-    plane = DataPlane(
-        envoy_binary, tmp_path, "original_dst", PickerAddress(thread.port), list(ADDRESS.values())
-    )
-    try:
-        plane.start()
+    with metered(envoy_binary, tmp_path, "original_dst", wanted, list(ADDRESS.values())) as world:
+        picker, readings, plane = world.picker, world.readings, world.plane
         wait_until(
             lambda: set(readings.fresh(time.monotonic())) == {ADDRESS["pod-0"], ADDRESS["pod-1"]},
             5,
@@ -87,7 +75,3 @@ def test_picks_follow_the_queue_and_kv_readings_and_a_hanging_pod_falls_back(pod
             second = served(12)
             assert "pod-1" not in second
             assert "pod-0" in second
-    finally:
-        reading.cancel()
-        plane.stop()
-        thread.stop()

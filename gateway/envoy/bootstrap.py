@@ -6,7 +6,6 @@ in the node metadata so one control plane can serve proxies that listen on diffe
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ from google.protobuf import json_format, struct_pb2, wrappers_pb2
 from google.protobuf.message import Message
 
 from gateway import names
-from gateway.envoy.common import any_proto, duration
+from gateway.envoy.common import any_proto, duration, is_ip
 from gateway.envoy.resources import ListenerAddress
 
 METADATA_KEY = "graystack"
@@ -81,14 +80,6 @@ def listener_address(node_metadata: struct_pb2.Struct) -> ListenerAddress:
     return ListenerAddress(
         host=str(ours.get("listen_address", default.host)), port=int(port), answer_log_cluster=cluster
     )
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
@@ -176,7 +167,7 @@ def _grpc_cluster(
     endpoint = endpoint_components_pb2.Endpoint(address=_address(host, port))
     return cluster_pb2.Cluster(
         name=name,
-        type=cluster_pb2.Cluster.STATIC if _is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
+        type=cluster_pb2.Cluster.STATIC if is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
         connect_timeout=duration(1.0),
         typed_extension_protocol_options={
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(protocol)

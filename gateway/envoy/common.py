@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from envoy.config.cluster.v3 import circuit_breaker_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, protocol_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
@@ -84,3 +86,12 @@ def http_listener(
             name=name, internal_listener=listener_pb2.Listener.InternalListenerConfig(), filter_chains=[chain]
         )
     return listener_pb2.Listener(name=name, address=address, filter_chains=[chain])
+
+
+def is_ip(host: str) -> bool:
+    """An IP address (a STATIC cluster's host), not a DNS name (a STRICT_DNS one's)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

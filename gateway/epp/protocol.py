@@ -17,10 +17,10 @@ from google.protobuf import struct_pb2
 
 from gateway import names
 
-DESTINATION = "x-gateway-destination-endpoint"  # the header, and the key in LB_NAMESPACE
+DESTINATION = names.EPP_DESTINATION  # the header, and the key in LB_NAMESPACE
 SERVED = "x-gateway-destination-endpoint-served"  # the gateway's answer, in LB_NAMESPACE
-LB_NAMESPACE = "envoy.lb"
-SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+LB_NAMESPACE = names.EPP_LB_NAMESPACE
+SUBSET_NAMESPACE = names.EPP_SUBSET_NAMESPACE
 SUBSET = "x-gateway-destination-endpoint-subset"
 
 
@@ -45,6 +45,15 @@ def subset_hint(request: ext_proc.ProcessingRequest) -> frozenset[str] | None:
     if value is None:
         return None
     return frozenset(item.string_value for item in value.list_value.values if item.string_value)
+
+
+def routed(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+    """The variant graystack's own Envoy routed the request to, from the stream's gRPC metadata (set by
+    its route, never by a client: gateway/envoy/picking.py); None from any other gateway."""
+    for key, value in metadata or ():
+        if key == names.ROUTED_HEADER:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
 
 
 def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:

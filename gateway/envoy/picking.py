@@ -35,7 +35,7 @@ from envoy.extensions.load_balancing_policies.override_host.v3 import override_h
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.metadata.v3 import metadata_pb2
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, wrappers_pb2
 
 from gateway import names
 from gateway.envoy.balancing import policy_extension, policy_of
@@ -77,10 +77,10 @@ def build_picker_filter(picker: EnvoyPicker) -> hcm_pb2.HttpFilter:
         processing_mode=_MODE(
             request_header_mode=_MODE.SEND,
             response_header_mode=_MODE.SEND,
-            request_body_mode=_MODE.FULL_DUPLEX_STREAMED,
-            response_body_mode=_MODE.FULL_DUPLEX_STREAMED,
-            request_trailer_mode=_MODE.SEND,
-            response_trailer_mode=_MODE.SEND,
+            request_body_mode=_MODE.NONE,
+            response_body_mode=_MODE.NONE,
+            request_trailer_mode=_MODE.SKIP,
+            response_trailer_mode=_MODE.SKIP,
         ),
         metadata_options=ext_proc_pb2.MetadataOptions(
             forwarding_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
@@ -103,7 +103,8 @@ def picker_off() -> dict[str, any_pb2.Any]:
 def picker_for(variant: str) -> dict[str, any_pb2.Any]:
     """A weighted cluster's `typed_per_filter_config`: its requests ask the picker, naming `variant`."""
     overrides = ext_proc_pb2.ExtProcOverrides(
-        grpc_initial_metadata=[base_pb2.HeaderValue(key=names.ROUTED_HEADER, value=variant)]
+        grpc_initial_metadata=[base_pb2.HeaderValue(key=names.ROUTED_HEADER, value=variant)],
+        failure_mode_allow=wrappers_pb2.BoolValue(value=True),  # an override left unset fails closed
     )
     return {EXT_PROC: any_proto(ext_proc_pb2.ExtProcPerRoute(overrides=overrides))}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
@@ -54,6 +55,16 @@ def routed(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
         if key == names.ROUTED_HEADER:
             return value.decode() if isinstance(value, bytes) else value
     return None
+
+
+def body_follows(request: ext_proc.ProcessingRequest) -> bool:
+    """The request headers' message is followed by body messages: the request has a body, and the gateway
+    sends bodies (its first message says how, where it says: graystack's own Envoy sends none,
+    gateway/envoy/picking.py)."""
+    if request.request_headers.end_of_stream:
+        return False
+    config = request.protocol_config
+    return not request.HasField("protocol_config") or config.request_body_mode != mode_pb2.ProcessingMode.NONE
 
 
 def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:

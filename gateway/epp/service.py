@@ -78,7 +78,7 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                     if draft is None:
                         yield protocol.refuse(503, NOTHING_ELIGIBLE)
                         return
-                    if draft.wants_body and not request.request_headers.end_of_stream:
+                    if draft.wants_body and protocol.body_follows(request):
                         held = bytearray()
                         continue
                     ticket = self._picker.place(draft, None)

@@ -27,10 +27,19 @@ class EnvoyPicker(SpecModel):
     timeout: PositiveDuration = 1.0
 
 
-def check_envoy_picker(picker: EnvoyPicker | None, users_gateway: bool) -> None:
+def check_envoy_picker(picker: EnvoyPicker | None, users_gateway: bool, fallback: str | None) -> None:
     """ValueError naming the field where graystack's Envoy cannot ask the picker."""
-    if picker is not None and users_gateway:
+    if picker is None:
+        return
+    if users_gateway:
         raise ValueError(
             "envoy_picker: graystack's own Envoy carries no traffic where `gateway_api` or `endpoint_picker` "
             "has the user's gateway serve the rollout; the user's gateway asks `endpoint_picker` instead"
+        )
+    if fallback is not None:
+        # Seen on Envoy 1.40: behind the `<variant>-with-fallback` aggregate cluster, override_host never
+        # sees the pick (tests/integration/test_envoy_picker.py), and every request would go unpicked.
+        raise ValueError(
+            "envoy_picker: Envoy's aggregate cluster that `retries.fallback` routes through drops the "
+            "picker's pick (Envoy 1.40); set `retries.fallback: null` to have the picker place requests"
         )

@@ -279,7 +279,7 @@ class RolloutSpec(SpecModel):
             self.routing.body is not None,
             self.retries.fallback or ("baseline" if "baseline" in self.variants else None),
         )
-        check_envoy_picker(self.envoy_picker, self.users_gateway)
+        check_envoy_picker(self.envoy_picker, self.users_gateway, self.retries.fallback)
         for entry in self.apis.table():
             for path in self.protected_paths():
                 if reaches(entry.path, path):

@@ -86,6 +86,7 @@ def with_inline_routes(listener, route_config):
         (
             {
                 "envoy_picker": {"host": "graystack-epp.serving", "port": 9002},
+                "retries": {"fallback": None},
                 "routing": {
                     "weights": {"baseline": 90, "zero-layer": 10},
                     "affinity": [{"header": "x-user"}],
@@ -98,7 +99,10 @@ def with_inline_routes(listener, route_config):
             None,
         ),
         (
-            {"envoy_picker": {"host": "127.0.0.1", "port": 9002, "tls": False}},
+            {
+                "envoy_picker": {"host": "127.0.0.1", "port": 9002, "tls": False},
+                "retries": {"fallback": None},
+            },
             {"zero-layer": Fault(error_rate=0.5, status=500, latency_ms=100)},
         ),
         (  # cohorts from every kind of source, rules on the body's model, pod affinity

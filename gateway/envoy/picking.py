@@ -1,8 +1,9 @@
 """graystack's own Envoy asking an Endpoint Picker for each request's pod within its variant (the spec's
 `envoy_picker`, issue 37; pure).
 
-    the listener      an ext_proc filter to the picker (`graystack epp`), in the mode GIE gateways use
-                      (bodies FULL_DUPLEX_STREAMED, trailers sent), off on every route but the split's
+    the listener      an ext_proc filter to the picker (`graystack epp`), sent the request's headers and
+                      the answer's (the stream then lasts the whole request: the picker counts it in
+                      flight until the end), never a body; off on every route but the split's
     each split route  each weighted cluster turns it on for its requests and names its variant to the
                       picker in the stream's gRPC metadata (`x-graystack-routed`): the split's choice,
                       made before any filter runs, which the picker takes as given and never draws again
@@ -16,11 +17,16 @@ rewrite the route table; the picker knows the pods itself. A header would be the
 the stream's metadata is Envoy's alone. The picker's `clear_route_cache` is ignored (`RETAIN`): a
 cleared route would draw the weighted split again, and its pick could land in another variant's cluster.
 
+Why no body: on Envoy 1.40 a request whose body was streamed to a picker that is down is answered with
+an error, not let through (tests/integration/test_gie_conformance_epp.py shows the same race), so
+fail-open would hold only for requests without one. The price: the scorers that read the prompt
+(`prefix`, `lora`) have nothing to read here; the load scorers and `session` work as behind a GIE gateway.
+
 Fail-open: the filter lets a request through when the picker is down, slow or errs
-(`failure_mode_allow`), and then, with no pick in the metadata, `override_host` serves by the fallback
-policy. A picked pod outside the cluster (a fallback retry onto the baseline, a variant whose pods changed
-under the picker) is served the same way. The served pod is not reported back: this Envoy's protos
-(xds-protos 1.85) lack `selected_host_key`, so the picker counts a retried request on the pod it picked."""
+(`failure_mode_allow`, also on each route's override, which otherwise fails closed), and then, with no
+pick in the metadata, `override_host` serves by the fallback policy. A picked pod outside the cluster (a
+variant whose pods changed under the picker) is served the same way. The served pod is not reported back:
+this Envoy's protos (xds-protos 1.85) lack `selected_host_key`."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 `envoy_picker`, issue 37; pure).
 
     the listener      an ext_proc filter to the picker (`graystack epp`), sent the request's headers and
-                      the answer's (the stream then lasts the whole request: the picker counts it in
-                      flight until the end), never a body; off on every route but the split's
+                      the answer's, never a body; off on every route but the split's. Envoy closes the
+                      picker's stream after the answer's headers, so the picker counts a request in
+                      flight from its pick to its first byte (a streamed answer's body is not counted)
     each split route  each weighted cluster turns it on for its requests and names its variant to the
                       picker in the stream's gRPC metadata (`x-graystack-routed`): the split's choice,
                       made before any filter runs, which the picker takes as given and never draws again
@@ -20,7 +21,9 @@ cleared route would draw the weighted split again, and its pick could land in an
 Why no body: on Envoy 1.40 a request whose body was streamed to a picker that is down is answered with
 an error, not let through (tests/integration/test_gie_conformance_epp.py shows the same race), so
 fail-open would hold only for requests without one. The price: the scorers that read the prompt
-(`prefix`, `lora`) have nothing to read here; the load scorers and `session` work as behind a GIE gateway.
+(`prefix`, `lora`) have nothing to read here, and `in_flight` counts requests until their first byte,
+not their end (streaming the answer's body through the picker would hold the count to the end, at a
+cost per chunk: BENCHMARKS.md, issue 37); `queue`, `kv_cache` and `session` work as behind a GIE gateway.
 
 Fail-open: the filter lets a request through when the picker is down, slow or errs
 (`failure_mode_allow`, also on each route's override, which otherwise fails closed), and then, with no
@@ -76,7 +79,8 @@ def build_picker_filter(picker: EnvoyPicker) -> hcm_pb2.HttpFilter:
     config = ext_proc_pb2.ExternalProcessor(
         grpc_service=grpc_service_pb2.GrpcService(
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.PICKER_CLUSTER),
-            timeout=duration(picker.timeout),
+            # no `timeout`: it would bound the whole stream, which lasts the request (a long answer's
+            # stream cut would release its in-flight count early); `message_timeout` bounds each answer
         ),
         failure_mode_allow=True,
         message_timeout=duration(picker.timeout),

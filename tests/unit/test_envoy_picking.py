@@ -64,7 +64,8 @@ def test_the_filter_fails_open_keeps_the_drawn_route_and_sends_no_body():
     assert config.route_cache_action == ext_proc_pb2.ExternalProcessor.RETAIN
     mode = processing_mode_pb2.ProcessingMode
     assert config.processing_mode.request_body_mode == mode.NONE
-    assert config.processing_mode.response_header_mode == mode.SEND  # the stream lasts the answer
+    assert config.processing_mode.response_header_mode == mode.SEND  # counted in flight to the first byte
+    assert not config.grpc_service.HasField("timeout")  # it would bound the whole stream
 
 
 def test_only_the_splits_weighted_clusters_ask_naming_their_variant():

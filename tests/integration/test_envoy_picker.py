@@ -4,7 +4,7 @@ on loopback addresses of their own, each exporting vLLM's queue gauge, one of ea
 every request reaches its variant's idle pod, though the picker's own split would send every request to
 the baseline (it never draws the variant again), and a pick outside the variant would have been served
 by round robin (the busy pod half the time). With the picker stopped, the clusters serve by their own
-round robin (fail-open)."""
+round robin (fail-open). And why the picker is refused beside `retries.fallback`."""
 
 from __future__ import annotations
 
@@ -16,12 +16,15 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from gateway.epp.conformance import SELECTION
 from gateway.epp.picker import Picker
 from gateway.epp.wanted import Wanted
 from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
 from graystack.local.processes import free_port, wait_until
+from tests.support.gie_data_plane import DataPlane, PickerAddress
 from tests.support.metered_picker import reading, vllm
 from tests.support.named_upstreams import NAME_HEADER, NamedUpstream, serving
+from tests.support.picker_thread import PickerThread
 from tests.support.stacks import running
 
 pytestmark = pytest.mark.integration
@@ -108,3 +111,28 @@ def test_the_picker_places_each_request_within_the_variant_envoy_chose(pods, sta
     # the picker down: every request still served, by each variant's round robin over both its pods
     down = served(stack, 12, TO_ZERO_LAYER) + served(stack, 30)
     assert set(down) == set(HOSTS), down
+
+
+@pytest.mark.parametrize(
+    ("profile", "followed"), [("override_host", True), ("override_host_aggregate", False)]
+)
+def test_behind_an_aggregate_cluster_the_pick_is_lost(pods, envoy_binary, tmp_path, profile, followed):
+    """Why `envoy_picker` is refused beside `retries.fallback` (gateway/spec/envoy_picker.py): on Envoy 1.40
+    override_host follows the picker, but behind an aggregate cluster, the shape a fallback needs, it never
+    sees the pick, and its round robin serves (GIE's data plane shape, tests/support/gie_data_plane.py,
+    the pick forced by GIE's test header)."""
+    members = [ADDRESS["zl-busy"], ADDRESS["zl-idle"]]
+    wanted = Wanted(pods={"zero-layer": tuple(members)}, weights={"zero-layer": 100}, baseline="zero-layer")
+    thread = PickerThread(Picker(lambda: wanted), test_headers=True).start()
+    plane = DataPlane(envoy_binary, tmp_path, profile, PickerAddress(thread.port), members)
+    try:
+        plane.start()
+        answers = [
+            httpx.post(f"{plane.url}{INFERENCE_PATH}", json={}, headers={SELECTION: ADDRESS["zl-idle"]})
+            for _ in range(10)
+        ]
+    finally:
+        plane.stop()
+        thread.stop()
+    served = {answer.headers[NAME_HEADER] for answer in answers}
+    assert served == ({"zl-idle"} if followed else {"zl-idle", "zl-busy"})

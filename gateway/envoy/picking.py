@@ -37,7 +37,6 @@ from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2, extension_pb2, grpc_service_pb2, protocol_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
@@ -48,7 +47,7 @@ from google.protobuf import any_pb2, wrappers_pb2
 
 from gateway import names
 from gateway.envoy.balancing import policy_extension, policy_of
-from gateway.envoy.common import any_proto, duration, is_ip, socket_address
+from gateway.envoy.common import any_proto, duration, one_host_cluster
 from gateway.spec.envoy_picker import EnvoyPicker
 
 EXT_PROC = "envoy.filters.http.ext_proc"
@@ -126,23 +125,7 @@ def build_picker_cluster(picker: EnvoyPicker) -> cluster_pb2.Cluster:
             http2_protocol_options=protocol_pb2.Http2ProtocolOptions()
         )
     )
-    endpoint = endpoint_components_pb2.Endpoint(address=socket_address(picker.host, picker.port))
-    cluster = cluster_pb2.Cluster(
-        name=names.PICKER_CLUSTER,
-        type=cluster_pb2.Cluster.STATIC if is_ip(picker.host) else cluster_pb2.Cluster.STRICT_DNS,
-        connect_timeout=duration(picker.timeout),
-        typed_extension_protocol_options={
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(options)
-        },
-        load_assignment=endpoint_pb2.ClusterLoadAssignment(
-            cluster_name=names.PICKER_CLUSTER,
-            endpoints=[
-                endpoint_components_pb2.LocalityLbEndpoints(
-                    lb_endpoints=[endpoint_components_pb2.LbEndpoint(endpoint=endpoint)]
-                )
-            ],
-        ),
-    )
+    cluster = one_host_cluster(names.PICKER_CLUSTER, picker.host, picker.port, options, picker.timeout)
     if picker.tls:
         tls = tls_pb2.UpstreamTlsContext(
             common_tls_context=tls_pb2.CommonTlsContext(alpn_protocols=["h2"]),

@@ -95,3 +95,13 @@ def api_of_route(name: str) -> tuple[str, frozenset[str]] | None:
     if len(parts) != 3:
         return None
     return parts[1], frozenset(check for check in parts[2].split("+") if check)
+
+
+# The cluster of the Endpoint Picker graystack's own Envoy asks for a variant's pod (the spec's
+# `envoy_picker`, gateway/envoy/picking.py).
+PICKER_CLUSTER = "graystack-picker"
+# GIE's Endpoint Picker protocol (gateway/epp/protocol.py): where the picked endpoints go (a header, and the
+# key in the LB namespace), and the namespace of the gateway's subset hint. Here, for the builders too.
+EPP_DESTINATION = "x-gateway-destination-endpoint"
+EPP_LB_NAMESPACE = "envoy.lb"
+EPP_SUBSET_NAMESPACE = "envoy.lb.subset_hint"

@@ -26,31 +26,55 @@ from typing import Any
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import extension_pb2
 from envoy.extensions.load_balancing_policies.least_request.v3 import least_request_pb2
+from envoy.extensions.load_balancing_policies.maglev.v3 import maglev_pb2
+from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
+from envoy.extensions.load_balancing_policies.round_robin.v3 import round_robin_pb2
+from google.protobuf.message import Message
 
 from gateway.envoy.common import any_proto
 
 LEAST_REQUEST_POLICY = "envoy.load_balancing_policies.least_request"
 
 
+def _extensions() -> dict[str, tuple[str, Message]]:
+    return {
+        "round_robin": ("envoy.load_balancing_policies.round_robin", round_robin_pb2.RoundRobin()),
+        "least_request": (
+            LEAST_REQUEST_POLICY,
+            least_request_pb2.LeastRequest(selection_method=least_request_pb2.LeastRequest.FULL_SCAN),
+        ),
+        "ring_hash": ("envoy.load_balancing_policies.ring_hash", ring_hash_pb2.RingHash()),
+        "maglev": ("envoy.load_balancing_policies.maglev", maglev_pb2.Maglev()),
+    }
+
+
+def policy_extension(policy: str) -> extension_pb2.TypedExtensionConfig:
+    """`policy` as a load-balancing extension, the form a policy that wraps another takes (the picker's
+    `override_host`, gateway/envoy/picking.py, falls back to the variant's own)."""
+    known = _extensions()
+    if policy not in known:
+        raise ValueError(
+            f"unknown load-balancing policy {policy!r}; round_robin, least_request, ring_hash or maglev"
+        )
+    name, config = known[policy]
+    return extension_pb2.TypedExtensionConfig(name=name, typed_config=any_proto(config))
+
+
+def policy_of(extension: extension_pb2.TypedExtensionConfig) -> cluster_pb2.LoadBalancingPolicy:
+    """A cluster's `load_balancing_policy` of one extension."""
+    return cluster_pb2.LoadBalancingPolicy(
+        policies=[cluster_pb2.LoadBalancingPolicy.Policy(typed_extension_config=extension)]
+    )
+
+
 def load_balancing(policy: str) -> dict[str, Any]:
     """The Cluster fields for `policy` (`round_robin`, `least_request`, `ring_hash` or `maglev`, the spec's
-    names)."""
-    if policy == "round_robin":
-        return {"lb_policy": cluster_pb2.Cluster.ROUND_ROBIN}
-    if policy == "least_request":
-        least = least_request_pb2.LeastRequest(selection_method=least_request_pb2.LeastRequest.FULL_SCAN)
-        extension = extension_pb2.TypedExtensionConfig(
-            name=LEAST_REQUEST_POLICY, typed_config=any_proto(least)
-        )
-        return {
-            "load_balancing_policy": cluster_pb2.LoadBalancingPolicy(
-                policies=[cluster_pb2.LoadBalancingPolicy.Policy(typed_extension_config=extension)]
-            )
-        }
-    if policy == "ring_hash":
-        return {"lb_policy": cluster_pb2.Cluster.RING_HASH}
-    if policy == "maglev":
-        return {"lb_policy": cluster_pb2.Cluster.MAGLEV}
-    raise ValueError(
-        f"unknown load-balancing policy {policy!r}; round_robin, least_request, ring_hash or maglev"
-    )
+    names): Envoy's enum where it has one, else the extension."""
+    enums = {
+        "round_robin": cluster_pb2.Cluster.ROUND_ROBIN,
+        "ring_hash": cluster_pb2.Cluster.RING_HASH,
+        "maglev": cluster_pb2.Cluster.MAGLEV,
+    }
+    if policy in enums:
+        return {"lb_policy": enums[policy]}
+    return {"load_balancing_policy": policy_of(policy_extension(policy))}

@@ -6,7 +6,6 @@ in the node metadata so one control plane can serve proxies that listen on diffe
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 
@@ -22,7 +21,6 @@ from envoy.config.core.v3 import (
     grpc_service_pb2,
     protocol_pb2,
 )
-from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.overload.v3 import overload_pb2
 from envoy.extensions.bootstrap.internal_listener.v3 import internal_listener_pb2
 from envoy.extensions.resource_monitors.downstream_connections.v3 import downstream_connections_pb2
@@ -31,7 +29,7 @@ from google.protobuf import json_format, struct_pb2, wrappers_pb2
 from google.protobuf.message import Message
 
 from gateway import names
-from gateway.envoy.common import any_proto, duration
+from gateway.envoy.common import any_proto, duration, one_host_cluster
 from gateway.envoy.resources import ListenerAddress
 
 METADATA_KEY = "graystack"
@@ -81,14 +79,6 @@ def listener_address(node_metadata: struct_pb2.Struct) -> ListenerAddress:
     return ListenerAddress(
         host=str(ours.get("listen_address", default.host)), port=int(port), answer_log_cluster=cluster
     )
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
@@ -173,23 +163,7 @@ def _grpc_cluster(
             else None
         ),
     )
-    endpoint = endpoint_components_pb2.Endpoint(address=_address(host, port))
-    return cluster_pb2.Cluster(
-        name=name,
-        type=cluster_pb2.Cluster.STATIC if _is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
-        connect_timeout=duration(1.0),
-        typed_extension_protocol_options={
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(protocol)
-        },
-        load_assignment=endpoint_pb2.ClusterLoadAssignment(
-            cluster_name=name,
-            endpoints=[
-                endpoint_components_pb2.LocalityLbEndpoints(
-                    lb_endpoints=[endpoint_components_pb2.LbEndpoint(endpoint=endpoint)]
-                )
-            ],
-        ),
-    )
+    return one_host_cluster(name, host, port, protocol, 1.0)
 
 
 def _address(host: str, port: int) -> address_pb2.Address:

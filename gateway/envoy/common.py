@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import circuit_breaker_pb2
+import ipaddress
+
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, protocol_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
@@ -84,3 +87,35 @@ def http_listener(
             name=name, internal_listener=listener_pb2.Listener.InternalListenerConfig(), filter_chains=[chain]
         )
     return listener_pb2.Listener(name=name, address=address, filter_chains=[chain])
+
+
+def one_host_cluster(
+    name: str, host: str, port: int, protocol: http_protocol_options_pb2.HttpProtocolOptions, connect: float
+) -> cluster_pb2.Cluster:
+    """A cluster of one gRPC or HTTP server at `host:port`: STATIC for an IP, STRICT_DNS for a name (a
+    Service in Kubernetes), connections made as `protocol` says."""
+    endpoint = endpoint_components_pb2.Endpoint(address=socket_address(host, port))
+    return cluster_pb2.Cluster(
+        name=name,
+        type=cluster_pb2.Cluster.STATIC if _is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
+        connect_timeout=duration(connect),
+        typed_extension_protocol_options={
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": any_proto(protocol)
+        },
+        load_assignment=endpoint_pb2.ClusterLoadAssignment(
+            cluster_name=name,
+            endpoints=[
+                endpoint_components_pb2.LocalityLbEndpoints(
+                    lb_endpoints=[endpoint_components_pb2.LbEndpoint(endpoint=endpoint)]
+                )
+            ],
+        ),
+    )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

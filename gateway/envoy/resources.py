@@ -49,9 +49,11 @@ from gateway.envoy.faults import (
     build_unfaulted_cluster,
 )
 from gateway.envoy.local_replies import build_local_reply_config
+from gateway.envoy.picking import build_picker_cluster, build_picker_filter, picked_balancing
 from gateway.envoy.routes import build_route_config
 from gateway.envoy.shadow import build_shadow_hop_cluster, build_shadow_listener
 from gateway.envoy.variant_header import variant_metadata
+from gateway.spec.envoy_picker import EnvoyPicker
 from gateway.spec.model import RolloutSpec, Routing
 from gateway.spec.quality import Quality
 from gateway.xds import types
@@ -113,6 +115,8 @@ def build_resources(
     models = baseline_variant(spec)
     clusters.append(build_models_cluster(models, policy[models]))
     clusters += [build_unfaulted_cluster(variant, policy[variant]) for variant in faulted]
+    if spec.envoy_picker is not None:
+        clusters.append(build_picker_cluster(spec.envoy_picker))
     return EnvoyResources(
         clusters=clusters,
         endpoints=[
@@ -122,7 +126,7 @@ def build_resources(
             for v in spec.variants
         ]
         + [build_load_assignment(v, endpoints[v], names.unfaulted_cluster(v)) for v in faulted],
-        listeners=[build_listener(listen, spec.routing, spec.analysis.quality), *shadows]
+        listeners=[build_listener(listen, spec.routing, spec.analysis.quality, spec.envoy_picker), *shadows]
         + [build_fault_listener(v) for v in faulted],
         routes=[build_route_config(spec)] + [build_fault_route(v, fault) for v, fault in faulted.items()],
     )
@@ -156,13 +160,17 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
     keep sending traffic to an ejected host; without it the aggregate cluster moves that traffic to
     the fallback. The fallback itself keeps Envoy's panic default so it is never black-holed by its
     own health checks.
+
+    With an `envoy_picker`, the pod is the picker's where it gave one of the cluster's, else the variant's
+    own policy's (gateway/envoy/picking.py).
     """
+    policy = spec.variants[variant].load_balancing
     cluster = cluster_pb2.Cluster(
         name=variant,
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
         connect_timeout=duration(1.0),
-        **load_balancing(spec.variants[variant].load_balancing),
+        **(picked_balancing(policy) if spec.envoy_picker is not None else load_balancing(policy)),
         health_checks=_health_checks(spec, variant),
         circuit_breakers=circuit_breakers(),
         metadata=variant_metadata(variant),
@@ -262,11 +270,15 @@ def build_load_assignment(
 
 
 def build_listener(
-    listen: ListenerAddress, routing: Routing | None = None, quality: Quality | None = None
+    listen: ListenerAddress,
+    routing: Routing | None = None,
+    quality: Quality | None = None,
+    picker: EnvoyPicker | None = None,
 ) -> listener_pb2.Listener:
     """The ingress: the affinity filters first where the spec's `routing` wants them
     (gateway/envoy/affinity_filter.py), the request-side capture where it has `analysis.quality`
-    (gateway/envoy/capture.py), the answer filter (capturing then too), the router."""
+    (gateway/envoy/capture.py), the answer filter (capturing then too), the picker's ext_proc where the
+    spec has an `envoy_picker` (gateway/envoy/picking.py), the router."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.HCM_STAT_PREFIX,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
@@ -278,6 +290,7 @@ def build_listener(
             *(build_affinity_filters(routing) if routing is not None else []),
             *build_request_filter(quality),
             build_answer_filter(capture=quality is not None),
+            *([build_picker_filter(picker)] if picker is not None else []),
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
         local_reply_config=build_local_reply_config(),

@@ -43,6 +43,7 @@ from gateway.envoy.api_routes import (
 )
 from gateway.envoy.capture import capture_metadata
 from gateway.envoy.common import any_proto, duration
+from gateway.envoy.picking import picker_for, picker_off
 from gateway.envoy.variant_header import served_headers
 from gateway.spec.model import RolloutSpec
 
@@ -90,6 +91,7 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
                     name=cluster_for(spec, variant),
                     weight=wrappers_pb2.UInt32Value(value=weight),
                     request_headers_to_add=[_overwrite(names.ROUTED_HEADER, variant)],
+                    typed_per_filter_config=picker_for(variant) if spec.envoy_picker is not None else {},
                 )
                 for variant, weight in nested_order(split, baseline_variant(spec))
             ],
@@ -160,7 +162,7 @@ def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
     """The guards, refused and pinned APIs; then, on the table's split APIs, exact-match header rules
     first, each its own split, then the default weighted split; then unknown paths. Every answer names
     its variant. Rules on a body field (`routing.body`) match the header the affinity filter writes it
-    into."""
+    into. With an `envoy_picker`, each weighted cluster asks it for the variant's pod."""
     header = spec.routing.header if spec.routing.body is None else names.MATCH_HEADER
     routes = fixed_routes(spec)
     for rule in spec.routing.rules:
@@ -178,6 +180,8 @@ def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
                 domains=["*"],
                 routes=routes,
                 response_headers_to_add=served_headers(),
+                # the picker only where a weighted cluster names the variant (gateway/envoy/picking.py)
+                typed_per_filter_config=picker_off() if spec.envoy_picker is not None else {},
             )
         ],
     )

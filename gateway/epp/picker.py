@@ -111,21 +111,28 @@ class Picker:
         draft = self.draw(headers, subset)
         return self.place(draft, body) if draft is not None else None
 
-    def draw(self, headers: Mapping[str, str], subset: frozenset[str] | None) -> Draft | None:
-        """The request's variant and its eligible pods; None when nothing is eligible."""
+    def draw(
+        self, headers: Mapping[str, str], subset: frozenset[str] | None, routed: str | None = None
+    ) -> Draft | None:
+        """The request's variant and its eligible pods; None when nothing is eligible. `routed`: the
+        variant graystack's own Envoy already routed the request to (gateway/envoy/picking.py), taken as
+        it is, never drawn again: only its own pods are eligible, and none when it has none here."""
         wanted = self._wanted()
         eligible = {
             variant: [pod for pod in wanted.pods_of(variant) if subset is None or pod in subset]
             for variant in wanted.variants()
         }
         cohort = (headers.get(wanted.cohort_header.lower()) if wanted.cohort_header else None) or None
-        variant = choose_variant(
-            wanted.split_for(headers),
-            wanted.baseline,
-            {variant for variant, pods in eligible.items() if pods},
-            cohort,
-            self._draw(),
-        )
+        if routed is not None:
+            variant = routed if routed in wanted.pods and eligible[routed] else None
+        else:
+            variant = choose_variant(
+                wanted.split_for(headers),
+                wanted.baseline,
+                {variant for variant, pods in eligible.items() if pods},
+                cohort,
+                self._draw(),
+            )
         if variant is None:
             return None
         return Draft(

@@ -11,16 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from gateway import names
 
-DESTINATION = "x-gateway-destination-endpoint"  # the header, and the key in LB_NAMESPACE
+DESTINATION = names.EPP_DESTINATION  # the header, and the key in LB_NAMESPACE
 SERVED = "x-gateway-destination-endpoint-served"  # the gateway's answer, in LB_NAMESPACE
-LB_NAMESPACE = "envoy.lb"
-SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+LB_NAMESPACE = names.EPP_LB_NAMESPACE
+SUBSET_NAMESPACE = names.EPP_SUBSET_NAMESPACE
 SUBSET = "x-gateway-destination-endpoint-subset"
 
 
@@ -45,6 +46,25 @@ def subset_hint(request: ext_proc.ProcessingRequest) -> frozenset[str] | None:
     if value is None:
         return None
     return frozenset(item.string_value for item in value.list_value.values if item.string_value)
+
+
+def routed(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+    """The variant graystack's own Envoy routed the request to, from the stream's gRPC metadata (set by
+    its route, never by a client: gateway/envoy/picking.py); None from any other gateway."""
+    for key, value in metadata or ():
+        if key == names.ROUTED_HEADER:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def body_follows(request: ext_proc.ProcessingRequest) -> bool:
+    """The request headers' message is followed by body messages: the request has a body, and the gateway
+    sends bodies (its first message says how, where it says: graystack's own Envoy sends none,
+    gateway/envoy/picking.py)."""
+    if request.request_headers.end_of_stream:
+        return False
+    config = request.protocol_config
+    return not request.HasField("protocol_config") or config.request_body_mode != mode_pb2.ProcessingMode.NONE
 
 
 def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:

@@ -15,7 +15,11 @@ happens, when the stream closes. Each of these counts is exported too (gateway/e
 
 Every routed request is marked with the variant it is served as (`names.ROUTED_HEADER`: a model variant's
 unchanged request as the baseline), so that the gateway's access log can place a model variant's answers,
-which its pods (the baseline's) cannot (gateway/kubernetes/pool.py)."""
+which its pods (the baseline's) cannot (gateway/kubernetes/pool.py).
+
+graystack's own Envoy names the variant its split chose in the stream's gRPC metadata
+(gateway/envoy/picking.py): the picker ranks that variant's pods and draws no variant; where it knows no
+pod of it, the request goes through unpicked, for the Envoy cluster's own policy to place."""
 
 from __future__ import annotations
 
@@ -65,11 +69,16 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                     if self._test_headers:
                         chosen = conformance.selection(headers, self._picker.endpoints())
                         subset = conformance.narrow(subset, chosen)
-                    draft = self._picker.draw(headers, subset)
+                    routed = protocol.routed(context.invocation_metadata())
+                    draft = self._picker.draw(headers, subset, routed)
+                    if draft is None and routed is not None:  # graystack's Envoy: its cluster's policy serves
+                        log.warning("variant %s: no pod of it known here; the request goes unpicked", routed)
+                        yield protocol.go_on("request_headers")
+                        continue
                     if draft is None:
                         yield protocol.refuse(503, NOTHING_ELIGIBLE)
                         return
-                    if draft.wants_body and not request.request_headers.end_of_stream:
+                    if draft.wants_body and protocol.body_follows(request):
                         held = bytearray()
                         continue
                     ticket = self._picker.place(draft, None)

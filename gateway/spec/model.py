@@ -24,6 +24,7 @@ from pydantic import (
 from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.apis import PROTECTED, Apis, reaches
 from gateway.spec.endpoint_picker import EndpointPicker, check_endpoint_picker
+from gateway.spec.envoy_picker import EnvoyPicker, check_envoy_picker
 from gateway.spec.evidence_gates import check_evidence_gates
 from gateway.spec.fields import Duration, Percent, SpecError, SpecModel
 from gateway.spec.gateway_api import GatewayApi, check_gateway_api
@@ -236,6 +237,7 @@ class RolloutSpec(SpecModel):
     notifications: Notifications = Notifications()  # where the rollout's events go (gateway/notify/)
     gateway_api: GatewayApi | None = None  # the user's own gateway's routes instead of graystack's Envoy
     endpoint_picker: EndpointPicker | None = None  # graystack picks the pods of a GIE InferencePool
+    envoy_picker: EnvoyPicker | None = None  # graystack's own Envoy asks a picker for each variant's pod
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutSpec:
@@ -277,6 +279,7 @@ class RolloutSpec(SpecModel):
             self.routing.body is not None,
             self.retries.fallback or ("baseline" if "baseline" in self.variants else None),
         )
+        check_envoy_picker(self.envoy_picker, self.users_gateway, self.retries.fallback)
         for entry in self.apis.table():
             for path in self.protected_paths():
                 if reaches(entry.path, path):

@@ -81,6 +81,30 @@ def with_inline_routes(listener, route_config):
             None,
         ),
         ({}, {"zero-layer": Fault(error_rate=0.5, status=500, latency_ms=100)}),  # every variant's hop
+        # graystack's Envoy asking a picker within each variant (gateway/envoy/picking.py): over TLS to a
+        # DNS name, each policy its fallback; in plaintext to an IP, behind a fault hop
+        (
+            {
+                "envoy_picker": {"host": "graystack-epp.serving", "port": 9002},
+                "retries": {"fallback": None},
+                "routing": {
+                    "weights": {"baseline": 90, "zero-layer": 10},
+                    "affinity": [{"header": "x-user"}],
+                },
+                "variants": {
+                    "baseline": {"endpoints": ["127.0.0.1:8001"], "load_balancing": "least_request"},
+                    "zero-layer": {"endpoints": ["127.0.0.1:8002"], "load_balancing": "maglev"},
+                },
+            },
+            None,
+        ),
+        (
+            {
+                "envoy_picker": {"host": "127.0.0.1", "port": 9002, "tls": False},
+                "retries": {"fallback": None},
+            },
+            {"zero-layer": Fault(error_rate=0.5, status=500, latency_ms=100)},
+        ),
         (  # cohorts from every kind of source, rules on the body's model, pod affinity
             {
                 "routing": {

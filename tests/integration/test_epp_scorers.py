@@ -12,7 +12,7 @@ import pytest
 
 from gateway.epp.wanted import Wanted
 from graystack.local.processes import free_port, wait_until
-from tests.support.metered_picker import metered
+from tests.support.metered_picker import metered, vllm
 from tests.support.named_upstreams import NAME_HEADER, serving
 
 pytestmark = pytest.mark.integration
@@ -21,15 +21,6 @@ PORT = free_port()
 HOSTS = {"pod-0": "127.0.8.2", "pod-1": "127.0.8.3", "pod-2": "127.0.8.4"}
 ADDRESS = {name: f"{host}:{PORT}" for name, host in HOSTS.items()}
 BODY = b'{"model": "m", "prompt": "hello"}'
-
-
-def vllm(waiting: float, kv: float) -> str:
-    return (
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
-        "# TYPE vllm:kv_cache_usage_perc gauge\n"
-        f'vllm:kv_cache_usage_perc{{model_name="m"}} {kv}\n'
-    )
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ two shapes they use:
     reading the `envoy.lb` metadata (Istio, Envoy Gateway): only the pool's pods are taken, the list's
     later entries serve retries, the endpoint that served goes back to the picker in `envoy.lb`
     (`selected_host_key`), and with no pick round robin serves (what makes fail-open work).
+One more, `override_host_aggregate`, is no gateway's: the override_host cluster behind an aggregate
+cluster, as graystack's own Envoy puts a variant behind one for `retries.fallback` (its picker is refused
+there: tests/integration/test_envoy_picker.py shows why).
 Two more shapes, with no picker, are what it is compared with (bench/epp_picking.py): `round_robin` and
 `least_request`, the pool's pods balanced by Envoy alone (no ext_proc filter).
 A test header, `x-test-subset-hint: ip:port,...`, becomes the gateway's subset hint (`envoy.lb.subset_hint`
@@ -29,8 +32,9 @@ from gateway import names
 from gateway.epp import protocol
 from graystack.local.processes import ManagedProcess, free_port, start_process
 
-Profile = Literal["original_dst", "override_host", "round_robin", "least_request"]
-PICKED: tuple[Profile, ...] = ("original_dst", "override_host")  # the shapes that ask the picker
+Profile = Literal["original_dst", "override_host", "override_host_aggregate", "round_robin", "least_request"]
+# the shapes that ask the picker
+PICKED: tuple[Profile, ...] = ("original_dst", "override_host", "override_host_aggregate")
 SUBSET_TEST_HEADER = "x-test-subset-hint"
 
 # The subset hint as a list value, from the test header: what a gateway narrowing the pool would send.
@@ -115,7 +119,7 @@ def bootstrap(
         },
         "http_filters": http_filters,
     }
-    clusters = [_pool(profile, pods), _picker_cluster(picker)]
+    clusters = [*_pools(profile, pods), _picker_cluster(picker)]
     if als is not None:
         manager["access_log"] = [_access_log()]
         clusters.append(
@@ -174,10 +178,29 @@ def _address(host: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": host, "port_value": port}}
 
 
-def _pool(profile: Profile, pods: list[str]) -> dict[str, Any]:
+def _pools(profile: Profile, pods: list[str]) -> list[dict[str, Any]]:
+    """The clusters the route's `pool` names: one, or an aggregate over the override_host one."""
+    if profile != "override_host_aggregate":
+        return [_pool(profile, pods, "pool")]
+    aggregate = {
+        "name": "pool",
+        "connect_timeout": "1s",
+        "lb_policy": "CLUSTER_PROVIDED",
+        "cluster_type": {
+            "name": "envoy.clusters.aggregate",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig",
+                "clusters": ["members"],
+            },
+        },
+    }
+    return [aggregate, _pool("override_host", pods, "members")]
+
+
+def _pool(profile: Profile, pods: list[str], name: str) -> dict[str, Any]:
     if profile == "original_dst":
         return {
-            "name": "pool",
+            "name": name,
             "type": "ORIGINAL_DST",
             "lb_policy": "CLUSTER_PROVIDED",
             "connect_timeout": "1s",
@@ -189,17 +212,17 @@ def _pool(profile: Profile, pods: list[str]) -> dict[str, Any]:
     ]
     if profile != "override_host":
         return {
-            "name": "pool",
+            "name": name,
             "type": "STATIC",
             "connect_timeout": "1s",
             "lb_policy": profile.upper(),
-            "load_assignment": {"cluster_name": "pool", "endpoints": [{"lb_endpoints": endpoints}]},
+            "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": endpoints}]},
         }
     return {
-        "name": "pool",
+        "name": name,
         "type": "STATIC",
         "connect_timeout": "1s",
-        "load_assignment": {"cluster_name": "pool", "endpoints": [{"lb_endpoints": endpoints}]},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": endpoints}]},
         "load_balancing_policy": {
             "policies": [
                 {

@@ -148,3 +148,23 @@ def test_the_gateway_hints_and_reports_are_read_from_the_metadata():
 def test_the_health_messages_are_grpc_healths_on_the_wire():
     assert Request(service="readiness").SerializeToString() == b"\n\treadiness"
     assert Response(status=1).SerializeToString() == b"\x08\x01"
+
+
+def test_a_variant_routed_by_graystacks_envoy_is_taken_never_drawn():
+    picker = Picker(lambda: wanted({"baseline": 100, "zero-layer": 0}), draw=grid(10))
+    assert {picker.pick({}, None, None).variant for _ in range(10)} == {"baseline"}
+    draft = picker.draw({}, None, "zero-layer")
+    assert draft is not None
+    assert (draft.variant, draft.pods) == ("zero-layer", PODS["zero-layer"])
+    assert picker.draw({}, None, "canary") is None  # no pod of it known here: the request goes unpicked
+    assert picker.draw({}, frozenset({"10.0.0.1:8000"}), "zero-layer") is None  # the hint still narrows
+
+
+def test_envoy_names_the_variant_in_the_streams_metadata_and_may_send_no_body():
+    assert protocol.routed([("user-agent", "envoy"), (names.ROUTED_HEADER, "zero-layer")]) == "zero-layer"
+    assert protocol.routed(None) is None
+    headers = ext_proc.HttpHeaders(end_of_stream=False)
+    assert protocol.body_follows(ext_proc.ProcessingRequest(request_headers=headers))  # a GIE gateway's
+    none = ext_proc.ProtocolConfiguration()  # request_body_mode NONE, as graystack's Envoy sends
+    asked = ext_proc.ProcessingRequest(request_headers=headers, protocol_config=none)
+    assert not protocol.body_follows(asked)

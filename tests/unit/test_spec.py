@@ -75,6 +75,22 @@ def test_the_design_example_is_a_valid_spec():
         (example(timeouts={"request": "-3s"}), ["timeouts.request", "negative"]),
         (example(timeouts={"request": "soon"}), ["timeouts.request", "not a duration"]),
         (example(retries={"fallback": "nope"}), ["retries.fallback", "nope"]),
+        (
+            example(envoy_picker={"host": "127.0.0.1", "port": 9002}),
+            ["envoy_picker", "retries.fallback: null"],
+        ),
+        (
+            example(
+                envoy_picker={"host": "127.0.0.1", "port": 9002},
+                retries={"fallback": None},
+                endpoint_picker={"pool": "llm"},
+            ),
+            ["envoy_picker", "endpoint_picker"],
+        ),
+        (
+            example(envoy_picker={"host": "127.0.0.1"}, retries={"fallback": None}),
+            ["envoy_picker.port", "required"],
+        ),
         (example(retries={"on": "5xx,sometimes"}), ["retries", "sometimes"]),
         (
             example(

@@ -1,0 +1,112 @@
+"""The builders of graystack's own Envoy asking a picker within each variant (gateway/envoy/picking.py):
+override_host over the variant's own policy, the ext_proc filter fail-open and on the split's weighted
+clusters alone, each naming its variant."""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+
+from gateway import names
+from gateway.envoy.picking import EXT_PROC, OVERRIDE_HOST
+from tests.unit.test_envoy_builders import build, routes_of
+
+PICKER = {"host": "127.0.0.1", "port": 9002, "tls": False}
+
+
+def picked(**changes):
+    return build(envoy_picker=PICKER, retries={"fallback": None}, **changes)
+
+
+def cluster(resources, name: str) -> cluster_pb2.Cluster:
+    return next(c for c in resources.clusters if c.name == name)
+
+
+def filters(resources) -> list[hcm_pb2.HttpFilter]:
+    manager = hcm_pb2.HttpConnectionManager()
+    resources.listeners[0].filter_chains[0].filters[0].typed_config.Unpack(manager)
+    return list(manager.http_filters)
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "least_request", "ring_hash", "maglev"])
+def test_each_variant_takes_the_picked_pod_else_its_own_policy(policy):
+    variants = {
+        "baseline": {"endpoints": ["127.0.0.1:8001"], "load_balancing": policy},
+        "zero-layer": {"endpoints": ["127.0.0.1:8002"]},
+    }
+    built = picked(variants=variants, routing={"weights": {"baseline": 100}, "affinity": [{"header": "x-u"}]})
+    (chosen,) = cluster(built, "baseline").load_balancing_policy.policies
+    assert chosen.typed_extension_config.name == OVERRIDE_HOST
+    override = override_host_pb2.OverrideHost()
+    chosen.typed_extension_config.typed_config.Unpack(override)
+    (source,) = override.override_host_sources
+    assert (source.metadata.key, source.metadata.path[0].key) == (
+        names.EPP_LB_NAMESPACE,
+        names.EPP_DESTINATION,
+    )
+    assert not source.header  # a client's header never picks the pod
+    (fallback,) = override.fallback_policy.policies
+    assert fallback.typed_extension_config.name == f"envoy.load_balancing_policies.{policy}"
+
+
+def test_the_filter_fails_open_keeps_the_drawn_route_and_sends_no_body():
+    built = picked()
+    names_in_order = [f.name for f in filters(built)]
+    assert names_in_order[-2:] == [EXT_PROC, "envoy.filters.http.router"]
+    config = ext_proc_pb2.ExternalProcessor()
+    filters(built)[-2].typed_config.Unpack(config)
+    assert config.failure_mode_allow
+    assert config.grpc_service.envoy_grpc.cluster_name == names.PICKER_CLUSTER
+    assert config.route_cache_action == ext_proc_pb2.ExternalProcessor.RETAIN
+    mode = processing_mode_pb2.ProcessingMode
+    assert config.processing_mode.request_body_mode == mode.NONE
+    assert config.processing_mode.response_header_mode == mode.SEND  # counted in flight to the first byte
+    assert not config.grpc_service.HasField("timeout")  # it would bound the whole stream
+
+
+def test_only_the_splits_weighted_clusters_ask_naming_their_variant():
+    built = picked()
+    (host,) = built.routes[0].virtual_hosts
+    off = ext_proc_pb2.ExtProcPerRoute()
+    host.typed_per_filter_config[EXT_PROC].Unpack(off)
+    assert off.disabled
+    for route in routes_of(built):
+        for weighted in route.route.weighted_clusters.clusters:
+            on = ext_proc_pb2.ExtProcPerRoute()
+            weighted.typed_per_filter_config[EXT_PROC].Unpack(on)
+            assert not on.disabled
+            assert on.overrides.failure_mode_allow.value
+            (variant,) = on.overrides.grpc_initial_metadata
+            assert (variant.key, variant.value) == (names.ROUTED_HEADER, weighted.name)
+    assert not any(
+        EXT_PROC in r.typed_per_filter_config for r in host.routes if not r.route.weighted_clusters
+    )
+
+
+@pytest.mark.parametrize(
+    ("picker", "kind", "tls"),
+    [
+        (PICKER, cluster_pb2.Cluster.STATIC, False),
+        ({"host": "epp.serving", "port": 9002}, cluster_pb2.Cluster.STRICT_DNS, True),
+    ],
+)
+def test_the_pickers_cluster_dials_its_address(picker, kind, tls):
+    built = build(envoy_picker=picker, retries={"fallback": None})
+    dialled = cluster(built, names.PICKER_CLUSTER)
+    assert dialled.type == kind
+    assert dialled.HasField("transport_socket") == tls
+    if tls:
+        context = tls_pb2.UpstreamTlsContext()
+        dialled.transport_socket.typed_config.Unpack(context)
+        assert list(context.common_tls_context.alpn_protocols) == ["h2"]
+
+
+def test_without_a_picker_nothing_asks_one():
+    built = build()
+    assert EXT_PROC not in [f.name for f in filters(built)]
+    assert names.PICKER_CLUSTER not in [c.name for c in built.clusters]
+    assert not cluster(built, "baseline").HasField("load_balancing_policy")

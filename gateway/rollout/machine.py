@@ -6,7 +6,9 @@ far) lives in `RolloutState`, which round-trips through plain JSON.
 
 Phases: `shadow` (weight 0, Envoy mirrors `shadow.percent` of the traffic), `progressing` (the weight of
 `strategy.steps[step]`), `promoted` (after the last step), `rolled_back` (weight 0, shadow off) and
-`manual` (no `strategy`: the split is the spec's own). `paused` is a flag on shadow/progressing.
+`manual` (no `strategy`: the split is the spec's own); with `strategy: experiment`, `experiment` (its fixed
+split, its duration accrued as a hold) then `concluded` (the split stays, the guard runs). `paused` is a
+flag on shadow/progressing/experiment.
 
 One call handles, in order:
 1. The guard. Any FAIL check, in any phase but rolled_back (promoted and manual included: the guard
@@ -47,6 +49,9 @@ One call handles, in order:
    served (`SplitGate`: Accepted by its Gateways, then the answers' own split) before a stage advances:
    a data plane shown to serve another split holds at once (even within the hold time), one not yet
    proven holds where the capacity gate would. Neither is a failure: the candidate is not at fault.
+   An experiment never advances: it concludes once its duration has elapsed or, with `end_on_decision`,
+   once its check passes (every difference decided, gateway/rollout/checks/experiment.py); promote
+   concludes it at once. Concluded, it never promotes by itself: the operator rolls back or edits the spec.
 
 Time: the hold is accrued, not recomputed from a start time. Each call folds `now - held_until` into
 `held` (never negative), so a clock that jumps backwards loses nothing and restarts nothing, a clock
@@ -84,6 +89,7 @@ from typing import Any
 
 from gateway.rollout import gates
 from gateway.rollout.analysis import Check, Verdict
+from gateway.rollout.checks.experiment import EXPERIMENT
 from gateway.rollout.outcome import Outcome, Reason
 from gateway.rollout.rollout_state import (
     ADVANCING,
@@ -102,7 +108,7 @@ from gateway.rollout.rollout_state import (
 )
 from gateway.rollout.verdicts import describe, summary
 from gateway.spec.model import RolloutSpec
-from gateway.spec.strategy import Strategy
+from gateway.spec.strategy import Experiment, Strategy
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
 HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
@@ -196,9 +202,18 @@ def _first_stage(spec: RolloutSpec, state: RolloutState, now: float, reason: str
     state = replace(state, errors=0, rollback_started=None)
     if strategy is None:
         return _stage(state, now, reason, Phase.MANUAL, 0, None, 0)
+    if strategy.experiment is not None:
+        return _stage(
+            state, now, reason, Phase.EXPERIMENT, 0, _experiment_weight(spec, strategy.experiment), 0
+        )
     if strategy.shadow is not None:
         return _stage(state, now, reason, Phase.SHADOW, 0, 0, strategy.shadow.percent)
     return _enter_step(spec, state, 0, now, reason)
+
+
+def _experiment_weight(spec: RolloutSpec, experiment: Experiment) -> int:
+    """The candidate's share in an experiment (the spec refuses one without a baseline)."""
+    return experiment.candidate_weight(spec.baseline or "")
 
 
 def _enter_step(spec: RolloutSpec, state: RolloutState, index: int, now: float, reason: str) -> RolloutState:
@@ -217,6 +232,8 @@ def _strategy(spec: RolloutSpec) -> Strategy:
 
 
 def _advance(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
+    if state.phase == Phase.EXPERIMENT:  # an experiment's next stage is its conclusion, never a weight
+        return _stage(state, now, f"experiment concluded: {reason}", Phase.CONCLUDED, 0, state.weight, 0)
     return _enter_step(spec, state, gates.next_step(state), now, reason)
 
 
@@ -314,6 +331,8 @@ def _judge(
         return state, Outcome(Reason.PAUSED if state.paused else Reason.COMMAND_MOVED)
     if split is not None and split.refuted:
         return state, _split_hold(split)
+    if state.phase == Phase.EXPERIMENT:
+        return _experiment(spec, state, checks, now)
     needed = hold_needed(spec, state)
     if needed is not None and state.held < needed:
         return state, Outcome(Reason.HOLD_TIME, seconds=state.held, limit=needed)
@@ -337,6 +356,20 @@ def _judge(
     state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {summary(checks)}")
     promoted = state.phase == Phase.PROMOTED
     return state, Outcome(Reason.PROMOTED) if promoted else Outcome(Reason.STEPPED, step=state.step)
+
+
+def _experiment(
+    spec: RolloutSpec, state: RolloutState, checks: tuple[Check, ...], now: float
+) -> tuple[RolloutState, Outcome]:
+    """Hold the experiment's split until its duration has elapsed or (end_on_decision) its check passes."""
+    experiment = _strategy(spec).experiment
+    duration = experiment.duration if experiment is not None else 0.0
+    decided = experiment is not None and experiment.end_on_decision
+    decided = decided and any(c.name == EXPERIMENT and c.verdict == Verdict.PASS for c in checks)
+    if state.held < duration and not decided:
+        return state, Outcome(Reason.EXPERIMENT_RUNNING, seconds=state.held, limit=duration)
+    why = "every difference decided" if decided else f"its duration ({duration:.0f}s) elapsed"
+    return _advance(spec, state, now, why), Outcome(Reason.EXPERIMENT_CONCLUDED, cause=why)
 
 
 def _on_error(
@@ -380,6 +413,8 @@ def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
         return None
     if state.phase == Phase.SHADOW:
         return spec.strategy.shadow.duration if spec.strategy.shadow else None
+    if state.phase == Phase.EXPERIMENT:
+        return spec.strategy.experiment.duration if spec.strategy.experiment else None
     steps = spec.strategy.steps
     return steps[state.step].hold if state.step < len(steps) else None
 
@@ -393,6 +428,11 @@ def _reconcile(spec: RolloutSpec, state: RolloutState, now: float) -> RolloutSta
         return _first_stage(spec, state, now, "the spec's strategy changed")
     if strategy is None:
         return state
+    experimenting = state.phase in (Phase.EXPERIMENT, Phase.CONCLUDED)
+    if (strategy.experiment is not None) != experimenting:
+        return _first_stage(spec, state, now, "the spec's strategy changed")
+    if strategy.experiment is not None:
+        return replace(state, weight=_experiment_weight(spec, strategy.experiment))
     if state.phase == Phase.SHADOW:
         if strategy.shadow is None:
             return _first_stage(spec, state, now, "the spec no longer has a shadow stage")

@@ -49,7 +49,9 @@ async def until_rolled_back(measured: Measured, body: dict, within: float = 90, 
 
 def rolled_back_on_latency(state: dict) -> None:
     checks = {c["name"]: c for c in state["last_decision"]["checks"]}
-    assert state["phase"] == "rolled_back", f"not rolled back: {state['reason']}; {checks.get('ttft_vs_baseline')}"
+    assert state["phase"] == "rolled_back", (
+        f"not rolled back: {state['reason']}; {checks.get('ttft_vs_baseline')}"
+    )
     assert "ttft_vs_baseline" in state["reason"], state["reason"]
     assert "each answer's exact time" in checks["ttft_vs_baseline"]["reason"]
     assert checks["error_rate"]["verdict"] != "fail"  # every stream was whole: only its latency failed

@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 
 from gateway.admin.api import create_admin_app
 from gateway.admin.protocol import ExperimentStatus, Status
@@ -50,6 +51,11 @@ def test_the_report_is_served_as_json_and_in_status_and_rendered(tmp_path):
     assert set(ratios) == {"ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"}
     assert all(d.lower <= 1 <= (d.upper or 1) and not d.decided for d in ratios.values())
     assert status.rollout.experiment == report
+    exported = REGISTRY.get_sample_value(
+        "graystack_experiment_difference",
+        {"rollout": "zero-layer", "difference": "ttft_p50", "side": "lower"},
+    )
+    assert exported == ratios["ttft_p50"].lower  # the metric the dashboard's Experiment row draws
     assert (status.rollout.phase, status.rollout.weight) == ("experiment", 50)
     text = render_status(status)
     assert "experiment zero-layer vs baseline running, 15s of 7200s: not every difference decided" in text

@@ -185,7 +185,7 @@ def _error_difference(tests: ExperimentTests, alpha: float, prior: float) -> Dif
 
 def _quantile_ratio(signal: str, bins: tuple[Bins, Bins], q: float, alpha: float) -> Difference:
     ours, theirs = quantile_bounds(bins[0], q, alpha), quantile_bounds(bins[1], q, alpha)
-    lower, upper = ratio_bounds(ours, theirs)
+    lower, upper = (float(end) for end in ratio_bounds(ours, theirs))
     mine, other = _point(bins[0], q), _point(bins[1], q)
     samples = (cumulative(bins[0])[1], cumulative(bins[1])[1])
     name = f"{signal}_p{round(q * 100)}"

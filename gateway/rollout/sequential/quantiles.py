@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
-from scipy.special import betaln
-from scipy.stats import beta
+from scipy.special import betainc, betaincc, betaln
 
 MIN_EDGE = 1e-4  # seconds: below, every value counts as at the first edge
 MAX_EDGE = 1e3  # seconds: above, a value counts in n but below no edge
@@ -64,10 +64,10 @@ def _log_evalue(below: np.ndarray, n: np.ndarray, p: float, side: str) -> np.nda
     """log of the one-sided mixture (`low`: p' < p, `high`: p' > p) at `below` of `n` observations."""
     a, b = PRIOR_STRENGTH * p, PRIOR_STRENGTH * (1 - p)
     post_a, post_b = a + below, b + n - below
-    if side == "low":
-        mass, prior = beta.logcdf(p, post_a, post_b), math.log(beta.cdf(p, a, b))
-    else:
-        mass, prior = beta.logsf(p, post_a, post_b), math.log(beta.sf(p, a, b))
+    part = betainc if side == "low" else betaincc  # the posterior's (and the prior's) mass on that side
+    with np.errstate(divide="ignore"):  # a mass that underflows to 0 is no evidence: -inf, never a bound
+        mass = np.log(part(post_a, post_b, p))
+    prior = math.log(float(part(a, b, p)))
     likelihood = below * math.log(p) + (n - below) * math.log1p(-p)
     return betaln(post_a, post_b) - betaln(a, b) + mass - prior - likelihood
 
@@ -108,9 +108,11 @@ def quantile_bounds(counts: Mapping[int, int], p: float, alpha: float) -> tuple[
     return float(lower[0]), float(upper[0])
 
 
-def ratio_bounds(ours: tuple[float, float], theirs: tuple[float, float]) -> tuple[float, float]:
-    """Bounds on q_ours / q_theirs from each one's bounds (both hold together: the union bound)."""
-    (lo, hi), (their_lo, their_hi) = ours, theirs
-    lower = lo / their_hi if their_hi > 0 else 0.0
-    upper = hi / their_lo if their_lo > 0 else math.inf
+def ratio_bounds(ours: tuple[Any, Any], theirs: tuple[Any, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds on q_ours / q_theirs from each one's bounds (floats, or arrays over runs); both hold
+    together by the union bound. An unknown end (a lower 0, an upper infinite) leaves the ratio open."""
+    (lo, hi), (their_lo, their_hi) = (np.asarray(ours[0]), np.asarray(ours[1])), theirs
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lower = np.where(np.asarray(their_hi) > 0, lo / their_hi, 0.0)
+        upper = np.where(np.asarray(their_lo) > 0, hi / their_lo, math.inf)
     return lower, upper

@@ -176,3 +176,13 @@ def test_the_experiment_row_keeps_its_counts_in_the_saved_state_and_passes_once_
     assert "decided" in check.reason
     steps_plan = plan_for(make_spec({"steps": [{"weight": 100}]}))
     assert dict(steps_plan.off)[EXPERIMENT] == "the strategy is not an experiment"
+
+
+def test_a_new_split_or_duration_keeps_the_experiments_counts_and_a_new_alpha_starts_them_anew() -> None:
+    key = plan_for(SPEC).key
+    longer = make_spec(
+        {"experiment": {**EXPERIMENT_5050, "duration": "3h", "weights": {"baseline": 70, "zero-layer": 30}}}
+    )
+    assert plan_for(longer).key == key
+    stricter = make_spec({"experiment": {**EXPERIMENT_5050, "alpha": 0.01}})
+    assert plan_for(stricter).key != key

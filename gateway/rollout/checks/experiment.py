@@ -111,7 +111,9 @@ class ExperimentRow:
 
     def identity(self, spec: RolloutSpec) -> Mapping[str, Any]:
         experiment = spec.strategy.experiment if spec.strategy is not None else None
-        return {} if experiment is None else {EXPERIMENT: experiment.model_dump(mode="json")}
+        # alpha alone defines the intervals: a new split or duration keeps the counts (each variant's
+        # interval holds under any allocation), a new alpha chosen after seeing them would not be valid
+        return {} if experiment is None else {EXPERIMENT: {"alpha": experiment.alpha}}
 
     def start(self, settings: ExperimentSettings) -> ExperimentTests:
         return ExperimentTests()

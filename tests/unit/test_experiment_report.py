@@ -57,6 +57,8 @@ def test_the_report_is_served_as_json_and_in_status_and_rendered(tmp_path):
     )
     assert exported == ratios["ttft_p50"].lower  # the metric the dashboard's Experiment row draws
     assert (status.rollout.phase, status.rollout.weight) == ("experiment", 50)
+    assert status.rollout.evidence is not None
+    assert status.rollout.evidence.stage_requests_needed is None  # it never extends past its duration
     text = render_status(status)
     assert "experiment zero-layer vs baseline running, 15s of 7200s: not every difference decided" in text
     assert "  error_rate " in text

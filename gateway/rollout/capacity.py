@@ -36,8 +36,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from gateway.rollout.machine import hold_needed
 from gateway.rollout.rollout_state import CapacityGate, Phase, RolloutState
+from gateway.rollout.stages import hold_needed
 from gateway.spec.fields import Duration
 from gateway.spec.model import RolloutSpec, Routing
 

@@ -19,9 +19,9 @@ from gateway.rollout.analysis import Check
 from gateway.rollout.checks.experiment import EXPERIMENT, ExperimentSettings, ExperimentTests, report
 from gateway.rollout.evidence import busier_looks, error_bounds
 from gateway.rollout.gates import evidence_judgement
-from gateway.rollout.machine import hold_needed
 from gateway.rollout.plan import plan_for, roles
 from gateway.rollout.rollout_state import ADVANCING, Phase, RolloutState
+from gateway.rollout.stages import hold_needed
 from gateway.rollout.status import (
     AlertStatus,
     CapacityStatus,

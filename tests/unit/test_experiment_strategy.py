@@ -12,6 +12,7 @@ import pytest
 
 from gateway.rollout import evidence as tests
 from gateway.rollout.analysis import Check, Verdict, analyse
+from gateway.rollout.capacity import recent_weights
 from gateway.rollout.checks.base import Moment
 from gateway.rollout.checks.experiment import EXPERIMENT, ExperimentTests
 from gateway.rollout.increments import VariantLook
@@ -144,6 +145,13 @@ def test_a_spec_edit_between_steps_and_an_experiment_restarts_the_strategy() -> 
     assert (state.phase, state.weight) == (Phase.EXPERIMENT, 20)
     state, _ = step(steps, state, _checks(), None, 30.0)
     assert (state.phase, state.weight) == (Phase.PROGRESSING, 5)
+
+
+def test_a_rollback_from_an_experiment_keeps_its_weight_among_the_recent_ones_the_pods_are_sized_for() -> (
+    None
+):
+    state, _ = step(SPEC, initial_state(SPEC, 0.0), _checks(guard=Verdict.FAIL), None, 10.0)
+    assert recent_weights(SPEC, state, 20.0, 600.0) == [0, 50]
 
 
 def _look(rng: np.random.Generator, median: float, answers: int = 200) -> VariantLook:

@@ -111,9 +111,12 @@ class ExperimentRow:
 
     def identity(self, spec: RolloutSpec) -> Mapping[str, Any]:
         experiment = spec.strategy.experiment if spec.strategy is not None else None
-        # alpha alone defines the intervals: a new split or duration keeps the counts (each variant's
-        # interval holds under any allocation), a new alpha chosen after seeing them would not be valid
-        return {} if experiment is None else {EXPERIMENT: {"alpha": experiment.alpha}}
+        # alpha and the error intervals' prior define the intervals: a new split or duration keeps the
+        # counts (each variant's interval holds under any allocation); either chosen after seeing them
+        # would not be valid
+        if experiment is None:
+            return {}
+        return {EXPERIMENT: {"alpha": experiment.alpha, "prior_error_rate": spec.analysis.max_error_rate}}
 
     def start(self, settings: ExperimentSettings) -> ExperimentTests:
         return ExperimentTests()

@@ -9,9 +9,10 @@ p, over a Beta(k p, k (1-p)) prior cut to one side of p, test the two halves:
 - `high`, mixing over p' > p: a supermartingale wherever F(e) < p; crossing shows q <= e.
 By Ville's inequality each crosses, under its null, with probability at most alpha at any look ever. No
 union over the grid is spent: both statistics are monotone in the count below e (low falls, high rises),
-and the count is monotone in e, so a wrong claim at any edge implies one at the edge next to q, a single
-fixed supermartingale. Hence [lower, upper] covers q at every look at once with probability >= 1 - 2
-alpha, however often it is read and whatever the look sizes. It assumes each variant's latencies are
+and the count is monotone in e, so a wrong claim at any edge implies one at the edge next to q (the first
+edge at or above q for `low`, the last below it for `high`), a single fixed supermartingale. `bounds_batch`
+runs each side at alpha/2, so [lower, upper] covers q at every look at once with probability >= 1 - alpha,
+however often it is read and whatever the look sizes. It assumes each variant's latencies are
 independent draws from one distribution over the experiment (randomised traffic, steady load).
 
 The grid (GRID_RATIO apart, MIN_EDGE to MAX_EDGE seconds) is fixed in advance, never taken from the data,

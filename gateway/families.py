@@ -47,6 +47,7 @@ ANALYSIS_CHECK_SAMPLES = "graystack_analysis_check_samples"
 ANALYSIS_LOG_EVALUE = "graystack_analysis_log_evalue"
 ANALYSIS_LOG_EVALUE_BOUND = "graystack_analysis_log_evalue_bound"
 ANALYSIS_ERROR_RATE_BOUND = "graystack_analysis_error_rate_bound"
+EXPERIMENT_DIFFERENCE = "graystack_experiment_difference"
 VARIANT_REPLICAS = "graystack_variant_replicas"
 VARIANT_COST_PER_HOUR = "graystack_variant_cost_per_hour"
 

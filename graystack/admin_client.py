@@ -14,7 +14,15 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from gateway.admin.protocol import CommandResult, FaultChange, FaultResult, FlipResult, SplitChange, Status
+from gateway.admin.protocol import (
+    CommandResult,
+    ExperimentStatus,
+    FaultChange,
+    FaultResult,
+    FlipResult,
+    SplitChange,
+    Status,
+)
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:9000"
 
@@ -93,6 +101,10 @@ class AdminClient:
 
     def status(self) -> Status:
         return self._call(Status, "GET", "/v1/status")
+
+    def experiment(self) -> ExperimentStatus:
+        """strategy: experiment's report (the gateway answers 404 where the rollout is no experiment)."""
+        return self._call(ExperimentStatus, "GET", "/v1/experiment")
 
     def metrics(self) -> str:
         """The gateway's own /metrics page (Prometheus text)."""

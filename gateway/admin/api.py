@@ -30,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.admin.protocol import (
     CohortStatus,
     CommandResult,
+    ExperimentStatus,
     FaultChange,
     FaultResult,
     FlipResult,
@@ -214,6 +215,14 @@ def create_admin_app(
             notifications(),
             picker(),
         )
+
+    @app.get("/v1/experiment", dependencies=[v1], response_model=ExperimentStatus)
+    def experiment() -> ExperimentStatus:
+        """strategy: experiment's report (the same as GET /v1/status's rollout.experiment)."""
+        report = controller.status().experiment if controller is not None else None
+        if report is None:
+            raise NotFound("this gateway runs no experiment (strategy: experiment)")
+        return report
 
     @app.put(
         "/v1/weights",

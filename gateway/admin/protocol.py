@@ -2,6 +2,7 @@
 sends and reads, and what the gateway takes and sends. /openapi.json documents them.
 
     GET    /v1/status                         Status
+    GET    /v1/experiment                     ExperimentStatus (404 unless strategy: experiment)
     PUT    /v1/weights            SplitChange  FlipResult
     PUT    /v1/faults/{variant}   FaultChange  FaultResult
     DELETE /v1/faults/{variant}                FaultResult
@@ -28,6 +29,7 @@ from gateway.rollout.status import (
     CheckStatus,
     DecisionStatus,
     EvidenceStatus,
+    ExperimentStatus,
     GateStatus,
     HoldStatus,
     RolloutStatus,
@@ -55,6 +57,7 @@ __all__ = [
     "DecisionStatus",
     "DisconnectedProxy",
     "EvidenceStatus",
+    "ExperimentStatus",
     "FaultChange",
     "FaultResult",
     "FaultStatus",

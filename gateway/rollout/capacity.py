@@ -36,8 +36,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from gateway.rollout.machine import hold_needed
 from gateway.rollout.rollout_state import CapacityGate, Phase, RolloutState
+from gateway.rollout.stages import hold_needed
 from gateway.spec.fields import Duration
 from gateway.spec.model import RolloutSpec, Routing
 
@@ -122,6 +122,9 @@ def _stage_weight(spec: RolloutSpec, label: str) -> int | None:
     steps = spec.strategy.steps if spec.strategy else []
     if stage.startswith("step ") and stage[5:].isdigit() and int(stage[5:]) < len(steps):
         return steps[int(stage[5:])].weight
+    experiment = spec.strategy.experiment if spec.strategy else None
+    if experiment is not None and spec.baseline is not None and stage in ("experiment", "concluded"):
+        return experiment.candidate_weight(spec.baseline)
     return {"shadow": 0, "rolled_back": 0, "promoted": 100}.get(stage)
 
 

@@ -64,7 +64,7 @@ from gateway.rollout.rollout_state import (
 )
 from gateway.rollout.state_store import SavedState, StateStore
 from gateway.rollout.status import RolloutStatus
-from gateway.rollout.views import rollout_split, rollout_status, stage_of
+from gateway.rollout.views import experiment_status, rollout_split, rollout_status, stage_of
 from gateway.rollout.webhooks import WebhookCalls
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.split import RolloutSplit
@@ -287,6 +287,7 @@ class RolloutController:
             log.info("rollout %s: %s -> %s: %s", spec.name, before.label(), state.label(), state.reason)
         self._push(spec, state)
         telemetry.record_phase(spec.name, state.phase.value, [phase.value for phase in Phase])
+        telemetry.record_experiment(spec.name, experiment_status(spec, state, now))
         if state.rollback_started is not None and before.rollback_started != state.rollback_started:
             self._confirm_rollback()
         tell(self.watchers, Looked(spec, before, state, decision, now, done.actions))

@@ -6,7 +6,9 @@ far) lives in `RolloutState`, which round-trips through plain JSON.
 
 Phases: `shadow` (weight 0, Envoy mirrors `shadow.percent` of the traffic), `progressing` (the weight of
 `strategy.steps[step]`), `promoted` (after the last step), `rolled_back` (weight 0, shadow off) and
-`manual` (no `strategy`: the split is the spec's own). `paused` is a flag on shadow/progressing.
+`manual` (no `strategy`: the split is the spec's own); with `strategy: experiment`, `experiment` (its fixed
+split, its duration accrued as a hold) then `concluded` (the split stays, the guard runs). `paused` is a
+flag on shadow/progressing/experiment.
 
 One call handles, in order:
 1. The guard. Any FAIL check, in any phase but rolled_back (promoted and manual included: the guard
@@ -47,6 +49,9 @@ One call handles, in order:
    served (`SplitGate`: Accepted by its Gateways, then the answers' own split) before a stage advances:
    a data plane shown to serve another split holds at once (even within the hold time), one not yet
    proven holds where the capacity gate would. Neither is a failure: the candidate is not at fault.
+   An experiment never advances: it concludes once its duration has elapsed or, with `end_on_decision`,
+   once its check passes (every difference decided, gateway/rollout/checks/experiment.py); promote
+   concludes it at once. Concluded, it never promotes by itself: the operator rolls back or edits the spec.
 
 Time: the hold is accrued, not recomputed from a start time. Each call folds `now - held_until` into
 `held` (never negative), so a clock that jumps backwards loses nothing and restarts nothing, a clock
@@ -73,17 +78,18 @@ saved and restored with it; each look (gateway/rollout/look.py) adds to it, and 
 keeps it or, on `retry` and on resuming after a held shared incident, drops it so that new tests start.
 
 A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
-exists restarts the strategy from its first stage; a changed weight or shadow percent is applied.
+exists restarts the strategy from its first stage; a changed weight or shadow percent is applied. Entering a
+stage, and reconciling, are gateway/rollout/stages.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from gateway.rollout import gates
 from gateway.rollout.analysis import Check, Verdict
+from gateway.rollout.checks.experiment import EXPERIMENT
 from gateway.rollout.outcome import Outcome, Reason
 from gateway.rollout.rollout_state import (
     ADVANCING,
@@ -97,20 +103,28 @@ from gateway.rollout.rollout_state import (
     RolledBack,
     RolloutState,
     SplitGate,
-    Transition,
     WebhookOutcome,
+)
+from gateway.rollout.stages import (
+    advance,
+    enter,
+    first_stage,
+    fold,
+    hold_needed,
+    moved,
+    pause,
+    reconcile,
+    strategy_of,
 )
 from gateway.rollout.verdicts import describe, summary
 from gateway.spec.model import RolloutSpec
-from gateway.spec.strategy import Strategy
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
-HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
 
 
 def initial_state(spec: RolloutSpec, now: float) -> RolloutState:
     """Where a new rollout starts: shadow, else step 0, else manual."""
-    state = _first_stage(spec, RolloutState(Phase.MANUAL, weight=None), now, "rollout started")
+    state = first_stage(spec, RolloutState(Phase.MANUAL, weight=None), now, "rollout started")
     return replace(state, history=())
 
 
@@ -129,7 +143,7 @@ def step(
     the webhooks a `CallWebhooks` asked for (gateway/rollout/gates.py). `split` None: graystack's own
     Envoy serves the split (its proxies' ACKs are the proof)."""
     actions: list[Action] = []
-    state = gates.record(_reconcile(spec, _fold(state, now), now), webhook)
+    state = gates.record(reconcile(spec, fold(state, now), now), webhook)
     outcome: Outcome | None = None  # None: no checks this call, so no decision to record
     failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
     held = _shared_hold(spec, failing)
@@ -163,70 +177,13 @@ def rollback_acked(state: RolloutState, now: float) -> tuple[RolloutState, float
     return replace(state, rollback_started=None), seconds
 
 
-def _fold(state: RolloutState, now: float) -> RolloutState:
-    if state.held_until is None:
-        return state
-    return replace(state, held=state.hold_elapsed(now), held_until=now)
-
-
-def _moved(state: RolloutState, now: float, reason: str, **changes: Any) -> RolloutState:
-    """`state` with `changes`, the reason, and a history entry if it now stands somewhere else."""
-    after = replace(state, reason=reason, **changes)
-    if after.label() != state.label():
-        entry = Transition(now, state.label(), after.label(), reason)
-        after = replace(after, history=(*state.history, entry)[-HISTORY_LIMIT:])
-    return after
-
-
-def _stage(
-    state: RolloutState, now: float, reason: str, phase: Phase, index: int, weight: int | None, shadow: int
-) -> RolloutState:
-    """Enter a stage with a fresh hold; only shadow and progressing hold, or keep a pause."""
-    paused = state.paused and phase in ADVANCING
-    accruing = phase in ADVANCING and not paused
-    return _moved(
-        state, now, reason, phase=phase, step=index, weight=weight, shadow_percent=shadow, paused=paused,
-        held=0.0, held_until=now if accruing else None, capacity_since=None, awaiting=None, webhook=None,
-    )  # fmt: skip
-
-
-def _first_stage(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
-    """The strategy's first stage with fresh timers (an operator's pause, if any, stays)."""
-    strategy = spec.strategy
-    state = replace(state, errors=0, rollback_started=None)
-    if strategy is None:
-        return _stage(state, now, reason, Phase.MANUAL, 0, None, 0)
-    if strategy.shadow is not None:
-        return _stage(state, now, reason, Phase.SHADOW, 0, 0, strategy.shadow.percent)
-    return _enter_step(spec, state, 0, now, reason)
-
-
-def _enter_step(spec: RolloutSpec, state: RolloutState, index: int, now: float, reason: str) -> RolloutState:
-    """Step `index`, or promoted past the last step."""
-    steps = _strategy(spec).steps
-    if index >= len(steps):
-        return _stage(state, now, reason, Phase.PROMOTED, len(steps) - 1, steps[-1].weight, 0)
-    return _stage(state, now, reason, Phase.PROGRESSING, index, steps[index].weight, 0)
-
-
-def _strategy(spec: RolloutSpec) -> Strategy:
-    """The strategy of a rollout in an advancing phase (without one, `_reconcile` keeps it MANUAL)."""
-    if spec.strategy is None:
-        raise RuntimeError(f"rollout {spec.name}: an advancing phase without a strategy")
-    return spec.strategy
-
-
-def _advance(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
-    return _enter_step(spec, state, gates.next_step(state), now, reason)
-
-
 def _roll_back(
     state: RolloutState, now: float, cause: str, label: str, actions: list[Action]
 ) -> RolloutState:
     """Weight 0, shadow off, the rollback in flight; `label` is the rollbacks counter's reason."""
     reason = f"rolled back: {cause}"
     actions.extend((Alert(reason), RolledBack(label)))
-    state = _stage(state, now, reason, Phase.ROLLED_BACK, state.step, 0, 0)
+    state = enter(state, now, reason, Phase.ROLLED_BACK, state.step, 0, 0)
     return replace(state, errors=0, rollback_started=now)
 
 
@@ -246,12 +203,8 @@ def _hold_incident(
     actions.append(Alert(f"shared incident, weights held at {state.weight}%: {cause}"))
     reason = f"held: shared incident: {cause}"
     if state.phase in ADVANCING and not state.paused:
-        state = _pause(state, now, reason)
+        state = pause(state, now, reason)
     return replace(state, incident=reason), Outcome(Reason.SHARED_INCIDENT)
-
-
-def _pause(state: RolloutState, now: float, reason: str) -> RolloutState:
-    return _moved(state, now, reason, paused=True, held_until=None)
 
 
 def _command(
@@ -276,18 +229,18 @@ def _command(
         actions.append(Ignored(command, problem))
         return state, False
     if command == Command.PAUSE:
-        return _pause(state, now, "operator pause"), True
+        return pause(state, now, "operator pause"), True
     if command == Command.RESUME:
         fresh = {"evidence": None, "incident": None} if state.incident is not None else {}
         resumed = {"paused": False, "held_until": now, "errors": 0, "capacity_since": None}
-        return _moved(state, now, "operator resume", **resumed, **fresh), True
+        return moved(state, now, "operator resume", **resumed, **fresh), True
     if command == Command.PROMOTE:
-        return _advance(spec, state, now, "operator promote"), True
+        return advance(spec, state, now, "operator promote"), True
     if command == Command.ROLLBACK:
         return _roll_back(state, now, "operator rollback", "operator", actions), True
     if command == Command.APPROVE:
-        return _advance(spec, state, now, "operator approve"), True
-    return _first_stage(spec, replace(state, evidence=None, incident=None), now, "operator retry"), True
+        return advance(spec, state, now, "operator approve"), True
+    return first_stage(spec, replace(state, evidence=None, incident=None), now, "operator retry"), True
 
 
 def _judge(
@@ -314,6 +267,8 @@ def _judge(
         return state, Outcome(Reason.PAUSED if state.paused else Reason.COMMAND_MOVED)
     if split is not None and split.refuted:
         return state, _split_hold(split)
+    if state.phase == Phase.EXPERIMENT:
+        return _experiment(spec, state, checks, now)
     needed = hold_needed(spec, state)
     if needed is not None and state.held < needed:
         return state, Outcome(Reason.HOLD_TIME, seconds=state.held, limit=needed)
@@ -321,7 +276,7 @@ def _judge(
     if not checks or waiting:
         return state, Outcome(Reason.INCONCLUSIVE, checks=tuple(waiting))
     if state.phase == Phase.SHADOW:
-        shadow = _strategy(spec).shadow
+        shadow = strategy_of(spec).shadow
         missed = gates.shadow_gate_missed(shadow.gate, checks) if shadow is not None else None
         if missed is not None:
             return state, missed
@@ -334,9 +289,23 @@ def _judge(
         return _roll_back(state, now, shut.rollback, "webhook", actions), shut.outcome
     if shut is not None:
         return state, shut.outcome
-    state = _advance(spec, state, now, f"checks passed after {state.held:.0f}s: {summary(checks)}")
+    state = advance(spec, state, now, f"checks passed after {state.held:.0f}s: {summary(checks)}")
     promoted = state.phase == Phase.PROMOTED
     return state, Outcome(Reason.PROMOTED) if promoted else Outcome(Reason.STEPPED, step=state.step)
+
+
+def _experiment(
+    spec: RolloutSpec, state: RolloutState, checks: tuple[Check, ...], now: float
+) -> tuple[RolloutState, Outcome]:
+    """Hold the experiment's split until its duration has elapsed or (end_on_decision) its check passes."""
+    experiment = strategy_of(spec).experiment
+    duration = experiment.duration if experiment is not None else 0.0
+    decided = experiment is not None and experiment.end_on_decision
+    decided = decided and any(c.name == EXPERIMENT and c.verdict == Verdict.PASS for c in checks)
+    if state.held < duration and not decided:
+        return state, Outcome(Reason.EXPERIMENT_RUNNING, seconds=state.held, limit=duration)
+    why = "every difference decided" if decided else f"its duration ({duration:.0f}s) elapsed"
+    return advance(spec, state, now, why), Outcome(Reason.EXPERIMENT_CONCLUDED, cause=why)
 
 
 def _on_error(
@@ -350,7 +319,7 @@ def _on_error(
         return _roll_back(state, now, cause, "metrics_error", actions), Outcome(Reason.ROLLED_BACK)
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
     if state.phase in ADVANCING and not state.paused:
-        state = _pause(state, now, f"frozen: {cause}")
+        state = pause(state, now, f"frozen: {cause}")
     return state, Outcome(Reason.FROZEN)
 
 
@@ -364,7 +333,7 @@ def _wait_for_capacity(
         return state, Outcome(Reason.CAPACITY, seconds=now - since, limit=gate.timeout, cause=gate.reason)
     cause = f"capacity not ready after {now - since:.0f}s: {gate.reason}"
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
-    return _pause(state, now, f"frozen: {cause}"), Outcome(Reason.FROZEN_CAPACITY)
+    return pause(state, now, f"frozen: {cause}"), Outcome(Reason.FROZEN_CAPACITY)
 
 
 def _split_hold(split: SplitGate) -> Outcome:
@@ -372,33 +341,3 @@ def _split_hold(split: SplitGate) -> Outcome:
     failing is a new hold, told again)."""
     reason = Reason.SPLIT_REFUTED if split.refuted else Reason.SPLIT_UNPROVEN
     return Outcome(reason, checks=(split.waiting_on or "",), cause=split.reason)
-
-
-def hold_needed(spec: RolloutSpec, state: RolloutState) -> float | None:
-    """The hold the stage needs before it may advance; None where nothing advances."""
-    if state.phase not in ADVANCING or spec.strategy is None:
-        return None
-    if state.phase == Phase.SHADOW:
-        return spec.strategy.shadow.duration if spec.strategy.shadow else None
-    steps = spec.strategy.steps
-    return steps[state.step].hold if state.step < len(steps) else None
-
-
-def _reconcile(spec: RolloutSpec, state: RolloutState, now: float) -> RolloutState:
-    """Fit the state to the spec it now runs under (an edit, or a restart with a changed file)."""
-    strategy = spec.strategy
-    if state.phase == Phase.ROLLED_BACK:
-        return state
-    if (strategy is None) != (state.phase == Phase.MANUAL):
-        return _first_stage(spec, state, now, "the spec's strategy changed")
-    if strategy is None:
-        return state
-    if state.phase == Phase.SHADOW:
-        if strategy.shadow is None:
-            return _first_stage(spec, state, now, "the spec no longer has a shadow stage")
-        return replace(state, shadow_percent=strategy.shadow.percent)
-    if state.phase == Phase.PROGRESSING:
-        if state.step >= len(strategy.steps):
-            return _first_stage(spec, state, now, "the spec no longer has this step")
-        return replace(state, weight=strategy.steps[state.step].weight)
-    return replace(state, weight=strategy.steps[-1].weight)

@@ -36,6 +36,8 @@ class Reason(StrEnum):
     WEBHOOK_FAILED = "webhook_failed"  # one answered a failure; called again after a while
     AWAITING_APPROVAL = "awaiting_approval"  # approval: manual
     EVIDENCE_GATE = "evidence_gate"  # approval: evidence, not yet shown not worse
+    EXPERIMENT_RUNNING = "experiment_running"  # strategy: experiment, neither its duration nor a decision yet
+    EXPERIMENT_CONCLUDED = "experiment_concluded"  # ... and now one of them
 
 
 # What each outcome says: (verb, why), written "verb: why" (the why alone where the verb is empty).
@@ -66,6 +68,11 @@ SENTENCES: dict[Reason, tuple[str, str]] = {
         "hold",
         "awaiting approval of step {step} (weight {weight}%): graystack approve",
     ),
+    Reason.EXPERIMENT_RUNNING: (
+        "hold",
+        "experiment: {seconds:.0f}s of {limit:.0f}s, not every difference decided",
+    ),
+    Reason.EXPERIMENT_CONCLUDED: ("", "experiment concluded: {cause}"),
     Reason.EVIDENCE_GATE: (
         "hold",
         "awaiting approval of step {step} (weight {weight}%): graystack approve: not yet shown not worse: "

@@ -50,7 +50,7 @@ NOT_WORSE = (
 def roles(spec: RolloutSpec) -> tuple[str, str]:
     """(baseline, candidate): the baseline is `retries.fallback`, else the variant named `baseline`;
     the candidate is the first other variant. SpecError if the spec has no baseline."""
-    baseline = spec.retries.fallback or ("baseline" if "baseline" in spec.variants else None)
+    baseline = spec.baseline
     if baseline is None:
         raise SpecError("the rollout needs a baseline: set retries.fallback or name a variant `baseline`")
     return baseline, next(v for v in spec.variants if v != baseline)

@@ -58,6 +58,9 @@ HOLDS: dict[Reason, Held] = {
     Reason.PAUSED: Held(None, None),  # told as Paused / paused when it paused
     Reason.COMMAND_MOVED: Held(HOLDING, None),  # routine: not worth a message
     Reason.HOLD_TIME: Held(HOLDING, None),
+    Reason.EXPERIMENT_RUNNING: Held(
+        HOLDING, None
+    ),  # routine, as a stage's hold time: its report is in status
     Reason.INCONCLUSIVE: Held(HOLDING, "stage_holding"),
     Reason.SHADOW_GATE: Held(HOLDING, "stage_holding"),
     Reason.CAPACITY: Held(HOLDING, CAPACITY_NOT_READY),
@@ -79,5 +82,6 @@ UNTOLD = frozenset(
         Reason.FROZEN,  # told by its Alert and its pause
         Reason.GUARD_ONLY,  # nothing advances: nothing to tell
         Reason.RECORDED_ONLY,  # rolled back already
+        Reason.EXPERIMENT_CONCLUDED,  # told by its transition in the history (no Event of its own yet)
     }
 )  # a look that neither moves nor holds: a hold told before it is forgotten

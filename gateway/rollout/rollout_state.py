@@ -21,9 +21,12 @@ class Phase(StrEnum):
     PROMOTED = "promoted"
     ROLLED_BACK = "rolled_back"
     MANUAL = "manual"
+    EXPERIMENT = "experiment"  # strategy: experiment holds its split (its duration accrues as a hold)
+    CONCLUDED = "concluded"  # ... and after it: the split stays, only the guard runs
 
 
-ADVANCING = frozenset({Phase.SHADOW, Phase.PROGRESSING})  # the phases that pause/promote apply to
+# the phases that pause/promote apply to
+ADVANCING = frozenset({Phase.SHADOW, Phase.PROGRESSING, Phase.EXPERIMENT})
 
 
 class Command(StrEnum):
@@ -90,7 +93,7 @@ class Transition:
 class RolloutState:
     phase: Phase
     step: int = 0  # index into strategy.steps while progressing
-    weight: int | None = 0  # zero-layer's share of the default split; None: the spec's own (manual)
+    weight: int | None = 0  # the candidate's share of the default split; None: the spec's own (manual)
     shadow_percent: int = 0  # share of requests mirrored to zero-layer; 0 = off
     paused: bool = False
     held: float = 0.0  # hold time accrued in the current stage up to `held_until`

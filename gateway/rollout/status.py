@@ -129,6 +129,36 @@ class GateStatus(_Answer):
     not_worse: NotWorseStatus | None = None  # an evidence gate's evidence (None: a manual gate)
 
 
+class DifferenceStatus(_Answer):
+    """One difference an experiment reports (gateway/rollout/checks/experiment.py): candidate minus
+    baseline (`difference`) or over it (`ratio`), its interval valid at every look at once (`upper`
+    null: unbounded yet), decided once the interval excludes 0 (1 for a ratio)."""
+
+    name: str
+    kind: Literal["difference", "ratio"]
+    estimate: float | None
+    lower: float
+    upper: float | None
+    samples: list[int]  # the candidate's and the baseline's observations
+    decided: bool
+
+
+class ExperimentStatus(_Answer):
+    """`strategy: experiment`'s report (also GET /v1/experiment): every interval holds together, at
+    every look, with probability at least 1 - alpha; `decided`: every difference is."""
+
+    candidate: str
+    baseline: str
+    alpha: float
+    duration: float
+    elapsed: float | None  # seconds of its duration held so far (None once it no longer runs)
+    end_on_decision: bool
+    concluded: bool
+    decided: bool
+    differences: list[DifferenceStatus]
+    not_compared: list[str]
+
+
 class RolloutStatus(_Answer):
     """The rollout controller's view of its rollout."""
 
@@ -157,3 +187,4 @@ class RolloutStatus(_Answer):
     state_save_error: str | None
     capacity: CapacityStatus | None
     gate: GateStatus | None = None
+    experiment: ExperimentStatus | None = None  # strategy: experiment's report

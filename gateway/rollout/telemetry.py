@@ -7,7 +7,8 @@ check has no value) so a dashboard can plot a check against its line with its ev
 the variants: their pods, and what they cost), `graystack_rollout_segment_weight` (every header segment's split, which the default-split gauge does
 not show), `graystack_rollout_alerts_total` (every Alert the controller logged), and the sequential
 tests' evidence: `graystack_analysis_log_evalue` against `graystack_analysis_log_evalue_bound` (a rollback
-is the first crossing) and the error rate's anytime confidence bounds `graystack_analysis_error_rate_bound`.
+is the first crossing) and the error rate's anytime confidence bounds `graystack_analysis_error_rate_bound`;
+and an experiment's report, `graystack_experiment_difference` (gateway/rollout/checks/experiment.py).
 
 Counters whose labels are known up front are created at 0 (`zero_rollout_series`), so that
 Prometheus' increase() sees their first event: a series born at 1 is invisible to it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ from gateway import families
 
 if TYPE_CHECKING:
     from gateway.rollout.analysis import Check
+    from gateway.rollout.status import ExperimentStatus
 
 ROLLOUT_WEIGHT = Gauge(
     families.ROLLOUT_WEIGHT,
@@ -88,6 +91,13 @@ ERROR_RATE_BOUND = Gauge(
     families.ANALYSIS_ERROR_RATE_BOUND,
     "The candidate's error rate: anytime-valid confidence bounds over the rollout (side = lower, upper)",
     ["rollout", "side"],
+)
+EXPERIMENT_DIFFERENCE = Gauge(
+    families.EXPERIMENT_DIFFERENCE,
+    "strategy: experiment: each difference of the candidate against the baseline (error_rate: candidate "
+    "minus baseline; ttft_p50, ttft_p90, tpot_p50, tpot_p90: candidate over baseline), its estimate and "
+    "its anytime-valid interval (side = estimate, lower, upper; an upper not bounded yet is +Inf)",
+    ["rollout", "difference", "side"],
 )
 ROLLBACK_SECONDS = Histogram(
     families.ROLLBACK_SECONDS,
@@ -173,6 +183,18 @@ def record_checks(rollout: str, checks: Sequence[Check], error_bounds: tuple[flo
             ANALYSIS_LOG_EVALUE_BOUND.labels(rollout, check.name).set(check.log_bound)
     for side, value in zip(("lower", "upper"), error_bounds or (), strict=False):
         ERROR_RATE_BOUND.labels(rollout, side).set(value)
+
+
+def record_experiment(rollout: str, report: ExperimentStatus | None) -> None:
+    """An experiment's differences as they stand (nothing where the rollout is no experiment)."""
+    for difference in report.differences if report is not None else ():
+        sides = {
+            "estimate": math.nan if difference.estimate is None else difference.estimate,
+            "lower": difference.lower,
+            "upper": math.inf if difference.upper is None else difference.upper,
+        }
+        for side, value in sides.items():
+            EXPERIMENT_DIFFERENCE.labels(rollout, difference.name, side).set(value)
 
 
 def forget_capacity() -> None:

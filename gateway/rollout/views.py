@@ -11,20 +11,24 @@ that was refused (an invalid composition) is tried again at the next interval.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any
 
 from gateway.rollout.analysis import Check
+from gateway.rollout.checks.experiment import EXPERIMENT, ExperimentSettings, ExperimentTests, report
 from gateway.rollout.evidence import busier_looks, error_bounds
 from gateway.rollout.gates import evidence_judgement
-from gateway.rollout.machine import hold_needed
 from gateway.rollout.plan import plan_for, roles
 from gateway.rollout.rollout_state import ADVANCING, Phase, RolloutState
+from gateway.rollout.stages import hold_needed
 from gateway.rollout.status import (
     AlertStatus,
     CapacityStatus,
     DecisionStatus,
+    DifferenceStatus,
     EvidenceStatus,
+    ExperimentStatus,
     GateStatus,
     HoldStatus,
     NotWorsePart,
@@ -107,6 +111,7 @@ def rollout_status(
         state_save_error=save_error,
         capacity=CapacityStatus.model_validate(capacity) if capacity is not None else None,
         gate=gate_status(spec, state),
+        experiment=experiment_status(spec, state, now),
     )
 
 
@@ -148,7 +153,8 @@ def evidence_status(
     except SpecError:
         return None
     stage = evidence.stage if evidence is not None else None
-    needed = plan.stage_requests if state.phase in ADVANCING else None
+    # an experiment's phase ends on its duration or its report, never on a stage's requests
+    needed = plan.stage_requests if state.phase in ADVANCING - {Phase.EXPERIMENT} else None
     requests = stage.requests if stage is not None and stage.stage == stage_of(state) else 0
     return EvidenceStatus(
         started=None if evidence is None else evidence.started,
@@ -162,4 +168,36 @@ def evidence_status(
         error_rate_bounds=None if evidence is None else list(error_bounds(evidence)),
         latency_looks_left_out=0 if evidence is None else busier_looks(evidence),
         incident=state.incident,
+    )
+
+
+def experiment_status(spec: RolloutSpec, state: RolloutState, now: float) -> ExperimentStatus | None:
+    """The experiment's report from the state's evidence (None: the strategy is not an experiment)."""
+    experiment = spec.strategy.experiment if spec.strategy is not None else None
+    try:
+        plan = plan_for(spec)
+    except SpecError:
+        return None
+    settings = plan.settings.get(EXPERIMENT)
+    if experiment is None or not isinstance(settings, ExperimentSettings):
+        return None
+    tests = state.evidence.tests.get(EXPERIMENT) if state.evidence is not None else None
+    found = report(tests if isinstance(tests, ExperimentTests) else ExperimentTests(), settings)
+    differences = [
+        DifferenceStatus(
+            **{**asdict(d), "upper": d.upper if math.isfinite(d.upper) else None, "samples": list(d.samples)}
+        )
+        for d in found.differences
+    ]
+    return ExperimentStatus(
+        candidate=plan.candidate,
+        baseline=plan.baseline,
+        alpha=found.alpha,
+        duration=experiment.duration,
+        elapsed=round(state.hold_elapsed(now), 3) if state.phase == Phase.EXPERIMENT else None,
+        end_on_decision=experiment.end_on_decision,
+        concluded=state.phase == Phase.CONCLUDED,
+        decided=found.decided,
+        differences=differences,
+        not_compared=list(found.not_compared),
     )

@@ -263,6 +263,8 @@ class RolloutSpec(SpecModel):
         if self.timeouts.first_byte is not None and self.timeouts.first_byte == 0:
             raise ValueError("timeouts.first_byte: must be above 0 (omit it for none)")
         check_evidence_gates(self.strategy, self.analysis)
+        if self.strategy is not None and self.strategy.experiment is not None:
+            self.strategy.experiment.check_split(list(self.variants), self.baseline)
         check_gateway_api(
             self.gateway_api,
             self.variants,
@@ -277,7 +279,7 @@ class RolloutSpec(SpecModel):
             self.endpoint_picker,
             self.variants,
             self.routing.body is not None,
-            self.retries.fallback or ("baseline" if "baseline" in self.variants else None),
+            self.baseline,
         )
         check_envoy_picker(self.envoy_picker, self.users_gateway, self.retries.fallback)
         for entry in self.apis.table():
@@ -288,6 +290,11 @@ class RolloutSpec(SpecModel):
                         "gateway never serves; refuse that entry or check health on another path"
                     )
         return self
+
+    @property
+    def baseline(self) -> str | None:
+        """The baseline: `retries.fallback`, else the variant named `baseline` (None: the spec has none)."""
+        return self.retries.fallback or ("baseline" if "baseline" in self.variants else None)
 
     def protected_paths(self) -> tuple[str, ...]:
         """The servers' own routes the listener never serves (apis.PROTECTED), with the health-check paths."""

@@ -44,9 +44,66 @@ class Step(SpecModel):
     webhooks: list[Webhook] = []
 
 
+class Experiment(SpecModel):
+    """A fixed split held for `duration`, or until every difference it reports is decided (issue 38;
+    gateway/rollout/checks/experiment.py): it never promotes by itself, and the guard still rolls back.
+    `alpha` bounds the chance that any interval it reports ever misses its true value."""
+
+    weights: dict[str, Percent]
+    duration: PositiveDuration
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    end_on_decision: bool = True
+
+    @field_validator("weights")
+    @classmethod
+    def _sums_to_100(cls, weights: dict[str, int]) -> dict[str, int]:
+        total = sum(weights.values())
+        if total != 100:
+            raise ValueError(f"weights must sum to 100, got {total}")
+        return weights
+
+    def check_split(self, variants: list[str], baseline: str | None) -> None:
+        """ValueError unless the split names the baseline and the rollout's candidate (the first other
+        variant), both served: several candidates are not built yet (issue 38)."""
+        where = "strategy.experiment.weights"
+        unknown = sorted(set(self.weights) - set(variants))
+        if unknown:
+            raise ValueError(f"{where}: unknown variant(s) {unknown}; the spec defines {sorted(variants)}")
+        if baseline is None:
+            raise ValueError(
+                f"{where}: an experiment compares with a baseline: set retries.fallback or name a variant `baseline`"
+            )
+        if self.weights.get(baseline, 0) == 0:
+            raise ValueError(
+                f"{where}: the baseline {baseline!r} needs a share above 0 (the experiment compares with it)"
+            )
+        candidate = next(v for v in variants if v != baseline)
+        served = sorted(v for v, weight in self.weights.items() if v != baseline and weight > 0)
+        if served != [candidate]:
+            raise ValueError(
+                f"{where}: give the candidate {candidate!r}, and no other variant, a share above 0 (got "
+                f"{served}): one candidate beside the baseline for now"
+            )
+
+    def candidate_weight(self, baseline: str) -> int:
+        """The candidate's share: all but the baseline's."""
+        return 100 - self.weights[baseline]
+
+
 class Strategy(SpecModel):
+    """Steps (with an optional shadow stage before them), or one experiment."""
+
     shadow: Shadow | None = None
-    steps: list[Step] = Field(min_length=1)
+    steps: list[Step] = []
+    experiment: Experiment | None = None
+
+    @model_validator(mode="after")
+    def _steps_or_experiment(self) -> Strategy:
+        if self.experiment is None and not self.steps:
+            raise ValueError("name `steps` (at least one) or an `experiment`")
+        if self.experiment is not None and (self.steps or self.shadow is not None):
+            raise ValueError("experiment: holds one split; leave out `steps` and `shadow`")
+        return self
 
 
 MetricName = Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")]

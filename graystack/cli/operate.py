@@ -18,7 +18,7 @@ from graystack.cli.root import (
     kubeconfig_option,
     main,
 )
-from graystack.console.status_view import render_status, weight_text
+from graystack.console.status_view import experiment_lines, render_status, weight_text
 
 
 def _parse_assignments(assignments: tuple[str, ...]) -> dict[str, int]:
@@ -150,6 +150,24 @@ def status(admin_url: str, token: str | None, as_json: bool, watch: bool, interv
                 return
             time.sleep(interval)
             click.clear()
+
+
+@main.command()
+@admin_url
+@admin_token
+@as_json
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="also write the JSON report here")
+def experiment(admin_url: str, token: str | None, as_json: bool, out: str | None) -> None:
+    """Show strategy: experiment's report: each difference with its anytime-valid interval."""
+    try:
+        with AdminClient(admin_url, token) as client:
+            report = client.experiment()
+    except AdminError as error:
+        raise click.ClickException(str(error)) from None
+    if out is not None:
+        with open(out, "w", encoding="utf-8") as file:
+            file.write(dumps(report) + "\n")
+    click.echo(dumps(report) if as_json else "\n".join(experiment_lines(report)))
 
 
 ROLLOUT_COMMANDS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.admin.protocol import (
     CapacityStatus,
     EvidenceStatus,
+    ExperimentStatus,
     GateStatus,
     PickerStatus,
     RolloutStatus,
@@ -124,6 +125,8 @@ def _rollout_lines(rollout: RolloutStatus) -> list[str]:
         lines.append(f"hold      {hold.elapsed:.0f}s of {hold.needed:.0f}s")
     if rollout.evidence:
         lines += _evidence_lines(rollout.evidence)
+    if rollout.experiment:
+        lines += experiment_lines(rollout.experiment)
     if rollout.shadow_percent:
         lines.append(f"shadow    {rollout.shadow_percent}% of requests mirrored to {rollout.candidate}")
     if rollout.guard == "off":
@@ -209,6 +212,26 @@ def _evidence_lines(evidence: EvidenceStatus) -> list[str]:
     if evidence.incident:
         lines.append(f"incident  {evidence.incident}")
     return lines
+
+
+def experiment_lines(experiment: ExperimentStatus) -> list[str]:
+    """An experiment's report: each difference with its interval (valid at every look at once)."""
+    held = "" if experiment.elapsed is None else f", {experiment.elapsed:.0f}s of {experiment.duration:.0f}s"
+    state = "concluded" if experiment.concluded else "running"
+    verdict = "every difference decided" if experiment.decided else "not every difference decided"
+    lines = [
+        f"experiment {experiment.candidate} vs {experiment.baseline} {state}{held}: {verdict} "
+        f"(the intervals hold together at {1 - experiment.alpha:.0%})"
+    ]
+    for d in experiment.differences:
+        shown = "{:.3f}x" if d.kind == "ratio" else "{:+.3%}"
+        estimate, lower = ("n/a" if d.estimate is None else shown.format(d.estimate)), shown.format(d.lower)
+        upper = "inf" if d.upper is None else shown.format(d.upper)
+        decided = "DECIDED" if d.decided else "undecided"
+        lines.append(
+            f"  {d.name:<10} {estimate:>9} [{lower}, {upper}] {decided}, samples {d.samples[0]}/{d.samples[1]}"
+        )
+    return lines + [f"  not compared: {why}" for why in experiment.not_compared]
 
 
 def _gate_lines(gate: GateStatus) -> list[str]:

@@ -78,6 +78,7 @@ def test_openapi_documents_every_answer_and_each_error_has_one_status():
     }
     assert answers == {
         ("GET", "/v1/status"): {"$ref": "#/components/schemas/Status"},
+        ("GET", "/v1/experiment"): {"$ref": "#/components/schemas/ExperimentStatus"},
         ("PUT", "/v1/weights"): {"$ref": "#/components/schemas/FlipResult"},
         ("PUT", "/v1/faults/{variant}"): {"$ref": "#/components/schemas/FaultResult"},
         ("DELETE", "/v1/faults/{variant}"): {"$ref": "#/components/schemas/FaultResult"},

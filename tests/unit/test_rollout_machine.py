@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 
 from gateway.rollout.analysis import Check, Verdict
-from gateway.rollout.machine import HISTORY_LIMIT, initial_state, rollback_acked, step
+from gateway.rollout.machine import initial_state, rollback_acked, step
 from gateway.rollout.outcome import Reason
 from gateway.rollout.rollout_state import Alert, Command, Ignored, Phase, RecordDecision, RolloutState
+from gateway.rollout.stages import HISTORY_LIMIT
 from gateway.spec.model import RolloutSpec, SpecError, validate_spec
 
 PASS, FAIL, INCONCLUSIVE, ERROR = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR

@@ -43,6 +43,8 @@ TABLE: dict[Reason, tuple[tuple[str, bool] | None, str | None]] = {
     Reason.WEBHOOK_FAILED: (("WebhookFailed", True), "stage_holding"),
     Reason.AWAITING_APPROVAL: (("AwaitingApproval", True), "stage_holding"),
     Reason.EVIDENCE_GATE: (("AwaitingApproval", True), "stage_holding"),
+    Reason.EXPERIMENT_RUNNING: (("Holding", False), None),
+    Reason.EXPERIMENT_CONCLUDED: (None, None),
 }
 
 STEP_0 = RolloutState(Phase.PROGRESSING, step=0, weight=5)

@@ -15,6 +15,7 @@ from gateway.rollout.checks.agreement import AgreementTests, ShadowAgreement
 from gateway.rollout.checks.base import CheckKind
 from gateway.rollout.checks.error_ratio import ErrorRatio, RatioTests
 from gateway.rollout.checks.errors import ErrorRate, ErrorTests
+from gateway.rollout.checks.experiment import ExperimentRow, ExperimentTests
 from gateway.rollout.checks.judge import Judge, JudgeTests
 from gateway.rollout.checks.latency import ITL_COMPARISON, TTFT_COMPARISON, LatencyTests
 from gateway.rollout.checks.length_cut import CutTests, LengthCut
@@ -33,6 +34,7 @@ CHECKS: tuple[CheckKind[Any, Any], ...] = (
     Structure(),
     LengthCut(),
     Judge(),
+    ExperimentRow(),
 )
 
 # One row's tests as the saved state keeps them, told apart by their `kind`.
@@ -44,7 +46,8 @@ TestState = Annotated[
     | AgreementTests
     | StructureTests
     | CutTests
-    | JudgeTests,
+    | JudgeTests
+    | ExperimentTests,
     Field(discriminator="kind"),
 ]
 

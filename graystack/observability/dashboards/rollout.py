@@ -15,6 +15,7 @@ from gateway.families import (
     ANALYSIS_ERROR_RATE_BOUND,
     ANALYSIS_LOG_EVALUE,
     ANALYSIS_LOG_EVALUE_BOUND,
+    EXPERIMENT_DIFFERENCE,
     ROLLBACK_SECONDS,
     ROLLOUT_ALERTS,
     ROLLOUT_PHASE,
@@ -128,6 +129,24 @@ def rollout_decisions() -> gd.Dashboard:
             ),
         ).span(8)
     )
+    board.with_row(gd.Row("Experiment (strategy: experiment)"))
+    for title, unit, which, words in (
+        ("latency, candidate over baseline", "none", "ttft_.*|tpot_.*", "TTFT and time per output token at p50 "
+         "and p90, candidate over baseline: a line at 1 is no difference"),
+        ("error rate, candidate minus baseline", "percentunit", "error_rate", "The error rates' difference: "
+         "a line at 0 is no difference"),
+    ):  # fmt: skip
+        board.with_panel(
+            graph(
+                f"Experiment: {title}",
+                unit,
+                f"{words}. Each estimate with its interval, valid at every look at once (a confidence "
+                "sequence); decided once the interval leaves out the no-difference line.",
+                query(
+                    f'{EXPERIMENT_DIFFERENCE}{{{ROLLOUT}, difference=~"{which}"}}', "{{difference}} {{side}}"
+                ),
+            ).span(12)
+        )
     board.with_row(gd.Row("Each check against its threshold"))
     for check, unit in CHECKS.items():
         selector = f'{ROLLOUT}, check="{check}"'

@@ -107,7 +107,7 @@ def _judge(
     candidate = plan.candidate
     said = Moment(
         shadowing=state.phase == Phase.SHADOW,
-        advancing=state.phase in ADVANCING,
+        advancing=state.phase in ADVANCING and state.incident is None,  # no stage ends while held
         weight_status=seen.weight_status.get(candidate, ()),
         effective_windows=seen.effective_windows.get(candidate, ()),
         mismatches=seen.mismatches.get(candidate, ()),
@@ -124,6 +124,8 @@ def _evidence(plan: Plan, state: RolloutState, now: float) -> tuple[tests.Eviden
         return current, None
     if current is not None:
         why = "the settings that define the tests (or the candidate) changed"
+    elif state.incident is not None:
+        why = "a shared incident is held: new tests, without its errors (gateway/rollout/incident.py)"
     elif state.history and state.history[-1].reason in ("operator retry", "operator resume"):
         why = state.history[-1].reason
     else:

@@ -14,8 +14,14 @@ One call handles, in order:
    samples, bound and threshold (and its evidence). A command in the same call is ignored: safety
    first. The one exception: when every failing check is a shared incident (the check tells it: for
    errors, by comparison, checks/errors.py) and `analysis.on_shared_incident` is `hold`, the weights stay,
-   the rollout pauses and one alert pages; resuming it starts new tests (`evidence` None), since the
-   incident's errors are in the current ones. A failure that is the candidate's alone still rolls back.
+   the rollout pauses and one alert pages, and new tests start (`evidence` None: the incident's errors
+   are in the current ones). The incident is watched (gateway/rollout/incident.py): once the new tests
+   stay quiet for `analysis.incident_clear` (no check failing or in error, the error tests passing) it
+   is over, and the rollout goes on by itself (`shared_incident_cleared`; the stage's hold time runs on
+   from where it stopped). Only the pause the incident made is lifted so: an operator's own, made before
+   or during it, stays theirs. New tests that fire shared again keep it held and restart the quiet
+   period, never a rollback; an operator's resume ends the hold at once. A failure that is the
+   candidate's alone still rolls back.
    Every rollback yields `RolledBack` with the label it is counted under (graystack_rollout_rollbacks_total):
    the first failing check's name, `shared_incident` (every failing check shared), `operator` (the
    command), `metrics_error` (on_error: rollback) or `webhook` (a step webhook's on_failure: rollback).
@@ -70,7 +76,8 @@ the Kubernetes Events and the notifications key on the reason (gateway/rollout/r
 
 The sequential tests' state (`evidence`, gateway/rollout/evidence.py) rides in the state, so it is
 saved and restored with it; each look (gateway/rollout/look.py) adds to it, and the machine only
-keeps it or, on `retry` and on resuming after a held shared incident, drops it so that new tests start.
+keeps it or, on `retry`, on holding a shared incident (at most once per `incident_clear` while it
+stands) and on an operator's resuming one, drops it so that new tests start.
 
 A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
 exists restarts the strategy from its first stage; a changed weight or shadow percent is applied.
@@ -80,9 +87,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
-from gateway.rollout import gates
+from gateway.rollout import gates, incident
 from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.outcome import Outcome, Reason
 from gateway.rollout.rollout_state import (
@@ -97,15 +103,15 @@ from gateway.rollout.rollout_state import (
     RolledBack,
     RolloutState,
     SplitGate,
-    Transition,
     WebhookOutcome,
+    moved,
+    pause,
 )
 from gateway.rollout.verdicts import describe, summary
 from gateway.spec.model import RolloutSpec
 from gateway.spec.strategy import Strategy
 
 ERROR_LIMIT = 3  # consecutive error intervals before on_error applies (Argo aborts after 5; we freeze)
-HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
 
 
 def initial_state(spec: RolloutSpec, now: float) -> RolloutState:
@@ -132,7 +138,7 @@ def step(
     state = gates.record(_reconcile(spec, _fold(state, now), now), webhook)
     outcome: Outcome | None = None  # None: no checks this call, so no decision to record
     failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
-    held = _shared_hold(spec, failing)
+    held = incident.shared_hold(spec, failing)
     if failing and state.phase != Phase.ROLLED_BACK and not held:
         label = "shared_incident" if all(c.shared for c in failing) else failing[0].name
         state = _roll_back(state, now, "; ".join(describe(c) for c in failing), label, actions)
@@ -140,14 +146,16 @@ def step(
         if command is not None:
             actions.append(Ignored(command, "a failing check rolled the rollout back"))
     elif held and state.phase != Phase.ROLLED_BACK:
-        state, outcome = _hold_incident(state, failing, now, actions)
+        state, outcome = incident.hold(spec, state, failing, now, actions)
         if command is not None:
             state, _ = _command(spec, state, command, now, actions)
     else:
         applied = False
         if command is not None:
             state, applied = _command(spec, state, command, now, actions)
-        if checks is not None:
+        if checks is not None and state.incident is not None and state.phase != Phase.ROLLED_BACK:
+            state, outcome = incident.watch(spec, state, checks, now)
+        if checks is not None and outcome is None:
             state, outcome = _judge(spec, state, tuple(checks), now, actions, not applied, capacity, split)
     if outcome is not None:
         actions.insert(0, RecordDecision(tuple(checks or ()), outcome))
@@ -169,22 +177,13 @@ def _fold(state: RolloutState, now: float) -> RolloutState:
     return replace(state, held=state.hold_elapsed(now), held_until=now)
 
 
-def _moved(state: RolloutState, now: float, reason: str, **changes: Any) -> RolloutState:
-    """`state` with `changes`, the reason, and a history entry if it now stands somewhere else."""
-    after = replace(state, reason=reason, **changes)
-    if after.label() != state.label():
-        entry = Transition(now, state.label(), after.label(), reason)
-        after = replace(after, history=(*state.history, entry)[-HISTORY_LIMIT:])
-    return after
-
-
 def _stage(
     state: RolloutState, now: float, reason: str, phase: Phase, index: int, weight: int | None, shadow: int
 ) -> RolloutState:
     """Enter a stage with a fresh hold; only shadow and progressing hold, or keep a pause."""
     paused = state.paused and phase in ADVANCING
     accruing = phase in ADVANCING and not paused
-    return _moved(
+    return moved(
         state, now, reason, phase=phase, step=index, weight=weight, shadow_percent=shadow, paused=paused,
         held=0.0, held_until=now if accruing else None, capacity_since=None, awaiting=None, webhook=None,
     )  # fmt: skip
@@ -230,30 +229,6 @@ def _roll_back(
     return replace(state, errors=0, rollback_started=now)
 
 
-def _shared_hold(spec: RolloutSpec, failing: Sequence[Check]) -> bool:
-    """Every failing check is a shared incident, and the spec says to hold on those."""
-    return bool(failing) and spec.analysis.on_shared_incident == "hold" and all(c.shared for c in failing)
-
-
-def _hold_incident(
-    state: RolloutState, failing: Sequence[Check], now: float, actions: list[Action]
-) -> tuple[RolloutState, Outcome]:
-    """A shared incident under `on_shared_incident: hold`: the weights stay, the rollout pauses, and one
-    alert pages; resuming it starts new tests (the incident's errors are in the current ones)."""
-    if state.incident is not None:
-        return state, Outcome(Reason.SHARED_INCIDENT_STANDING)
-    cause = "; ".join(describe(c) for c in failing)
-    actions.append(Alert(f"shared incident, weights held at {state.weight}%: {cause}"))
-    reason = f"held: shared incident: {cause}"
-    if state.phase in ADVANCING and not state.paused:
-        state = _pause(state, now, reason)
-    return replace(state, incident=reason), Outcome(Reason.SHARED_INCIDENT)
-
-
-def _pause(state: RolloutState, now: float, reason: str) -> RolloutState:
-    return _moved(state, now, reason, paused=True, held_until=None)
-
-
 def _command(
     spec: RolloutSpec, state: RolloutState, command: Command, now: float, actions: list[Action]
 ) -> tuple[RolloutState, bool]:
@@ -262,7 +237,7 @@ def _command(
     problem = None
     if command in (Command.PAUSE, Command.PROMOTE) and phase not in ADVANCING:
         problem = f"nothing advances in phase {phase.value}"
-    elif command == Command.PAUSE and state.paused:
+    elif command == Command.PAUSE and state.paused and not incident.paused_it(state):
         problem = "already paused"
     elif command == Command.RESUME and not state.paused:
         problem = "not paused"
@@ -276,18 +251,18 @@ def _command(
         actions.append(Ignored(command, problem))
         return state, False
     if command == Command.PAUSE:
-        return _pause(state, now, "operator pause"), True
+        return incident.take_pause(pause(state, now, "operator pause")), True
     if command == Command.RESUME:
-        fresh = {"evidence": None, "incident": None} if state.incident is not None else {}
+        fresh = incident.forget(state) if state.incident is not None else state
         resumed = {"paused": False, "held_until": now, "errors": 0, "capacity_since": None}
-        return _moved(state, now, "operator resume", **resumed, **fresh), True
+        return moved(fresh, now, "operator resume", **resumed), True
     if command == Command.PROMOTE:
         return _advance(spec, state, now, "operator promote"), True
     if command == Command.ROLLBACK:
         return _roll_back(state, now, "operator rollback", "operator", actions), True
     if command == Command.APPROVE:
         return _advance(spec, state, now, "operator approve"), True
-    return _first_stage(spec, replace(state, evidence=None, incident=None), now, "operator retry"), True
+    return _first_stage(spec, incident.forget(state), now, "operator retry"), True
 
 
 def _judge(
@@ -350,7 +325,7 @@ def _on_error(
         return _roll_back(state, now, cause, "metrics_error", actions), Outcome(Reason.ROLLED_BACK)
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
     if state.phase in ADVANCING and not state.paused:
-        state = _pause(state, now, f"frozen: {cause}")
+        state = pause(state, now, f"frozen: {cause}")
     return state, Outcome(Reason.FROZEN)
 
 
@@ -364,7 +339,7 @@ def _wait_for_capacity(
         return state, Outcome(Reason.CAPACITY, seconds=now - since, limit=gate.timeout, cause=gate.reason)
     cause = f"capacity not ready after {now - since:.0f}s: {gate.reason}"
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
-    return _pause(state, now, f"frozen: {cause}"), Outcome(Reason.FROZEN_CAPACITY)
+    return pause(state, now, f"frozen: {cause}"), Outcome(Reason.FROZEN_CAPACITY)
 
 
 def _split_hold(split: SplitGate) -> Outcome:

@@ -4,7 +4,7 @@ plain frozen data, saved as JSON (`to_dict`/`from_dict`, type-checked on the way
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -87,6 +87,17 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class IncidentWatch:
+    """How a held shared incident is watched for its end (gateway/rollout/incident.py): when its current
+    tests and its quiet period began, and whether its hold paused the rollout (an operator's own pause is
+    theirs to lift)."""
+
+    tests_since: float
+    quiet_since: float
+    paused: bool
+
+
+@dataclass(frozen=True)
 class RolloutState:
     phase: Phase
     step: int = 0  # index into strategy.steps while progressing
@@ -100,7 +111,8 @@ class RolloutState:
     reason: str = ""  # why the last transition happened
     history: tuple[Transition, ...] = ()
     evidence: Evidence | None = None  # the sequential tests (gateway/rollout/evidence.py); None: start anew
-    incident: str | None = None  # a shared incident held under on_shared_incident: hold, until resumed
+    incident: str | None = None  # a shared incident held under on_shared_incident: hold, until it is over
+    incident_watch: IncidentWatch | None = None  # None: none held, or held by a gateway that did not watch
     capacity_since: float | None = None  # when this stage began waiting for the candidate's pods
     awaiting: int | None = None  # the step waiting for `approve` (its manual gate is all that holds it)
     webhook: WebhookOutcome | None = None  # the next step's webhooks' last answer, this stage
@@ -120,7 +132,7 @@ class RolloutState:
             self
         )  # python mode: -inf (an SR statistic before data) survives as -Infinity
         data["phase"] = self.phase.value
-        for optional in ("capacity_since", "awaiting", "webhook"):
+        for optional in ("capacity_since", "awaiting", "webhook", "incident_watch"):
             if data[optional] is None:  # the stored text stays what gateways without these read
                 del data[optional]
         return data
@@ -137,6 +149,21 @@ class RolloutState:
 
 
 _STATE = TypeAdapter(RolloutState)
+HISTORY_LIMIT = 50  # transitions kept in the state (and so in the state file and in `graystack status`)
+
+
+def moved(state: RolloutState, now: float, reason: str, **changes: Any) -> RolloutState:
+    """`state` with `changes`, the reason, and a history entry if it now stands somewhere else."""
+    after = replace(state, reason=reason, **changes)
+    if after.label() != state.label():
+        entry = Transition(now, state.label(), after.label(), reason)
+        after = replace(after, history=(*state.history, entry)[-HISTORY_LIMIT:])
+    return after
+
+
+def pause(state: RolloutState, now: float, reason: str) -> RolloutState:
+    """Paused: the hold stops accruing; the weights stay."""
+    return moved(state, now, reason, paused=True, held_until=None)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ def evidence_status(
     except SpecError:
         return None
     stage = evidence.stage if evidence is not None else None
-    needed = plan.stage_requests if state.phase in ADVANCING else None
+    needed = plan.stage_requests if state.phase in ADVANCING and state.incident is None else None
     requests = stage.requests if stage is not None and stage.stage == stage_of(state) else 0
     return EvidenceStatus(
         started=None if evidence is None else evidence.started,

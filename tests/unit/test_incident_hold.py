@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
+
+from bench.shipped_rules import ErrorTests, seed_plan
 from gateway.rollout.outcome import Reason
 from gateway.rollout.rollout_state import Alert, Command, Ignored, Phase, RecordDecision, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
@@ -199,3 +202,21 @@ def test_a_state_saved_before_the_watch_goes_on_by_itself_when_its_pause_was_the
     watched = run.state
     assert decode_state(encode_state(watched)) == watched
     assert isinstance(watched, RolloutState)
+
+
+def test_the_benchs_restart_is_a_fresh_start_for_the_runs_it_names():
+    """bench.shared_incident's hold simulation drops evidence as the machine does: a restarted run's
+    tests decide afterwards as new tests fed only the later looks."""
+    plan, runs = seed_plan(), 8
+    rng = np.random.default_rng(3)
+    n = rng.poisson(200, (4, runs, 30))
+    x = rng.binomial(n, 0.02)
+    earlier, later = (n[0], x[0], n[1], x[1]), (n[2][:, :10], x[2][:, :10], n[3][:, :10], x[3][:, :10])
+    restarted, fresh = ErrorTests(plan, runs), ErrorTests(plan, runs)
+    restarted.judged(*earlier)
+    mask = np.arange(runs) % 2 == 0
+    restarted.restart(mask)
+    again, anew = restarted.judged(*later), fresh.judged(*later)
+    for field in again._fields:
+        assert (getattr(again, field)[mask] == getattr(anew, field)[mask]).all(), field
+    assert (again.failing[~mask] != anew.failing[~mask]).any()  # the others kept their evidence

@@ -8,7 +8,8 @@ Every reason has one place: `MOVES` (told when the states show the move, since a
 makes the same moves without a decision), `NEWS` (told at the look that decides it, by its reason: the
 end of a held incident, which the states show as a resume at most, and not at all under an operator's
 own pause), `HOLDS` (told once while they stand; a pause and the routine holds, the stage's hold time
-and a command's look, to fewer readers) or `UNTOLD`. Events and
+and a command's look, to fewer readers) or `UNTOLD`. A held incident's beginning and end are counted too
+(`INCIDENT_COUNTS`: the journal, gateway/rollout/journal.py). Events and
 notifications no decision makes (Paused, Resumed, Approved, StageChanged, Alert; paused,
 inconclusive_too_long, rollback_acked, ...) are their readers' own.
 """
@@ -81,6 +82,13 @@ HOLDS: dict[Reason, Held] = {
     Reason.WEBHOOK_FAILED: Held(KubeEvent("WebhookFailed", warning=True), "stage_holding"),
     Reason.AWAITING_APPROVAL: Held(AWAITING_APPROVAL, "stage_holding"),
     Reason.EVIDENCE_GATE: Held(AWAITING_APPROVAL, "stage_holding"),
+}
+
+# graystack_rollout_shared_incidents_total's `result` for the decisions it counts: a held incident begins,
+# or is over by itself (held minus cleared: those held now, ended by an operator's resume, or rolled back)
+INCIDENT_COUNTS: dict[Reason, str] = {
+    Reason.SHARED_INCIDENT: "held",
+    Reason.SHARED_INCIDENT_CLEARED: "cleared",
 }
 
 UNTOLD = frozenset(

@@ -8,11 +8,14 @@ import json
 from dataclasses import replace
 
 import numpy as np
+from prometheus_client import REGISTRY
 
 from bench.shipped_rules import ErrorTests, seed_plan
+from gateway.rollout.journal import Journal
 from gateway.rollout.outcome import Reason
 from gateway.rollout.rollout_state import Alert, Command, Ignored, Phase, RecordDecision, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
+from gateway.rollout.telemetry import zero_rollout_series
 from tests.support.counting_provider import Traffic
 from tests.unit.test_blame import even_split
 from tests.unit.test_rollout_look import Run as LookRun
@@ -26,6 +29,7 @@ from tests.unit.test_rollout_machine import (
     interval,
     make_spec,
 )
+from tests.unit.test_rollout_reasons import told
 
 CLEAR = 300.0  # incident_clear's default
 HELD = make_spec({"steps": STEPS}, on_shared_incident="hold")
@@ -220,3 +224,38 @@ def test_the_benchs_restart_is_a_fresh_start_for_the_runs_it_names():
     for field in again._fields:
         assert (getattr(again, field)[mask] == getattr(anew, field)[mask]).all(), field
     assert (again.failing[~mask] != anew.failing[~mask]).any()  # the others kept their evidence
+
+
+def test_a_held_incident_and_its_end_are_counted_by_their_reasons():
+    journal = Journal(lambda: "incident-counted", lambda: 0.0)
+    zero_rollout_series("incident-counted", (), ())
+
+    def count(result: str) -> float | None:
+        labels = {"rollout": "incident-counted", "result": result}
+        return REGISTRY.get_sample_value("graystack_rollout_shared_incidents_total", labels)
+
+    assert (count("held"), count("cleared")) == (0.0, 0.0)
+    run = Run(HELD).to_step(1)
+    for checks in (interval(), SHARED, *[interval()] * int(CLEAR / 5)):
+        run.after(5, checks)
+        journal.decision(run.of(RecordDecision)[0], run.state, run.now)
+    assert reason(run) == Reason.SHARED_INCIDENT_CLEARED
+    assert (count("held"), count("cleared")) == (1.0, 1.0)
+
+
+def test_the_end_of_a_held_incident_is_told_once_as_news():
+    """The hold is told once (its quiet spells between firings tell nothing), its end once: the
+    IncidentCleared Event and the incident_cleared notification, beside the resume the states show."""
+    run, looks = Run(HELD).to_step(1), []
+    for checks in (SHARED, *[interval()] * 10, SHARED, *[interval()] * int(CLEAR / 5)):
+        run.after(5, checks)
+        looks.append((run.before, run.state, tuple(run.actions), run.now))
+    events, kinds = told(looks)
+    assert events == [
+        ("Paused", True),
+        ("Holding", False),
+        ("Holding", False),
+        ("Resumed", False),
+        ("IncidentCleared", False),
+    ]
+    assert kinds == ["paused", "stage_holding", "stage_holding", "incident_cleared"]

@@ -15,7 +15,8 @@ current tests, so new ones start (`evidence` None: the next look starts them). T
   either. The tests start over when they have run `incident_clear` (their errors are the incident's);
 - a failure that is the candidate's alone rolls back, as at any look (machine.py).
 An operator's `pause` during the hold is taken (not "already paused"): the pause is theirs from then on,
-and stays when the incident is over; their `resume` ends the hold at once (`forget`).
+and stays when the incident is over; their `resume` ends the hold at once (`forget`). So does a freeze
+(`on_error`) during the hold: a rollout that alerted does not move again unseen.
 
 The price of new tests: each start gives a healthy candidate a new chance, at most the false-rollback
 budget, to be rolled back by them; over the starts the union bound adds these up. Starting them over at

@@ -326,7 +326,7 @@ def _on_error(
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
     if state.phase in ADVANCING and not state.paused:
         state = pause(state, now, f"frozen: {cause}")
-    return state, Outcome(Reason.FROZEN)
+    return incident.take_pause(state), Outcome(Reason.FROZEN)  # frozen during a hold: not lifted with it
 
 
 def _wait_for_capacity(

@@ -259,3 +259,13 @@ def test_the_end_of_a_held_incident_is_told_once_as_news():
         ("IncidentCleared", False),
     ]
     assert kinds == ["paused", "stage_holding", "stage_holding", "incident_cleared"]
+
+
+def test_a_freeze_during_the_hold_is_not_lifted_when_the_incident_is_over():
+    run = held()
+    for _ in range(3):  # metrics unreadable up to the error limit: on_error's freeze
+        run.after(5, interval(error_rate=ERROR))
+    assert reason(run) == Reason.FROZEN
+    assert not run.state.incident_watch.paused
+    quiet_for(run, CLEAR)
+    assert (reason(run), run.state.paused, run.state.incident) == (Reason.SHARED_INCIDENT_CLEARED, True, None)

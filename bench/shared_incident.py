@@ -19,9 +19,9 @@ seed spec's (max_error_rate 0.3 %, a look every 5 s), and the shared-incident in
 (max_error_rate 1 %, min_detectable 5 %, 30 req/s, a look a second, 20 % errors).
 
 `--hold`: under `on_shared_incident: hold`, look by look as the machine runs it (gateway/rollout/
-incident.py) on the shipped counting: a shared failure holds and starts new tests; a look whose new
-tests have fired (shared, or not yet told whose) restarts the quiet period, and the tests too once they
-have run `incident_clear`; INCIDENT_CLEAR seconds of looks whose error tests have not fired end the
+incident.py) on the shipped counting: a shared failure holds and starts the threshold tests anew (the
+comparisons go on); a look whose new tests have fired (shared, or not yet told whose) restarts the quiet
+period, and the tests too once they have run `incident_clear`; INCIDENT_CLEAR seconds of looks whose error tests have not fired end the
 hold; the candidate's own failure rolls back at any look. The incident ends after `--incident-seconds`
 (INCIDENT_SECONDS) and AFTER_SECONDS of healthy looks follow. Reported: the share of incidents held, rolled back, gone on by
 themselves by the end (and before the incident ended: too early, held again if it fires again), the
@@ -172,7 +172,7 @@ def holds(
         phase[over], resumed_at[over] = RESUMED, t
         first_resume[over & np.isnan(first_resume)] = t
         starts[restart] += 1
-        tests.restart(restart)
+        tests.after_incident(restart)
     end = (WARM + during) * look
     was_held = held > 0
     gone_on = was_held & (phase == RESUMED)

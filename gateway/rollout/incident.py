@@ -3,7 +3,9 @@
 When every failing check is shared (the baseline fails the same test and the candidate is not shown
 worse than it: gateway/rollout/checks/errors.py) and the spec says `hold`, the weights stay, the rollout
 pauses (unless its operator had paused it already) and one alert pages. The incident's errors are in the
-current tests, so new ones start (`evidence` None: the next look starts them). Then, look by look:
+tests on each variant's own traffic, so those start anew (`IncidentWatch.tests_since`: the next look
+restarts them, gateway/rollout/evidence.py `after_incident`; the machine never looks inside the
+evidence); the comparisons go on. Then, look by look:
 - quiet (no check failing or in error, and the error tests passing): the quiet period goes on. Once it
   has lasted `analysis.incident_clear`, the incident is over: `incident` clears, the pause the incident
   made lifts (the stage's hold timers run again from there; an operator's own pause stays theirs), and
@@ -18,18 +20,20 @@ An operator's `pause` during the hold is taken (not "already paused"): the pause
 and stays when the incident is over; their `resume` ends the hold at once (`forget`). So does a freeze
 (`on_error`) during the hold: a rollout that alerted does not move again unseen.
 
-The price of new tests: each start gives a healthy candidate a new chance, at most the false-rollback
-budget, to be rolled back by them; over the starts the union bound adds these up. Starting them over at
-most once per `incident_clear` bounds an incident of T seconds to 1 + T / incident_clear starts (13 for an
-hour at the default 5 minutes), where starting at each shared look would have cost one start per look. It
-is paid for: with the old tests the incident's errors never leave them, and the rollout could not go on
-without an operator. The comparison tests could keep their evidence (a shared incident does not bias the
-candidate's errors against the baseline's), which would make the starts free for them; the evidence
-record starts all tests or none today.
+The price of new tests: each start gives a healthy candidate a new chance, at most the test's alpha, to
+be rolled back by it; over the starts the union bound adds these up. Only the tests on each variant's
+own traffic start anew, and of those a failure during the hold is the candidate's alone only where the
+comparison says so (kept: its alpha spent once for the rollout) or the baseline had no traffic (no
+shared incident is told then); the TTFT SLO's test, whose failure is the candidate's when the baseline's
+copy has not fired, is the one whose starts spend its alpha again. Starting over at most once per
+`incident_clear` bounds an incident of T seconds to 1 + T / incident_clear starts (13 for an hour at the
+default 5 minutes), where starting at each shared look would have cost one per look. It is paid for:
+with the old tests the incident's errors never leave them, and the rollout could not go on without an
+operator.
 
-A state saved before the watch existed (its `incident` set, no `incident_watch`) is watched from its first
-look with new tests; its pause is the incident's when the incident's hold was its last move (`reason` is
-the incident's), else the operator's.
+A state saved before the watch existed (its `incident` set, no `incident_watch`) is watched from its
+first look, its tests on each variant's own traffic started anew; its pause is the incident's when the
+incident's hold was its last move (`reason` is the incident's), else the operator's.
 """
 
 from __future__ import annotations
@@ -73,9 +77,7 @@ def hold(
     if ours:
         state = pause(state, now, reason)
     watch = IncidentWatch(tests_since=now, quiet_since=now, paused=ours)
-    return replace(state, incident=reason, incident_watch=watch, evidence=None), Outcome(
-        Reason.SHARED_INCIDENT
-    )
+    return replace(state, incident=reason, incident_watch=watch), Outcome(Reason.SHARED_INCIDENT)
 
 
 def watch(
@@ -131,15 +133,15 @@ def _unquiet(spec: RolloutSpec, state: RolloutState, now: float) -> RolloutState
     """The quiet period restarts; the tests too, once they have run `incident_clear`."""
     state, current = _watched(state, now)
     if now - current.tests_since >= spec.analysis.incident_clear:
-        current, state = replace(current, tests_since=now), replace(state, evidence=None)
+        current = replace(current, tests_since=now)
     return replace(state, incident_watch=replace(current, quiet_since=now))
 
 
 def _watched(state: RolloutState, now: float) -> tuple[RolloutState, IncidentWatch]:
-    """`state` with its incident's watch; a state saved before watches gets one from `now`, with new
-    tests (module docstring)."""
+    """`state` with its incident's watch; a state saved before watches gets one from `now`, its tests
+    started anew (module docstring)."""
     if state.incident_watch is not None:
         return state, state.incident_watch
     ours = state.paused and state.reason == state.incident
     adopted = IncidentWatch(tests_since=now, quiet_since=now, paused=ours)
-    return replace(state, incident_watch=adopted, evidence=None), adopted
+    return replace(state, incident_watch=adopted), adopted

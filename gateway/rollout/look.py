@@ -119,13 +119,17 @@ def _judge(
 
 def _evidence(plan: Plan, state: RolloutState, now: float) -> tuple[tests.Evidence, str | None]:
     """The state's evidence, or new tests where it has none for this plan, with why they started."""
-    current = state.evidence
+    current, watch = state.evidence, state.incident_watch
     if current is not None and current.plan == plan.key:
-        return current, None
+        if watch is None or current.started >= watch.tests_since:
+            return current, None
+        why = (
+            "a shared incident is held: the tests on each variant's own traffic start anew, without its "
+            "errors; the comparisons go on (gateway/rollout/incident.py)"
+        )
+        return tests.after_incident(current, plan, now), why
     if current is not None:
         why = "the settings that define the tests (or the candidate) changed"
-    elif state.incident is not None:
-        why = "a shared incident is held: new tests, without its errors (gateway/rollout/incident.py)"
     elif state.history and state.history[-1].reason in ("operator retry", "operator resume"):
         why = state.history[-1].reason
     else:

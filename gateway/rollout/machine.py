@@ -14,8 +14,8 @@ One call handles, in order:
    samples, bound and threshold (and its evidence). A command in the same call is ignored: safety
    first. The one exception: when every failing check is a shared incident (the check tells it: for
    errors, by comparison, checks/errors.py) and `analysis.on_shared_incident` is `hold`, the weights stay,
-   the rollout pauses and one alert pages, and new tests start (`evidence` None: the incident's errors
-   are in the current ones). The incident is watched (gateway/rollout/incident.py): once the new tests
+   the rollout pauses and one alert pages, and the tests on each variant's own traffic start anew (the
+   incident's errors are in them; the comparisons go on). The incident is watched (gateway/rollout/incident.py): once the new tests
    stay quiet for `analysis.incident_clear` (no check failing or in error, the error tests passing) it
    is over, and the rollout goes on by itself (`shared_incident_cleared`; the stage's hold time runs on
    from where it stopped). Only the pause the incident made is lifted so: an operator's own, made before
@@ -76,8 +76,8 @@ the Kubernetes Events and the notifications key on the reason (gateway/rollout/r
 
 The sequential tests' state (`evidence`, gateway/rollout/evidence.py) rides in the state, so it is
 saved and restored with it; each look (gateway/rollout/look.py) adds to it, and the machine only
-keeps it or, on `retry`, on holding a shared incident (at most once per `incident_clear` while it
-stands) and on an operator's resuming one, drops it so that new tests start.
+keeps it or, on `retry` and on an operator's resuming a held shared incident, drops it so that new tests
+start. Holding one asks the look to start its tests on each variant's own traffic anew (incident.py).
 
 A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
 exists restarts the strategy from its first stage; a changed weight or shadow percent is applied.

@@ -34,7 +34,6 @@ from tests.unit.test_rollout_reasons import told
 CLEAR = 300.0  # incident_clear's default
 HELD = make_spec({"steps": STEPS}, on_shared_incident="hold")
 SHARED = failing("error_rate", 0.02, shared=True)
-EVIDENCE = object()  # the machine never looks inside the evidence: it keeps it or drops it
 
 
 def reason(run: Run) -> Reason:
@@ -59,7 +58,7 @@ def quiet_for(run: Run, seconds: float, every: float = 5.0) -> Run:
 
 def test_a_held_incident_goes_on_by_itself_after_a_quiet_incident_clear():
     run = held()
-    assert run.state.evidence is None  # new tests, without the incident's errors
+    assert run.state.incident_watch.tests_since == run.now  # the next look restarts the incident's tests
     assert run.state.hold_elapsed(run.now + 600) == 105.0  # the stage's hold is frozen
     quiet_for(run, CLEAR - 5)
     assert (run.state.paused, run.state.incident is not None, reason(run)) == (
@@ -86,7 +85,7 @@ def test_a_held_incident_goes_on_by_itself_after_a_quiet_incident_clear():
 
 def test_an_incident_still_going_stays_held_restarts_the_quiet_and_never_rolls_back():
     run = held()
-    run.state = replace(run.state, evidence=EVIDENCE)
+    started = run.now
     for _ in range(3):  # the new tests fire shared again, within incident_clear of their start
         quiet_for(run, 60)
         run.after(5, SHARED)
@@ -95,11 +94,10 @@ def test_an_incident_still_going_stays_held_restarts_the_quiet_and_never_rolls_b
             True,
             Phase.PROGRESSING,
         )
-        assert run.state.evidence is EVIDENCE  # kept: at most one start per incident_clear
+        assert run.state.incident_watch.tests_since == started  # at most one start per incident_clear
         assert run.state.incident_watch.quiet_since == run.now
         assert not run.of(Alert)
     run.after(200, SHARED)  # the tests have run incident_clear: they start over
-    assert run.state.evidence is None
     assert run.state.incident_watch.tests_since == run.now
     quiet_for(run, CLEAR - 5)
     assert run.state.paused
@@ -185,6 +183,20 @@ def test_at_an_even_split_a_shared_incident_holds_then_goes_on_when_it_stops():
     assert any("a shared incident is held" in why for why in started)
 
 
+def test_the_hold_restarts_the_tests_on_each_variants_own_traffic_and_keeps_the_comparisons():
+    run = LookRun(even_split(on_shared_incident="hold"))
+    run.after(1, {"baseline": Traffic(100), "zero-layer": Traffic(100)})
+    while run.state.incident is None:
+        run.after(1, {"baseline": Traffic(100, 20), "zero-layer": Traffic(100, 20)})
+    before = run.state.evidence.tests["error_rate"]
+    done = run.after(1, {"baseline": Traffic(100, 1), "zero-layer": Traffic(100, 1)})
+    assert "the comparisons go on" in done.tests_started
+    after = run.state.evidence.tests["error_rate"]
+    assert (after.candidate.requests, after.candidate.events) == (100, 1)  # this look's alone
+    assert after.blame.candidate_requests == before.blame.candidate_requests + 100  # kept, and added to
+    assert run.after(1, {"baseline": Traffic(100), "zero-layer": Traffic(100)}).tests_started is None
+
+
 def test_a_state_saved_before_the_watch_goes_on_by_itself_when_its_pause_was_the_incidents():
     """Today's format (version 2) with `incident` set and no watch: read, watched from its first look with
     new tests; the pause the incident made is lifted, an operator's is not."""
@@ -208,22 +220,27 @@ def test_a_state_saved_before_the_watch_goes_on_by_itself_when_its_pause_was_the
     assert isinstance(watched, RolloutState)
 
 
-def test_the_benchs_restart_is_a_fresh_start_for_the_runs_it_names():
-    """bench.shared_incident's hold simulation drops evidence as the machine does: a restarted run's
-    tests decide afterwards as new tests fed only the later looks."""
+def test_the_bench_restarts_the_thresholds_as_the_look_does_and_keeps_the_comparisons():
+    """bench.shared_incident's hold simulation starts a held incident's tests as gateway/rollout/evidence.py
+    `after_incident` does: the restarted runs' thresholds decide afterwards as new ones fed only the later
+    looks; their comparisons as if nothing had restarted."""
     plan, runs = seed_plan(), 8
     rng = np.random.default_rng(3)
     n = rng.poisson(200, (4, runs, 30))
     x = rng.binomial(n, 0.02)
     earlier, later = (n[0], x[0], n[1], x[1]), (n[2][:, :10], x[2][:, :10], n[3][:, :10], x[3][:, :10])
-    restarted, fresh = ErrorTests(plan, runs), ErrorTests(plan, runs)
+    restarted, fresh, kept = ErrorTests(plan, runs), ErrorTests(plan, runs), ErrorTests(plan, runs)
     restarted.judged(*earlier)
+    kept.judged(*earlier)
     mask = np.arange(runs) % 2 == 0
-    restarted.restart(mask)
-    again, anew = restarted.judged(*later), fresh.judged(*later)
-    for field in again._fields:
+    restarted.after_incident(mask)
+    again, anew, going_on = restarted.judged(*later), fresh.judged(*later), kept.judged(*later)
+    for field in ("failing", "baseline_failing"):
         assert (getattr(again, field)[mask] == getattr(anew, field)[mask]).all(), field
-    assert (again.failing[~mask] != anew.failing[~mask]).any()  # the others kept their evidence
+        assert (getattr(again, field)[~mask] == getattr(going_on, field)[~mask]).all(), field
+    assert (restarted.comparison.log_lr == kept.comparison.log_lr).all()
+    assert (again.ratio == going_on.ratio).all()
+    assert (again.failing[mask] != going_on.failing[mask]).any()  # the restart changed something
 
 
 def test_a_held_incident_and_its_end_are_counted_by_their_reasons():

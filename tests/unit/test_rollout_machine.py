@@ -317,8 +317,8 @@ def test_a_held_incident_and_resuming_it_start_new_tests_and_retry_does_too():
     run.after(5, interval())
     assert run.state.evidence is evidence  # kept across looks and stages
     run.after(5, failing("error_rate", 0.02, shared=True))
-    assert run.state.evidence is None  # the incident's errors are in them (gateway/rollout/incident.py)
-    run.state = replace(run.state, evidence=evidence)
+    assert run.state.evidence is evidence  # the look restarts some of its tests (gateway/rollout/incident.py)
+    assert run.state.incident_watch.tests_since == run.now
     run.after(5, command=Command.RESUME)
     assert (run.state.evidence, run.state.incident, run.state.paused) == (None, None, False)
     assert run.state.incident_watch is None

@@ -182,6 +182,13 @@ class ErrorTests:
         self.ratio = None if ratio_bound is None else RatioRuns(self.plan, self.runs, ratio_bound)
         self.alone = np.zeros(self.runs, dtype=bool)
 
+    def after_incident(self, runs: np.ndarray) -> None:
+        """A held shared incident's new tests for `runs` (a mask), as gateway/rollout/evidence.py
+        `after_incident`: the threshold tests on each variant's own traffic start anew, the comparisons
+        go on."""
+        for tests in (self.candidate, self.baseline):
+            tests.log_lr[runs], tests.log_sr[runs], tests.started[runs] = 0.0, 0.0, False
+
     def judged(
         self, cand_n: np.ndarray, cand_x: np.ndarray, base_n: np.ndarray, base_x: np.ndarray
     ) -> Judged:

@@ -20,7 +20,7 @@ from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.facts import Fact, Looked, RollbackAcked, RollbackConfirmedLate
 from gateway.rollout.outcome import Identity, Outcome, Reason
 from gateway.rollout.plan import roles
-from gateway.rollout.reasons import CAPACITY_NOT_READY, HOLDS, MOVES, SPLIT_NOT_SERVED
+from gateway.rollout.reasons import CAPACITY_NOT_READY, HOLDS, MOVES, NEWS, SPLIT_NOT_SERVED
 from gateway.rollout.rollout_state import ADVANCING, Phase, RecordDecision, RolloutState
 from gateway.rollout.views import evidence_status, stage_of
 from gateway.spec.model import RolloutSpec, SpecError
@@ -86,6 +86,10 @@ def _looked(fact: Looked, memory: Memory, inconclusive_after: float) -> tuple[li
     if after.paused and not before.paused:
         what = f"paused: {after.reason}"
         events.append(_event("paused", spec, after, now, what, "`graystack resume` continues it."))
+    if fact.decision is not None and (news := NEWS.get(fact.decision.outcome.reason)) is not None:
+        going = "it goes on" if not after.paused else "it stays paused by its operator: `graystack resume`"
+        what = fact.decision.outcome.why
+        events.append(_event(news.notice, spec, after, now, what, f"{going}.", {"decision": what}))
     if fact.decision is not None:
         held, memory = _holding(spec, after, fact.decision.outcome, fact.decision.checks, memory, now)
         events += held

@@ -7,7 +7,8 @@ or a new leader continues the same tests instead of starting over (a state that 
 tests, which the controller logs). Tests are never reset when a stage changes: an e-process's
 guarantee covers the whole rollout, for any look schedule and any weight schedule, and a restart per
 stage would spend the budget again. They restart on `retry`, on a new candidate, or when the settings
-that define them change (the plan's key).
+that define them change (the plan's key). A held shared incident restarts only the tests that tell one,
+those on each variant's own traffic (`after_incident`): the comparisons go on.
 
 The current stage's candidate requests (and errors, and mean latencies, for the shadow gate) are
 counted too: a stage ends only once it has seen enough to catch `min_detectable_error_rate`. An
@@ -23,6 +24,7 @@ from gateway.rollout.checks.base import Plan
 from gateway.rollout.checks.common import randomised
 from gateway.rollout.checks.errors import ERROR_RATE, ErrorTests
 from gateway.rollout.checks.latency import LatencyTests
+from gateway.rollout.checks.slo import TTFT_P95
 from gateway.rollout.checks.table import CHECKS, TestState
 from gateway.rollout.increments import VariantLook
 from gateway.rollout.not_worse import NotWorse, start_tests, with_look
@@ -86,6 +88,20 @@ def add_look(evidence: Evidence, plan: Plan, looks: Mapping[str, VariantLook], s
         stage=_stage_counts(evidence.stage, stage, ours, theirs, plan),
         not_worse=with_look(evidence.not_worse, plan, ours, theirs),
     )
+
+
+def after_incident(evidence: Evidence, plan: Plan, now: float) -> Evidence:
+    """New tests where a shared incident's failures are in them: the tests on each variant's own traffic
+    (error_rate's thresholds, the TTFT SLO's), the only ones a shared incident fails. The comparisons
+    (error_rate's blame, error_ratio, the latency comparisons, an evidence gate's) keep their evidence:
+    each is an e-process under "the candidate is no worse than the baseline" whatever both do alike,
+    so the incident does not bias them, and going on spends none of the budget again."""
+    tests = {name: kept for name, kept in evidence.tests.items() if name != TTFT_P95}  # it starts anew
+    errors = tests.get(ERROR_RATE)
+    if isinstance(errors, ErrorTests):
+        fresh = ThresholdTest.new(plan.max_error_rate)
+        tests[ERROR_RATE] = replace(errors, candidate=fresh, baseline=fresh, bounds=(0.0, 1.0))
+    return replace(evidence, started=now, tests=tests)
 
 
 def candidate_errors(evidence: Evidence) -> ThresholdTest | None:

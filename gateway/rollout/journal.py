@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.rollout import telemetry
 from gateway.rollout.evidence import error_bounds
+from gateway.rollout.reasons import INCIDENT_COUNTS
 from gateway.rollout.rollout_state import RecordDecision, RolloutState
 from gateway.rollout.views import check_dict
 
@@ -45,3 +46,6 @@ class Journal:
         telemetry.record_checks(self._name(), decision.checks, error_bounds(evidence) if evidence else None)
         checks = [check_dict(c) for c in decision.checks]
         self.last_decision = {"at": now, "outcome": decision.outcome.sentence, "checks": checks}
+        counted = INCIDENT_COUNTS.get(decision.outcome.reason)
+        if counted is not None:
+            telemetry.SHARED_INCIDENTS.labels(self._name(), counted).inc()

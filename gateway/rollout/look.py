@@ -107,7 +107,7 @@ def _judge(
     candidate = plan.candidate
     said = Moment(
         shadowing=state.phase == Phase.SHADOW,
-        advancing=state.phase in ADVANCING,
+        advancing=state.phase in ADVANCING and state.incident is None,  # no stage ends while held
         weight_status=seen.weight_status.get(candidate, ()),
         effective_windows=seen.effective_windows.get(candidate, ()),
         mismatches=seen.mismatches.get(candidate, ()),
@@ -119,9 +119,15 @@ def _judge(
 
 def _evidence(plan: Plan, state: RolloutState, now: float) -> tuple[tests.Evidence, str | None]:
     """The state's evidence, or new tests where it has none for this plan, with why they started."""
-    current = state.evidence
+    current, watch = state.evidence, state.incident_watch
     if current is not None and current.plan == plan.key:
-        return current, None
+        if watch is None or current.started >= watch.tests_since:
+            return current, None
+        why = (
+            "a shared incident is held: the tests on each variant's own traffic start anew, without its "
+            "errors; the comparisons go on (gateway/rollout/incident.py)"
+        )
+        return tests.after_incident(current, plan, now), why
     if current is not None:
         why = "the settings that define the tests (or the candidate) changed"
     elif state.history and state.history[-1].reason in ("operator retry", "operator resume"):

@@ -16,8 +16,14 @@ One call handles, in order:
    samples, bound and threshold (and its evidence). A command in the same call is ignored: safety
    first. The one exception: when every failing check is a shared incident (the check tells it: for
    errors, by comparison, checks/errors.py) and `analysis.on_shared_incident` is `hold`, the weights stay,
-   the rollout pauses and one alert pages; resuming it starts new tests (`evidence` None), since the
-   incident's errors are in the current ones. A failure that is the candidate's alone still rolls back.
+   the rollout pauses and one alert pages, and the tests on each variant's own traffic start anew (the
+   incident's errors are in them; the comparisons go on). The incident is watched (gateway/rollout/incident.py): once the new tests
+   stay quiet for `analysis.incident_clear` (no check failing or in error, the error tests passing) it
+   is over, and the rollout goes on by itself (`shared_incident_cleared`; the stage's hold time runs on
+   from where it stopped). Only the pause the incident made is lifted so: an operator's own, made before
+   or during it, stays theirs. New tests that fire shared again keep it held and restart the quiet
+   period, never a rollback; an operator's resume ends the hold at once. A failure that is the
+   candidate's alone still rolls back.
    Every rollback yields `RolledBack` with the label it is counted under (graystack_rollout_rollbacks_total):
    the first failing check's name, `shared_incident` (every failing check shared), `operator` (the
    command), `metrics_error` (on_error: rollback) or `webhook` (a step webhook's on_failure: rollback).
@@ -75,7 +81,8 @@ the Kubernetes Events and the notifications key on the reason (gateway/rollout/r
 
 The sequential tests' state (`evidence`, gateway/rollout/evidence.py) rides in the state, so it is
 saved and restored with it; each look (gateway/rollout/look.py) adds to it, and the machine only
-keeps it or, on `retry` and on resuming after a held shared incident, drops it so that new tests start.
+keeps it or, on `retry` and on an operator's resuming a held shared incident, drops it so that new tests
+start. Holding one asks the look to start its tests on each variant's own traffic anew (incident.py).
 
 A spec edited under a running rollout (or between restarts) is reconciled first: a stage that no longer
 exists restarts the strategy from its first stage; a changed weight or shadow percent is applied. Entering a
@@ -87,7 +94,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway.rollout import gates
+from gateway.rollout import gates, incident
 from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.checks.experiment import EXPERIMENT
 from gateway.rollout.outcome import Outcome, Reason
@@ -146,7 +153,7 @@ def step(
     state = gates.record(reconcile(spec, fold(state, now), now), webhook)
     outcome: Outcome | None = None  # None: no checks this call, so no decision to record
     failing = [c for c in checks or () if c.verdict == Verdict.FAIL]
-    held = _shared_hold(spec, failing)
+    held = incident.shared_hold(spec, failing)
     if failing and state.phase != Phase.ROLLED_BACK and not held:
         label = "shared_incident" if all(c.shared for c in failing) else failing[0].name
         state = _roll_back(state, now, "; ".join(describe(c) for c in failing), label, actions)
@@ -154,14 +161,16 @@ def step(
         if command is not None:
             actions.append(Ignored(command, "a failing check rolled the rollout back"))
     elif held and state.phase != Phase.ROLLED_BACK:
-        state, outcome = _hold_incident(state, failing, now, actions)
+        state, outcome = incident.hold(spec, state, failing, now, actions)
         if command is not None:
             state, _ = _command(spec, state, command, now, actions)
     else:
         applied = False
         if command is not None:
             state, applied = _command(spec, state, command, now, actions)
-        if checks is not None:
+        if checks is not None and state.incident is not None and state.phase != Phase.ROLLED_BACK:
+            state, outcome = incident.watch(spec, state, checks, now)
+        if checks is not None and outcome is None:
             state, outcome = _judge(spec, state, tuple(checks), now, actions, not applied, capacity, split)
     if outcome is not None:
         actions.insert(0, RecordDecision(tuple(checks or ()), outcome))
@@ -215,7 +224,7 @@ def _command(
     problem = None
     if command in (Command.PAUSE, Command.PROMOTE) and phase not in ADVANCING:
         problem = f"nothing advances in phase {phase.value}"
-    elif command == Command.PAUSE and state.paused:
+    elif command == Command.PAUSE and state.paused and not incident.paused_it(state):
         problem = "already paused"
     elif command == Command.RESUME and not state.paused:
         problem = "not paused"
@@ -229,18 +238,18 @@ def _command(
         actions.append(Ignored(command, problem))
         return state, False
     if command == Command.PAUSE:
-        return pause(state, now, "operator pause"), True
+        return incident.take_pause(pause(state, now, "operator pause")), True
     if command == Command.RESUME:
-        fresh = {"evidence": None, "incident": None} if state.incident is not None else {}
+        fresh = incident.forget(state) if state.incident is not None else state
         resumed = {"paused": False, "held_until": now, "errors": 0, "capacity_since": None}
-        return moved(state, now, "operator resume", **resumed, **fresh), True
+        return moved(fresh, now, "operator resume", **resumed), True
     if command == Command.PROMOTE:
         return advance(spec, state, now, "operator promote"), True
     if command == Command.ROLLBACK:
         return _roll_back(state, now, "operator rollback", "operator", actions), True
     if command == Command.APPROVE:
         return advance(spec, state, now, "operator approve"), True
-    return first_stage(spec, replace(state, evidence=None, incident=None), now, "operator retry"), True
+    return first_stage(spec, incident.forget(state), now, "operator retry"), True
 
 
 def _judge(
@@ -320,7 +329,7 @@ def _on_error(
     actions.append(Alert(f"{cause}; weights frozen at {state.weight}%"))
     if state.phase in ADVANCING and not state.paused:
         state = pause(state, now, f"frozen: {cause}")
-    return state, Outcome(Reason.FROZEN)
+    return incident.take_pause(state), Outcome(Reason.FROZEN)  # frozen during a hold: not lifted with it
 
 
 def _wait_for_capacity(

@@ -31,7 +31,9 @@ class Reason(StrEnum):
     METRICS_ERROR = "metrics_error"  # below the error limit
     METRICS_ERROR_ESCALATED = "metrics_error_escalated"  # past it: on_error has applied already
     SHARED_INCIDENT = "shared_incident"  # the baseline fails the same test: alerted in this look
-    SHARED_INCIDENT_STANDING = "shared_incident_standing"  # alerted before; resume once it is over
+    SHARED_INCIDENT_STANDING = "shared_incident_standing"  # alerted before; its new tests fired again
+    SHARED_INCIDENT_CLEARING = "shared_incident_clearing"  # its new tests quiet, not yet for incident_clear
+    SHARED_INCIDENT_CLEARED = "shared_incident_cleared"  # quiet for incident_clear: over, its pause lifted
     CALLING_WEBHOOKS = "calling_webhooks"  # the next step's webhooks have not answered yet
     WEBHOOK_FAILED = "webhook_failed"  # one answered a failure; called again after a while
     AWAITING_APPROVAL = "awaiting_approval"  # approval: manual
@@ -61,7 +63,12 @@ SENTENCES: dict[Reason, tuple[str, str]] = {
     Reason.METRICS_ERROR: ("hold", "metrics error {count} of {limit:.0f}: {cause}"),
     Reason.METRICS_ERROR_ESCALATED: ("hold", "metrics error {count} (already escalated): {cause}"),
     Reason.SHARED_INCIDENT: ("hold", "shared incident"),
-    Reason.SHARED_INCIDENT_STANDING: ("hold", "shared incident (alerted; resume once it is over)"),
+    Reason.SHARED_INCIDENT_STANDING: ("hold", "shared incident (alerted; goes on once new tests stay quiet)"),
+    Reason.SHARED_INCIDENT_CLEARING: (
+        "hold",
+        "shared incident: new tests quiet for {seconds:.0f}s of {limit:.0f}s",
+    ),
+    Reason.SHARED_INCIDENT_CLEARED: ("", "shared incident over: new tests quiet for {seconds:.0f}s"),
     Reason.CALLING_WEBHOOKS: ("hold", "calling the webhooks of step {step}"),
     Reason.WEBHOOK_FAILED: ("hold", "webhook before step {step}: {cause} (called again every {limit:.0f}s)"),
     Reason.AWAITING_APPROVAL: (

@@ -5,8 +5,11 @@ reworded for people is still told under the same names, and both readers keep a 
 by the same identity (`Outcome.identity`).
 
 Every reason has one place: `MOVES` (told when the states show the move, since an operator's command
-makes the same moves without a decision), `HOLDS` (told once while they stand; a pause and the routine
-holds, the stage's hold time and a command's look, to fewer readers) or `UNTOLD`. Events and
+makes the same moves without a decision), `NEWS` (told at the look that decides it, by its reason: the
+end of a held incident, which the states show as a resume at most, and not at all under an operator's
+own pause), `HOLDS` (told once while they stand; a pause and the routine holds, the stage's hold time
+and a command's look, to fewer readers) or `UNTOLD`. A held incident's beginning and end are counted too
+(`INCIDENT_COUNTS`: the journal, gateway/rollout/journal.py). Events and
 notifications no decision makes (Paused, Resumed, Approved, StageChanged, Alert; paused,
 inconclusive_too_long, rollback_acked, ...) are their readers' own.
 """
@@ -54,6 +57,10 @@ MOVES: dict[Reason, Moved] = {
     Reason.ROLLED_BACK: Moved(KubeEvent("RolledBack", warning=True), "rolled_back"),
 }
 
+NEWS: dict[Reason, Moved] = {
+    Reason.SHARED_INCIDENT_CLEARED: Moved(KubeEvent("IncidentCleared"), "incident_cleared"),
+}
+
 HOLDS: dict[Reason, Held] = {
     Reason.PAUSED: Held(None, None),  # told as Paused / paused when it paused
     Reason.COMMAND_MOVED: Held(HOLDING, None),  # routine: not worth a message
@@ -71,10 +78,20 @@ HOLDS: dict[Reason, Held] = {
     Reason.METRICS_ERROR_ESCALATED: Held(HOLDING, "stage_holding"),
     Reason.SHARED_INCIDENT: Held(HOLDING, "stage_holding"),
     Reason.SHARED_INCIDENT_STANDING: Held(HOLDING, "stage_holding"),
+    # told by neither: the incident was told, and is told again when it is over (NEWS) or not (STANDING
+    # again, the hold remembered, so a quiet spell between two firings tells nothing)
+    Reason.SHARED_INCIDENT_CLEARING: Held(None, None),
     Reason.CALLING_WEBHOOKS: Held(HOLDING, "stage_holding"),
     Reason.WEBHOOK_FAILED: Held(KubeEvent("WebhookFailed", warning=True), "stage_holding"),
     Reason.AWAITING_APPROVAL: Held(AWAITING_APPROVAL, "stage_holding"),
     Reason.EVIDENCE_GATE: Held(AWAITING_APPROVAL, "stage_holding"),
+}
+
+# graystack_rollout_shared_incidents_total's `result` for the decisions it counts: a held incident begins,
+# or is over by itself (held minus cleared: those held now, ended by an operator's resume, or rolled back)
+INCIDENT_COUNTS: dict[Reason, str] = {
+    Reason.SHARED_INCIDENT: "held",
+    Reason.SHARED_INCIDENT_CLEARED: "cleared",
 }
 
 UNTOLD = frozenset(

@@ -90,6 +90,17 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class IncidentWatch:
+    """How a held shared incident is watched for its end (gateway/rollout/incident.py): when its current
+    tests and its quiet period began, and whether its hold paused the rollout (an operator's own pause is
+    theirs to lift)."""
+
+    tests_since: float
+    quiet_since: float
+    paused: bool
+
+
+@dataclass(frozen=True)
 class RolloutState:
     phase: Phase
     step: int = 0  # index into strategy.steps while progressing
@@ -103,7 +114,8 @@ class RolloutState:
     reason: str = ""  # why the last transition happened
     history: tuple[Transition, ...] = ()
     evidence: Evidence | None = None  # the sequential tests (gateway/rollout/evidence.py); None: start anew
-    incident: str | None = None  # a shared incident held under on_shared_incident: hold, until resumed
+    incident: str | None = None  # a shared incident held under on_shared_incident: hold, until it is over
+    incident_watch: IncidentWatch | None = None  # None: none held, or held by a gateway that did not watch
     capacity_since: float | None = None  # when this stage began waiting for the candidate's pods
     awaiting: int | None = None  # the step waiting for `approve` (its manual gate is all that holds it)
     webhook: WebhookOutcome | None = None  # the next step's webhooks' last answer, this stage
@@ -123,7 +135,7 @@ class RolloutState:
             self
         )  # python mode: -inf (an SR statistic before data) survives as -Infinity
         data["phase"] = self.phase.value
-        for optional in ("capacity_since", "awaiting", "webhook"):
+        for optional in ("capacity_since", "awaiting", "webhook", "incident_watch"):
             if data[optional] is None:  # the stored text stays what gateways without these read
                 del data[optional]
         return data

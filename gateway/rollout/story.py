@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.rollout.facts import Fact, Looked, Watcher
 from gateway.rollout.outcome import Identity, Outcome, Reason
-from gateway.rollout.reasons import AWAITING_APPROVAL, HOLDS, MOVES
+from gateway.rollout.reasons import AWAITING_APPROVAL, HOLDS, MOVES, NEWS
 from gateway.rollout.rollout_state import Action, Alert, Phase, RecordDecision, RolledBack, RolloutState
 
 
@@ -55,7 +55,12 @@ class Story:
         held = HOLDS.get(outcome.reason)
         if held is None:
             self._hold = None
-            return []
+            news = NEWS.get(outcome.reason)
+            return (
+                []
+                if news is None
+                else [_moved(outcome.reason, f"{outcome.why[0].upper()}{outcome.why[1:]}.")]
+            )
         event = held.event
         if event is None or outcome.identity() == self._hold:
             return []
@@ -99,5 +104,5 @@ def _transition(before: RolloutState, after: RolloutState, actions: Sequence[Act
 
 
 def _moved(reason: Reason, message: str) -> RolloutEvent:
-    event = MOVES[reason].event
+    event = (MOVES.get(reason) or NEWS[reason]).event
     return RolloutEvent(event.reason, message, event.warning)

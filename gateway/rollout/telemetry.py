@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from gateway import families
+from gateway.rollout.reasons import INCIDENT_COUNTS
 
 if TYPE_CHECKING:
     from gateway.rollout.analysis import Check
@@ -122,6 +123,13 @@ ALERTS = Counter(
     ["rollout"],
 )
 
+SHARED_INCIDENTS = Counter(
+    families.ROLLOUT_SHARED_INCIDENTS,
+    "Shared incidents held under on_shared_incident: hold (result `held`), and those over by themselves "
+    "(`cleared`: new tests quiet for incident_clear)",
+    ["rollout", "result"],
+)
+
 ROLLBACK_REASONS = (
     "error_rate",
     "error_rate_change",
@@ -145,6 +153,8 @@ def zero_rollout_series(rollout: str, checks: Iterable[str], verdicts: Iterable[
     for check, verdict in itertools.product(checks, verdicts):
         ANALYSIS_CHECKS.labels(rollout, check, verdict)
     ALERTS.labels(rollout)
+    for result in INCIDENT_COUNTS.values():
+        SHARED_INCIDENTS.labels(rollout, result)
     ROLLBACK_SECONDS.labels(rollout)
 
 

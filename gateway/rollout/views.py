@@ -153,8 +153,10 @@ def evidence_status(
     except SpecError:
         return None
     stage = evidence.stage if evidence is not None else None
-    # an experiment's phase ends on its duration or its report, never on a stage's requests
-    needed = plan.stage_requests if state.phase in ADVANCING - {Phase.EXPERIMENT} else None
+    # an experiment's phase ends on its duration or its report, and a held incident on its end, never on
+    # a stage's requests
+    stage_ends = state.phase in ADVANCING - {Phase.EXPERIMENT} and state.incident is None
+    needed = plan.stage_requests if stage_ends else None
     requests = stage.requests if stage is not None and stage.stage == stage_of(state) else 0
     return EvidenceStatus(
         started=None if evidence is None else evidence.started,

@@ -32,6 +32,7 @@ EVENTS = (
     "spec_refused",
     "capacity_not_ready",
     "split_not_served",
+    "incident_cleared",
 )
 INCONCLUSIVE_AFTER = 1800.0  # seconds a stage may stay inconclusive past its hold before it is told (30m)
 

@@ -161,6 +161,9 @@ class Analysis(SpecModel):
     latency_source: Literal["answers", "histograms"] = "answers"
     max_ttft_p95: Duration | None = 2.0
     on_shared_incident: Literal["rollback", "hold"] = "rollback"
+    # Under `hold`: how long new tests must stay quiet (no check failing, the error tests passing) before
+    # a held shared incident is over and the rollout goes on by itself (gateway/rollout/incident.py).
+    incident_clear: PositiveDuration = 300.0
     expected_weight_status: list[Literal["ACTIVE", "ZEROED", "ERASED"]] | None = ["ERASED", "ZEROED"]
     # Zero-layer pods must serve a bias that is zero past this distance (their model servers'
     # graystack_model_info effective_window): tells the derived sparse ACTIVE form (64 on the trained

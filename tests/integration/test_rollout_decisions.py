@@ -6,7 +6,8 @@ second), the real Envoy, real `graystack serve` model servers and their probes, 
   baseline, on traffic split at random between the two;
 - both variants failing at once is a shared incident: rolled back and reported as shared under
   `on_shared_incident: rollback`, held with the weights kept under `hold`, at 5 % and at 50/50 (told by
-  comparison, and still told so as the incident goes on);
+  comparison, and still told so as the incident goes on); and under `hold` at 50/50, once the fault
+  stops, the rollout goes on by itself (`incident_clear`), never rolled back;
 - a gateway restarted mid-rollout continues the same evidence;
 - a stage at low traffic extends past its hold instead of promoting, and says how many requests it needs;
 - with cohorts, a client counts once in the stage's evidence however many requests it sends.
@@ -121,6 +122,36 @@ def test_both_variants_failing_is_a_shared_incident_under_either_policy(start, p
         assert any(f"shared incident, weights held at {weight}%" in a["message"] for a in rollout["alerts"])
         split = {"baseline": 100 - weight, "zero-layer": weight}
         assert stack.status()["routing"]["weights"] == split
+
+
+def test_a_held_shared_incident_goes_on_by_itself_once_the_fault_stops(start):
+    """At 50/50 both servers fail 20 %: held, the new tests fire shared again while it lasts; the fault
+    stops, the new tests stay quiet for incident_clear (10 s here) and the rollout goes on by itself."""
+    analysis = {"max_error_rate": 0.01, "min_detectable_error_rate": 0.05, "incident_clear": "10s"}
+    stack = start(spec(on_shared_incident="hold", **analysis), server_faults=("baseline", "zero-layer"))
+    with Traffic(stack.client.base_url, RATE, segment_share=0):
+        wait_until(lambda: stack.rollout()["evidence"]["stage_requests"] > 10, 60, "clean traffic")
+        for variant in ("baseline", "zero-layer"):
+            stack.set_fault(0.2, variant=variant)
+        wait_until(lambda: (r := stack.rollout())["paused"] and r["evidence"]["incident"], 90, "the hold")
+        wait_until(
+            lambda: stack.rollout()["last_decision"]["outcome"].startswith("hold: shared incident (alerted"),
+            60,
+            "the new tests to fire shared again while the fault lasts",
+            interval=0.25,
+        )
+        for variant in ("baseline", "zero-layer"):
+            stack.set_fault(0.0, variant=variant)
+        rollout = wait_until(
+            lambda: not (r := stack.rollout())["paused"] and r["evidence"]["incident"] is None and r,
+            90,
+            "the rollout to go on by itself",
+            interval=0.25,
+        )
+    assert (rollout["phase"], rollout["step"], rollout["weight"]) == ("progressing", 0, 50)
+    assert rollout["reason"].startswith("shared incident over: new tests quiet for")
+    assert "shared incident over" in rollout["history"][-1]["reason"]
+    assert not gateway_metric(stack, "graystack_rollout_rollbacks_total", {"rollout": "zero-layer"})
 
 
 def test_a_restarted_gateway_continues_the_same_evidence(start):

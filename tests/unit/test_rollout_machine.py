@@ -302,7 +302,7 @@ def test_a_candidate_specific_failure_during_a_held_incident_still_rolls_back():
     assert run.state.phase == Phase.ROLLED_BACK
 
 
-def test_resuming_after_a_held_incident_starts_new_count_and_retry_does_too():
+def test_a_held_incident_and_resuming_it_start_new_tests_and_retry_does_too():
     evidence = object()  # the machine never looks inside the evidence: it keeps it or drops it
     spec = make_spec({"steps": STEPS}, on_shared_incident="hold")
     run = Run(spec).to_step(1)
@@ -310,9 +310,11 @@ def test_resuming_after_a_held_incident_starts_new_count_and_retry_does_too():
     run.after(5, interval())
     assert run.state.evidence is evidence  # kept across looks and stages
     run.after(5, failing("error_rate", 0.02, shared=True))
-    assert run.state.evidence is evidence
+    assert run.state.evidence is evidence  # the look restarts some of its tests (gateway/rollout/incident.py)
+    assert run.state.incident_watch.tests_since == run.now
     run.after(5, command=Command.RESUME)
     assert (run.state.evidence, run.state.incident, run.state.paused) == (None, None, False)
+    assert run.state.incident_watch is None
     run.state = replace(run.state, evidence=evidence)
     run.after(5, command=Command.ROLLBACK)
     assert run.state.evidence is evidence  # a rollback keeps the tests: retry decides

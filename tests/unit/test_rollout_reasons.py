@@ -12,7 +12,7 @@ import pytest
 from gateway.notify.events import Memory, derive
 from gateway.rollout.facts import Looked
 from gateway.rollout.outcome import SENTENCES, Outcome, Reason
-from gateway.rollout.reasons import HOLDS, MOVES, UNTOLD
+from gateway.rollout.reasons import HOLDS, MOVES, NEWS, UNTOLD
 from gateway.rollout.rollout_state import Action, Command, Phase, RecordDecision, RolloutState
 from gateway.rollout.story import Story
 from gateway.spec.notifications import EVENTS
@@ -39,6 +39,8 @@ TABLE: dict[Reason, tuple[tuple[str, bool] | None, str | None]] = {
     Reason.METRICS_ERROR_ESCALATED: (("Holding", False), "stage_holding"),
     Reason.SHARED_INCIDENT: (("Holding", False), "stage_holding"),
     Reason.SHARED_INCIDENT_STANDING: (("Holding", False), "stage_holding"),
+    Reason.SHARED_INCIDENT_CLEARING: (None, None),
+    Reason.SHARED_INCIDENT_CLEARED: (("IncidentCleared", False), "incident_cleared"),
     Reason.CALLING_WEBHOOKS: (("Holding", False), "stage_holding"),
     Reason.WEBHOOK_FAILED: (("WebhookFailed", True), "stage_holding"),
     Reason.AWAITING_APPROVAL: (("AwaitingApproval", True), "stage_holding"),
@@ -53,10 +55,10 @@ Look = tuple[RolloutState, RolloutState, tuple[Action, ...], float]
 
 @pytest.mark.parametrize("reason", list(Reason))
 def test_every_reason_has_one_row_a_sentence_and_the_names_users_see(reason: Reason):
-    assert [reason in MOVES, reason in HOLDS, reason in UNTOLD].count(True) == 1
+    assert [reason in MOVES, reason in NEWS, reason in HOLDS, reason in UNTOLD].count(True) == 1
     assert reason in SENTENCES
-    if reason in MOVES:
-        moved = MOVES[reason]
+    if reason in MOVES or reason in NEWS:
+        moved = MOVES.get(reason) or NEWS[reason]
         told = (moved.event.reason, moved.event.warning), moved.notice
     elif reason in HOLDS:
         held = HOLDS[reason]
@@ -68,7 +70,7 @@ def test_every_reason_has_one_row_a_sentence_and_the_names_users_see(reason: Rea
 
 
 def test_the_table_covers_every_reason():
-    assert set(TABLE) == set(Reason) == set(MOVES) | set(HOLDS) | UNTOLD
+    assert set(TABLE) == set(Reason) == set(MOVES) | set(NEWS) | set(HOLDS) | UNTOLD
 
 
 def every_hold_twice() -> list[Look]:

@@ -106,7 +106,7 @@ def test_both_variants_failing_is_a_shared_incident_under_either_policy(start, p
         )
         if policy == "hold":  # the incident goes on: the checks go on too, and still tell it as shared
             held = rollout["evidence"]["stage_requests"]
-            more = 15 * weight  # about 50 s of the candidate's traffic
+            more = 6 * weight  # about 20 s of the candidate's traffic
             rollout = wait_until(
                 lambda: (r := stack.rollout())["evidence"]["stage_requests"] > held + more and r,
                 90,

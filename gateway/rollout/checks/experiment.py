@@ -245,7 +245,7 @@ class ExperimentRow:
     def verdicts(
         self, tests: ExperimentTests, settings: ExperimentSettings, plan: Plan, moment: Moment
     ) -> Sequence[Check]:
-        """Passes once every difference is decided; inconclusive until then (it never fails)."""
+        """Passes once every serving difference is decided; inconclusive until then (it never fails)."""
         found = report(tests, settings)
         verdict = Verdict.PASS if found.decided else Verdict.INCONCLUSIVE
         words = "; ".join(describe(d) for d in found.differences)

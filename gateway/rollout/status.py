@@ -131,21 +131,25 @@ class GateStatus(_Answer):
 
 class DifferenceStatus(_Answer):
     """One difference an experiment reports (gateway/rollout/checks/experiment.py): candidate minus
-    baseline (`difference`) or over it (`ratio`), its interval valid at every look at once (`upper`
-    null: unbounded yet), decided once the interval excludes 0 (1 for a ratio)."""
+    baseline (`difference`), over it (`ratio`) or the candidate's share of pairs (`share`: greedy
+    agreement, the judge's win rate), its interval valid at every look at once (`upper` null: unbounded
+    yet), decided once the interval excludes `null` (0 for a difference, 1 for a ratio)."""
 
     name: str
-    kind: Literal["difference", "ratio"]
+    kind: Literal["difference", "ratio", "share"]
     estimate: float | None
     lower: float
     upper: float | None
-    samples: list[int]  # the candidate's and the baseline's observations
+    samples: list[int]  # the candidate's and the baseline's observations (a share: its pairs, twice)
     decided: bool
+    null: float
+    ties: int | None = None  # the judge's ties, left out of judge_win_rate
 
 
 class ExperimentStatus(_Answer):
     """`strategy: experiment`'s report (also GET /v1/experiment): every interval holds together, at
-    every look, with probability at least 1 - alpha; `decided`: every difference is."""
+    every look, with probability at least 1 - alpha; `decided`: every serving difference is (the quality
+    intervals, beside them where quality is on, are not waited for)."""
 
     candidate: str
     baseline: str
@@ -157,6 +161,8 @@ class ExperimentStatus(_Answer):
     decided: bool
     differences: list[DifferenceStatus]
     not_compared: list[str]
+    quality: list[DifferenceStatus] = []
+    quality_not_compared: list[str] = []  # each quality interval left out, with why (its check off, no data)
 
 
 class RolloutStatus(_Answer):

@@ -96,7 +96,8 @@ ERROR_RATE_BOUND = Gauge(
 EXPERIMENT_DIFFERENCE = Gauge(
     families.EXPERIMENT_DIFFERENCE,
     "strategy: experiment: each difference of the candidate against the baseline (error_rate: candidate "
-    "minus baseline; ttft_p50, ttft_p90, tpot_p50, tpot_p90: candidate over baseline), its estimate and "
+    "minus baseline; ttft_p50, ttft_p90, tpot_p50, tpot_p90: candidate over baseline; where quality is on, "
+    "structure_failures: minus; greedy_agreement, judge_win_rate: the candidate's share), its estimate and "
     "its anytime-valid interval (side = estimate, lower, upper; an upper not bounded yet is +Inf)",
     ["rollout", "difference", "side"],
 )
@@ -197,7 +198,7 @@ def record_checks(rollout: str, checks: Sequence[Check], error_bounds: tuple[flo
 
 def record_experiment(rollout: str, report: ExperimentStatus | None) -> None:
     """An experiment's differences as they stand (nothing where the rollout is no experiment)."""
-    for difference in report.differences if report is not None else ():
+    for difference in [*report.differences, *report.quality] if report is not None else ():
         sides = {
             "estimate": math.nan if difference.estimate is None else difference.estimate,
             "lower": difference.lower,

@@ -16,7 +16,13 @@ from dataclasses import asdict
 from typing import Any
 
 from gateway.rollout.analysis import Check
-from gateway.rollout.checks.experiment import EXPERIMENT, ExperimentSettings, ExperimentTests, report
+from gateway.rollout.checks.experiment import (
+    EXPERIMENT,
+    Difference,
+    ExperimentSettings,
+    ExperimentTests,
+    report,
+)
 from gateway.rollout.evidence import busier_looks, error_bounds
 from gateway.rollout.gates import evidence_judgement
 from gateway.rollout.plan import plan_for, roles
@@ -185,12 +191,6 @@ def experiment_status(spec: RolloutSpec, state: RolloutState, now: float) -> Exp
         return None
     tests = state.evidence.tests.get(EXPERIMENT) if state.evidence is not None else None
     found = report(tests if isinstance(tests, ExperimentTests) else ExperimentTests(), settings)
-    differences = [
-        DifferenceStatus(
-            **{**asdict(d), "upper": d.upper if math.isfinite(d.upper) else None, "samples": list(d.samples)}
-        )
-        for d in found.differences
-    ]
     return ExperimentStatus(
         candidate=plan.candidate,
         baseline=plan.baseline,
@@ -200,6 +200,14 @@ def experiment_status(spec: RolloutSpec, state: RolloutState, now: float) -> Exp
         end_on_decision=experiment.end_on_decision,
         concluded=state.phase == Phase.CONCLUDED,
         decided=found.decided,
-        differences=differences,
+        differences=[_difference(d) for d in found.differences],
         not_compared=list(found.not_compared),
+        quality=[_difference(d) for d in found.quality],
+        quality_not_compared=list(found.quality_not_compared),
+    )
+
+
+def _difference(d: Difference) -> DifferenceStatus:
+    return DifferenceStatus(
+        **{**asdict(d), "upper": d.upper if math.isfinite(d.upper) else None, "samples": list(d.samples)}
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.admin.protocol import (
     CapacityStatus,
+    DifferenceStatus,
     EvidenceStatus,
     ExperimentStatus,
     GateStatus,
@@ -223,15 +224,22 @@ def experiment_lines(experiment: ExperimentStatus) -> list[str]:
         f"experiment {experiment.candidate} vs {experiment.baseline} {state}{held}: {verdict} "
         f"(the intervals hold together at {1 - experiment.alpha:.0%})"
     ]
-    for d in experiment.differences:
-        shown = "{:.3f}x" if d.kind == "ratio" else "{:+.3%}"
-        estimate, lower = ("n/a" if d.estimate is None else shown.format(d.estimate)), shown.format(d.lower)
-        upper = "inf" if d.upper is None else shown.format(d.upper)
-        decided = "DECIDED" if d.decided else "undecided"
-        lines.append(
-            f"  {d.name:<10} {estimate:>9} [{lower}, {upper}] {decided}, samples {d.samples[0]}/{d.samples[1]}"
-        )
-    return lines + [f"  not compared: {why}" for why in experiment.not_compared]
+    lines += [_difference_line(d) for d in experiment.differences]
+    lines += [f"  not compared: {why}" for why in experiment.not_compared]
+    if experiment.quality or experiment.quality_not_compared:
+        lines.append("  quality (reported beside; the decision does not wait for it):")
+    lines += [_difference_line(d) for d in experiment.quality]
+    return lines + [f"  not compared: {why}" for why in experiment.quality_not_compared]
+
+
+def _difference_line(d: DifferenceStatus) -> str:
+    shown = {"ratio": "{:.3f}x", "difference": "{:+.3%}", "share": "{:.2%}"}[d.kind]
+    estimate, lower = ("n/a" if d.estimate is None else shown.format(d.estimate)), shown.format(d.lower)
+    upper = "inf" if d.upper is None else shown.format(d.upper)
+    decided = "DECIDED" if d.decided else "undecided"
+    samples = f"pairs {d.samples[0]}" if d.kind == "share" else f"samples {d.samples[0]}/{d.samples[1]}"
+    ties = "" if d.ties is None else f", ties {d.ties} (left out)"
+    return f"  {d.name:<10} {estimate:>9} [{lower}, {upper}] {decided}, {samples}{ties}"
 
 
 def _gate_lines(gate: GateStatus) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from gateway.metrics.observations import COMPARED, DIFFERED
 from gateway.rollout.checks.base import Moment, Off, Plan
-from gateway.rollout.checks.common import fired
+from gateway.rollout.checks.common import fired, greedy_disagreement
 from gateway.rollout.increments import VariantLook
 from gateway.rollout.sequential import ThresholdTest, error_rate_bounds
 from gateway.rollout.verdicts import Check, Verdict
@@ -41,13 +41,8 @@ class ShadowAgreement:
     detectors = 0
 
     def settings(self, spec: RolloutSpec) -> AgreementSettings | Off:
-        quality = spec.analysis.quality
-        if quality is not None and quality.max_greedy_disagreement is not None:
-            return AgreementSettings(quality.max_greedy_disagreement)
-        agreement = spec.analysis.min_shadow_agreement
-        if agreement is None:
-            return Off("neither quality.max_greedy_disagreement nor min_shadow_agreement is set")
-        return AgreementSettings(1 - agreement)
+        most = greedy_disagreement(spec)
+        return most if isinstance(most, Off) else AgreementSettings(most)
 
     def identity(self, spec: RolloutSpec) -> Mapping[str, Any]:
         quality = spec.analysis.quality

@@ -8,10 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from gateway.metrics.observations import segment_of
-from gateway.rollout.checks.base import Plan
+from gateway.rollout.checks.base import Off, Plan
 from gateway.rollout.increments import Histogram
 from gateway.rollout.sequential import ThresholdTest
 from gateway.rollout.verdicts import Check, Verdict
+from gateway.spec.model import RolloutSpec
+from gateway.spec.quality import Judge as QualityJudge
+from gateway.spec.quality import Quality
 from gateway.spec.queries import PROBED
 
 V = TypeVar("V")
@@ -86,3 +89,30 @@ def ratio_of(ours: tuple[int, int], theirs: tuple[int, int]) -> float | None:
     if not n_ours or not n_theirs or not x_theirs:
         return None
     return (x_ours / n_ours) / (x_theirs / n_theirs)
+
+
+# Whether each quality comparator is on: its check's row and the experiment's report read the same rule.
+
+
+def greedy_disagreement(spec: RolloutSpec) -> float | Off:
+    """The greedy disagreement tolerated: the gateway's pairs (`quality.max_greedy_disagreement`), else
+    graystack's servers' own comparison (1 - `min_shadow_agreement`); Off where neither is set."""
+    quality = spec.analysis.quality
+    if quality is not None and quality.max_greedy_disagreement is not None:
+        return quality.max_greedy_disagreement
+    agreement = spec.analysis.min_shadow_agreement
+    if agreement is None:
+        return Off("neither quality.max_greedy_disagreement nor min_shadow_agreement is set")
+    return 1 - agreement
+
+
+def structure_quality(spec: RolloutSpec) -> Quality | Off:
+    """The quality section where it checks the answers' structure; Off otherwise."""
+    quality = spec.analysis.quality
+    return Off("analysis.quality.structure is off") if quality is None or not quality.structure else quality
+
+
+def judge_of(spec: RolloutSpec) -> QualityJudge | Off:
+    """The judge's settings; Off where there is none."""
+    quality = spec.analysis.quality
+    return Off("analysis.quality has no judge") if quality is None or quality.judge is None else quality.judge

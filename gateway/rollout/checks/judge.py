@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from gateway.metrics.observations import JUDGED, LOST, TIED
 from gateway.rollout.checks.base import Moment, Off, Plan
-from gateway.rollout.checks.common import fired
+from gateway.rollout.checks.common import fired, judge_of
 from gateway.rollout.increments import VariantLook
 from gateway.rollout.sequential import ThresholdTest
 from gateway.rollout.verdicts import Check, Verdict
@@ -42,10 +42,8 @@ class Judge:
     detectors = 0
 
     def settings(self, spec: RolloutSpec) -> JudgeSettings | Off:
-        quality = spec.analysis.quality
-        if quality is None or quality.judge is None:
-            return Off("analysis.quality has no judge")
-        return JudgeSettings(quality.judge.max_loss)
+        judge = judge_of(spec)
+        return judge if isinstance(judge, Off) else JudgeSettings(judge.max_loss)
 
     def identity(self, spec: RolloutSpec) -> Mapping[str, Any]:
         quality = spec.analysis.quality

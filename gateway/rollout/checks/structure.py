@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from gateway.metrics.observations import CUT, MALFORMED, STRUCTURED
 from gateway.rollout.checks.base import Moment, Off, Plan
-from gateway.rollout.checks.common import fired, randomised, ratio_of
+from gateway.rollout.checks.common import fired, randomised, ratio_of, structure_quality
 from gateway.rollout.increments import VariantLook
 from gateway.rollout.sequential import RatioTest
 from gateway.rollout.verdicts import Check, Verdict
@@ -45,9 +45,9 @@ class Structure:
     detectors = 0
 
     def settings(self, spec: RolloutSpec) -> StructureSettings | Off:
-        quality = spec.analysis.quality
-        if quality is None or not quality.structure:
-            return Off("analysis.quality.structure is off")
+        quality = structure_quality(spec)
+        if isinstance(quality, Off):
+            return quality
         return StructureSettings(quality.max_structure_ratio, quality.capture_percent > 0)
 
     def identity(self, spec: RolloutSpec) -> Mapping[str, Any]:

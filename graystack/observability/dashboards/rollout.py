@@ -135,6 +135,9 @@ def rollout_decisions() -> gd.Dashboard:
          "and p90, candidate over baseline: a line at 1 is no difference"),
         ("error rate, candidate minus baseline", "percentunit", "error_rate", "The error rates' difference: "
          "a line at 0 is no difference"),
+        ("quality", "percentunit", "structure_failures|greedy_agreement|judge_win_rate", "Where quality is on: "
+         "the malformed answers' difference (0: none), the greedy answers equal to the baseline's (1: all) and "
+         "the candidate's share of the judge's decisive verdicts (0.5: neither better)"),
     ):  # fmt: skip
         board.with_panel(
             graph(
@@ -145,7 +148,7 @@ def rollout_decisions() -> gd.Dashboard:
                 query(
                     f'{EXPERIMENT_DIFFERENCE}{{{ROLLOUT}, difference=~"{which}"}}', "{{difference}} {{side}}"
                 ),
-            ).span(12)
+            ).span(8)
         )
     board.with_row(gd.Row("Each check against its threshold"))
     for check, unit in CHECKS.items():

@@ -8,8 +8,8 @@ The stack is made to produce what the panels show: client traffic on both varian
 `high_load` header segment), prompts of several lengths, a shadow stage whose greedy answers zero-layer
 compares with the baseline's (its bias layer erased, it answers every one differently, so the guard,
 asked for 90 % agreement, rolls it back), the agreement check dropped and a fault in zero-layer that the
-controller rolls back on its shadow copies, a clean retry that leaves shadow and promotes, and a spec
-file the gateway refuses. Every query must parse and return at least one number (the counters the
+controller rolls back on its shadow copies, a clean retry that leaves shadow and promotes, an even-split
+experiment until its latency differences are measured, and a spec file the gateway refuses. Every query must parse and return at least one number (the counters the
 gateway starts at 0, such as the NACKs that the local Envoy never sends, return zeros).
 
 The capacity gauges (pods per variant, their cost per hour) come only from a gateway in Kubernetes with
@@ -58,6 +58,9 @@ PROMPTS = ("Hi", "x" * 300, "x" * 600)  # three prompt_bucket ranges: 0-128, 129
 SHADOW_FIRST = ROLLOUT | {"strategy": ROLLOUT["strategy"] | {"shadow": SHADOW}}
 MIN_AGREEMENT = 0.9
 LONG_SHADOW = SHADOW | {"duration": "60s"}
+EXPERIMENT = {"experiment": {"weights": {"baseline": 50, "zero-layer": 50}, "duration": "1h"}}
+# every answer captured and its structure checked: the Experiment row's quality panel has a difference
+EXPERIMENT_ANALYSIS = SHADOW_FIRST["analysis"] | {"quality": {"capture_percent": 100, "structure": True}}
 COMPARED = SHADOW_FIRST | {"analysis": SHADOW_FIRST["analysis"] | {"min_shadow_agreement": MIN_AGREEMENT}}
 # Envoy's exposition as Envoy writes it: no HELP lines, counters without `_total`, its own unit names.
 ENVOY_LINT = re.compile(
@@ -214,6 +217,17 @@ def history(stack, prometheus) -> tuple[float, float]:
         stack.cli("retry")
         # bounded for a machine half as fast (or a suite run side by side): the evidence sets the pace
         wait_until(lambda: stack.rollout()["phase"] == "promoted", 240, "the clean retry to promote")
+        # An even-split experiment on the same traffic, until Prometheus holds each kind of difference
+        # (latency needs answers measured on both variants; no header rule, since with one Envoy's error
+        # counts mix the segments and the error rate is not compared): the Experiment row reads them.
+        randomised = stack.spec["routing"] | {"rules": []}
+        changes = {"strategy": EXPERIMENT, "analysis": EXPERIMENT_ANALYSIS, "routing": randomised}
+        apply_spec(stack, SHADOW_FIRST | changes)
+        for difference in ("error_rate", "ttft_p50", "structure_failures"):
+            measured = f'graystack_experiment_difference{{difference="{difference}", side="lower"}}'
+            wait_until(
+                lambda q=measured: instant(prometheus, q), 60, f"a scrape of the experiment's {difference}"
+            )
     write_raw_spec(stack, "name: [not a spec")
     refused = 'graystack_spec_reloads_total{result="refused"} >= 1'
     wait_until(lambda: instant(prometheus, refused), 30, "a scrape of the refused spec reload")

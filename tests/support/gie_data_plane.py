@@ -318,6 +318,11 @@ class DataPlane:
         except httpx.HTTPError:
             return False
 
+    def stats(self, part: str = "ext_proc") -> str:
+        """Envoy's counters whose name holds `part`: what a failure message says of the picker's streams."""
+        found = httpx.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5).text.splitlines()
+        return "\n".join(line for line in found if part in line)
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()

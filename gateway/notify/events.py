@@ -87,7 +87,7 @@ def _looked(fact: Looked, memory: Memory, inconclusive_after: float) -> tuple[li
         what = f"paused: {after.reason}"
         events.append(_event("paused", spec, after, now, what, "`graystack resume` continues it."))
     if fact.decision is not None and (news := NEWS.get(fact.decision.outcome.reason)) is not None:
-        going = "it goes on" if not after.paused else "it stays paused by its operator: `graystack resume`"
+        going = news.then if not after.paused else "it stays paused by its operator: `graystack resume`"
         what = fact.decision.outcome.why
         events.append(_event(news.notice, spec, after, now, what, f"{going}.", {"decision": what}))
     if fact.decision is not None:

@@ -7,7 +7,7 @@ by the same identity (`Outcome.identity`).
 Every reason has one place: `MOVES` (told when the states show the move, since an operator's command
 makes the same moves without a decision), `NEWS` (told at the look that decides it, by its reason: the
 end of a held incident, which the states show as a resume at most, and not at all under an operator's
-own pause), `HOLDS` (told once while they stand; a pause and the routine holds, the stage's hold time
+own pause; an experiment's conclusion, a move to a phase that holds), `HOLDS` (told once while they stand; a pause and the routine holds, the stage's hold time
 and a command's look, to fewer readers) or `UNTOLD`. A held incident's beginning and end are counted too
 (`INCIDENT_COUNTS`: the journal, gateway/rollout/journal.py). Events and
 notifications no decision makes (Paused, Resumed, Approved, StageChanged, Alert; paused,
@@ -39,6 +39,16 @@ class Moved:
 
 
 @dataclass(frozen=True)
+class News:
+    """News told at the look that decides it: its Event, its notification kind, and what happens next
+    (the notification's last line, where no operator's pause holds the rollout)."""
+
+    event: KubeEvent
+    notice: str
+    then: str
+
+
+@dataclass(frozen=True)
 class Held:
     """A hold, told once while it stands: its Event and its notification kind (None: not told there)."""
 
@@ -57,8 +67,13 @@ MOVES: dict[Reason, Moved] = {
     Reason.ROLLED_BACK: Moved(KubeEvent("RolledBack", warning=True), "rolled_back"),
 }
 
-NEWS: dict[Reason, Moved] = {
-    Reason.SHARED_INCIDENT_CLEARED: Moved(KubeEvent("IncidentCleared"), "incident_cleared"),
+NEWS: dict[Reason, News] = {
+    Reason.SHARED_INCIDENT_CLEARED: News(KubeEvent("IncidentCleared"), "incident_cleared", "it goes on"),
+    Reason.EXPERIMENT_CONCLUDED: News(
+        KubeEvent("ExperimentConcluded"),
+        "experiment_concluded",
+        "its split stays, guarded, until the spec changes; `graystack experiment` has the report",
+    ),
 }
 
 HOLDS: dict[Reason, Held] = {
@@ -99,6 +114,5 @@ UNTOLD = frozenset(
         Reason.FROZEN,  # told by its Alert and its pause
         Reason.GUARD_ONLY,  # nothing advances: nothing to tell
         Reason.RECORDED_ONLY,  # rolled back already
-        Reason.EXPERIMENT_CONCLUDED,  # told by its transition in the history (no Event of its own yet)
     }
 )  # a look that neither moves nor holds: a hold told before it is forgotten

@@ -33,6 +33,7 @@ EVENTS = (
     "capacity_not_ready",
     "split_not_served",
     "incident_cleared",
+    "experiment_concluded",
 )
 INCONCLUSIVE_AFTER = 1800.0  # seconds a stage may stay inconclusive past its hold before it is told (30m)
 

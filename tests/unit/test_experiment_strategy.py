@@ -22,6 +22,7 @@ from gateway.rollout.plan import plan_for
 from gateway.rollout.rollout_state import Command, Phase, RecordDecision, RolloutState
 from gateway.rollout.views import rollout_split
 from gateway.spec.model import RolloutSpec, SpecError, validate_spec
+from tests.unit.test_rollout_reasons import told
 
 EXPERIMENT_5050 = {"weights": {"baseline": 50, "zero-layer": 50}, "duration": "1h"}
 
@@ -194,3 +195,20 @@ def test_a_new_split_or_duration_keeps_the_experiments_counts_and_a_new_alpha_st
     assert plan_for(longer).key == key
     stricter = make_spec({"experiment": {**EXPERIMENT_5050, "alpha": 0.01}})
     assert plan_for(stricter).key != key
+
+
+def test_the_experiments_conclusion_is_told_once_as_news() -> None:
+    """Concluded by its duration: the ExperimentConcluded Event and the experiment_concluded notification,
+    once; the guard's looks after it tell nothing."""
+    state, looks = initial_state(SPEC, 0.0), []
+    for now, verdict in (
+        (1800.0, Verdict.INCONCLUSIVE),
+        (3600.0, Verdict.INCONCLUSIVE),
+        (3605.0, Verdict.PASS),
+    ):
+        after, actions = step(SPEC, state, _checks(verdict), None, now)
+        looks.append((state, after, tuple(actions), now))
+        state = after
+    events, kinds = told(looks, SPEC)
+    assert ("ExperimentConcluded", False) in events
+    assert kinds.count("experiment_concluded") == 1

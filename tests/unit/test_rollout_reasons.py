@@ -15,6 +15,7 @@ from gateway.rollout.outcome import SENTENCES, Outcome, Reason
 from gateway.rollout.reasons import HOLDS, MOVES, NEWS, UNTOLD
 from gateway.rollout.rollout_state import Action, Command, Phase, RecordDecision, RolloutState
 from gateway.rollout.story import Story
+from gateway.spec.model import RolloutSpec
 from gateway.spec.notifications import EVENTS
 from tests.unit.test_rollout_machine import ERROR, INCONCLUSIVE, SPEC, Run, failing, interval
 
@@ -46,7 +47,7 @@ TABLE: dict[Reason, tuple[tuple[str, bool] | None, str | None]] = {
     Reason.AWAITING_APPROVAL: (("AwaitingApproval", True), "stage_holding"),
     Reason.EVIDENCE_GATE: (("AwaitingApproval", True), "stage_holding"),
     Reason.EXPERIMENT_RUNNING: (("Holding", False), None),
-    Reason.EXPERIMENT_CONCLUDED: (None, None),
+    Reason.EXPERIMENT_CONCLUDED: (("ExperimentConcluded", False), "experiment_concluded"),
 }
 
 STEP_0 = RolloutState(Phase.PROGRESSING, step=0, weight=5)
@@ -114,13 +115,13 @@ def machine_run() -> list[Look]:
     return looks
 
 
-def told(looks: list[Look]) -> tuple[list[tuple[str, bool]], list[str]]:
-    """The Kubernetes Events (reason, warning) and the notification kinds the looks make."""
+def told(looks: list[Look], spec: RolloutSpec = SPEC) -> tuple[list[tuple[str, bool]], list[str]]:
+    """The Kubernetes Events (reason, warning) and the notification kinds the looks make under `spec`."""
     story, memory, events, kinds = Story(), Memory(), [], []
     for before, after, actions, now in looks:
         events += [(event.reason, event.warning) for event in story.tell(before, after, actions)]
         decision = next((a for a in actions if isinstance(a, RecordDecision)), None)
-        made, memory = derive(Looked(SPEC, before, after, decision, now, actions), memory, 1e9)
+        made, memory = derive(Looked(spec, before, after, decision, now, actions), memory, 1e9)
         kinds += [event.kind for event in made]
     return events, kinds
 

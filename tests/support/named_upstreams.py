@@ -31,7 +31,9 @@ class _QuietServer(ThreadingHTTPServer):
 class NamedUpstream:
     """`name` answered (200, text) on `host:port`; `hits`: the requests it got, mirrored copies included,
     also served as a Prometheus counter at METRICS_PATH.
-    `status`: what it answers (a test sets 500 to fail it, as a broken model server would).
+    `status`: what it answers (a test sets 500 to fail it, as a broken model server would);
+    `failing_models`: the `model` names it answers 500 for whatever `status` says (a broken adapter or
+    model on pods whose other models still serve).
     `metrics`: more Prometheus text served after the counter (a test sets a model server's gauges, such
     as vLLM's queue and KV-cache use); `metrics_delay`: seconds its metrics wait before answering (a
     test sets it to make them hang). `last_body`: the body of the last request it got (a chunked body
@@ -42,6 +44,7 @@ class NamedUpstream:
         self.name, self.host, self.port = name, host, port
         self.hits = 0
         self.status = 200
+        self.failing_models: set[str] = set()
         self.metrics = ""
         self.metrics_delay = 0.0
         self.last_body = b""
@@ -119,10 +122,12 @@ class NamedUpstream:
                     return
                 upstream._count()
                 upstream.last_body = received
-                if upstream.stream is not None and upstream.status == 200:
+                model = _model(received)
+                status = 500 if model in upstream.failing_models else upstream.status
+                if upstream.stream is not None and status == 200:
                     self._stream(upstream.stream)
                     return
-                self._send(upstream.status, body, _model(received))
+                self._send(status, body, model)
 
             def _stream(self, rest: threading.Event) -> None:
                 self.send_response(200)

@@ -196,26 +196,6 @@ def _roll_back(
     return replace(state, errors=0, rollback_started=now)
 
 
-def _shared_hold(spec: RolloutSpec, failing: Sequence[Check]) -> bool:
-    """Every failing check is a shared incident, and the spec says to hold on those."""
-    return bool(failing) and spec.analysis.on_shared_incident == "hold" and all(c.shared for c in failing)
-
-
-def _hold_incident(
-    state: RolloutState, failing: Sequence[Check], now: float, actions: list[Action]
-) -> tuple[RolloutState, Outcome]:
-    """A shared incident under `on_shared_incident: hold`: the weights stay, the rollout pauses, and one
-    alert pages; resuming it starts new tests (the incident's errors are in the current ones)."""
-    if state.incident is not None:
-        return state, Outcome(Reason.SHARED_INCIDENT_STANDING)
-    cause = "; ".join(describe(c) for c in failing)
-    actions.append(Alert(f"shared incident, weights held at {state.weight}%: {cause}"))
-    reason = f"held: shared incident: {cause}"
-    if state.phase in ADVANCING and not state.paused:
-        state = pause(state, now, reason)
-    return replace(state, incident=reason), Outcome(Reason.SHARED_INCIDENT)
-
-
 def _command(
     spec: RolloutSpec, state: RolloutState, command: Command, now: float, actions: list[Action]
 ) -> tuple[RolloutState, bool]:

@@ -13,7 +13,6 @@ import yaml
 from envoy.config.bootstrap.v3 import bootstrap_pb2
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import (
-    address_pb2,
     backoff_pb2,
     base_pb2,
     config_source_pb2,
@@ -29,7 +28,7 @@ from google.protobuf import json_format, struct_pb2, wrappers_pb2
 from google.protobuf.message import Message
 
 from gateway import names
-from gateway.envoy.common import any_proto, duration, one_host_cluster
+from gateway.envoy.common import any_proto, duration, one_host_cluster, socket_address
 from gateway.envoy.resources import ListenerAddress
 
 METADATA_KEY = "graystack"
@@ -104,7 +103,7 @@ def build_bootstrap(options: BootstrapOptions) -> bootstrap_pb2.Bootstrap:
             )
         ],
         node=base_pb2.Node(id=options.node_id, cluster=options.node_cluster, metadata=metadata),
-        admin=bootstrap_pb2.Admin(address=_address(options.admin_host, options.admin_port)),
+        admin=bootstrap_pb2.Admin(address=socket_address(options.admin_host, options.admin_port)),
         dynamic_resources=bootstrap_pb2.Bootstrap.DynamicResources(
             ads_config=config_source_pb2.ApiConfigSource(
                 api_type=config_source_pb2.ApiConfigSource.GRPC,
@@ -164,10 +163,6 @@ def _grpc_cluster(
         ),
     )
     return one_host_cluster(name, host, port, protocol, 1.0)
-
-
-def _address(host: str, port: int) -> address_pb2.Address:
-    return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))
 
 
 def message_yaml(message: Message) -> str:

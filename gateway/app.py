@@ -40,9 +40,10 @@ from gateway.quality.counts import QualityCounts
 from gateway.quality.judge import Budget, Judge, read_template
 from gateway.quality.judging import Judging
 from gateway.rollout.capacity import CapacityEdge
-from gateway.rollout.controller import RolloutController, SplitProofs
+from gateway.rollout.controller import RolloutController, Rollouts, SplitProofs
 from gateway.rollout.facts import Watcher
 from gateway.rollout.guard import ProviderFactory, ProviderUnavailable
+from gateway.rollout.lanes import Lanes
 from gateway.rollout.state_store import StateStore
 from gateway.service import Gateway
 from gateway.spec.model import RolloutSpec, SpecError
@@ -164,13 +165,16 @@ class GatewayParts:
     first_spec: Callable[[], tuple[RolloutSpec, str]]
     endpoints_for: Callable[[RolloutSpec], EndpointMap]
     store: StateStore
-    driver: Callable[[Gateway, RolloutController], Driver]
+    driver: Callable[[Gateway, Rollouts], Driver]
     capacity: CapacityEdge | None = None  # what scales the variants from the split; None: nothing does
     leadership: Callable[[], Leadership | None] = _alone
     watchers: tuple[Watcher, ...] = ()  # told every look of the rollout, beside the notifications
     # the rollout drives the user's Gateway API gateway where the first spec names one (`gateway_api`):
     # called with the answer store, the live spec and whether this replica leads
     user_gateway: UserGatewayFactory | None = None
+    # where each candidate's lane saves its state, in a rollout of several (called with the lane's name);
+    # None: this mode rolls out one candidate at a time
+    lane_store: Callable[[str], StateStore] | None = None
 
 
 class GatewayProcess:
@@ -214,15 +218,7 @@ class GatewayProcess:
         self.ads = AdsServer(
             self.cache, on_connect=self.gateway.on_connect, forget_after=self.options.forget_proxies_after
         )
-        self.controller = RolloutController(
-            self.gateway,
-            self.ads,
-            self._measured(provider_factory(options.envoy_admin, options.metrics_targets)),
-            parts.store,
-            capacity=parts.capacity,
-            watchers=(self.notifier.on_fact, *parts.watchers),
-            split_proofs=self.user_gateway,
-        )
+        self.controller = self._rollouts(parts)
         self.controller.restore()
         self.driver = parts.driver(self.gateway, self.controller)
         self.admin = _EmbeddedUvicorn(
@@ -247,6 +243,29 @@ class GatewayProcess:
         self._tasks: list[asyncio.Task[None]] = []
         self._admin_task: asyncio.Task[None] | None = None
         self._grpc = None
+
+    def _rollouts(self, parts: GatewayParts) -> Rollouts:
+        """One controller, or a lane for each of several candidates (gateway/rollout/lanes.py)."""
+        provider = self._measured(provider_factory(self.options.envoy_admin, self.options.metrics_targets))
+        watchers = (self.notifier.on_fact, *parts.watchers)
+        candidates = self.gateway.lanes
+        if not candidates:
+            return RolloutController(
+                self.gateway,
+                self.ads,
+                provider,
+                parts.store,
+                capacity=parts.capacity,
+                watchers=watchers,
+                split_proofs=self.user_gateway,
+            )
+        store_for = parts.lane_store
+        if store_for is None:
+            raise Refused(
+                f"variants: several candidates ({', '.join(candidates)}) are rolled out by the local gateway "
+                "for now (`graystack gateway`): this mode keeps one rollout state"
+            )
+        return Lanes(self.gateway, candidates, self.ads, provider, store_for, watchers=watchers)
 
     def _placement(self) -> Placement | None:
         return self.user_gateway if self.user_gateway is not None else self.driver.placement

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.admin.protocol import PickerStatus
 from gateway.app import GatewayOptions, GatewayParts, GatewayProcess, serve_until_signalled
-from gateway.rollout.controller import RolloutController
+from gateway.rollout.controller import Rollouts
 from gateway.rollout.state_store import FileStateStore
 from gateway.service import Gateway
 from gateway.sources.endpoints import static_endpoints
@@ -19,7 +19,7 @@ from gateway.sources.spec_file import SpecFileWatcher, read_spec
 class FileDriver:
     """The spec file's watcher and the rollout controller's loop, beside the admin API."""
 
-    def __init__(self, options: GatewayOptions, gateway: Gateway, controller: RolloutController) -> None:
+    def __init__(self, options: GatewayOptions, gateway: Gateway, controller: Rollouts) -> None:
         self._watcher = SpecFileWatcher(
             options.spec,
             gateway.load,
@@ -49,6 +49,8 @@ def local_parts(options: GatewayOptions) -> GatewayParts:
         first_spec=lambda: read_spec(options.spec),
         endpoints_for=static_endpoints,
         store=FileStateStore(options.rollout_state_path),
+        # beside it, `<spec>.state.<rollout>-<candidate>.json`
+        lane_store=lambda lane: FileStateStore(options.rollout_state_path.with_suffix(f".{lane}.json")),
         driver=functools.partial(FileDriver, options),
     )
 

@@ -85,6 +85,7 @@ class Gateway:
         self._nodes: dict[str, ListenerAddress] = {}
         self.on_refused = tuple(on_refused)
         self.drives_routes = drives_routes
+        self.lanes: tuple[str, ...] = ()  # the first spec's candidates in lanes of their own; fixed after it
 
     @property
     def spec(self) -> RolloutSpec:
@@ -120,6 +121,12 @@ class Gateway:
                     "gateway_api: this gateway drives the user's Gateway API routes; a spec without them "
                     "needs the gateway restarted (its Envoys were never started)"
                 )
+            if self.file is not None and spec.lanes != self.lanes:
+                raise SpecError(
+                    f"variants: the rollout runs a lane for each of the candidates {list(self.lanes) or 'one'}, "
+                    f"this spec would need {list(spec.lanes) or 'one'}: restart the gateway to change them "
+                    "(gateway/rollout/candidates.py)"
+                )
             judge = spec.analysis.quality.judge if spec.analysis.quality is not None else None
             if judge is not None:
                 read_template(judge.prompt)  # so does the judge's prompt file: SpecError naming it
@@ -130,6 +137,8 @@ class Gateway:
         dropped = sorted(str(s) for s in self.overrides if s not in overrides)
         if dropped:
             log.info("spec file changed the split for %s: operator flips there no longer apply", dropped)
+        if self.file is None:
+            self.lanes = spec.lanes
         self.file = SpecRecord(spec, sha256, self._clock())
         self.overrides = overrides
         self.faults = faults
@@ -205,6 +214,12 @@ class Gateway:
         if rollout.segments_to is not None:
             for rule in spec.routing.rules:
                 spec = spec.with_split({rollout.segments_to: 100}, rule.value)
+        baseline = spec.baseline
+        if rollout.withdrawn and baseline is not None:
+            for rule in spec.routing.rules:
+                split = rule.split()
+                if any(split.get(variant, 0) for variant in rollout.withdrawn):
+                    spec = spec.with_split(_withdrawn(split, rollout.withdrawn, baseline), rule.value)
         return spec
 
     def _go_live(self, spec: RolloutSpec, faults: Mapping[str, Fault]) -> None:
@@ -280,3 +295,10 @@ def _routing_status(
         mirror=MirrorStatus(variant=mirror.variant, percent=mirror.percent) if mirror else None,
         rollout_split=RolloutSplitStatus(weights=rollout.weights, segments_to=rollout.segments_to),
     )
+
+
+def _withdrawn(split: Mapping[str, int], withdrawn: Sequence[str], baseline: str) -> dict[str, int]:
+    """`split` with the withdrawn candidates' shares given to the baseline."""
+    moved = sum(split.get(variant, 0) for variant in withdrawn)
+    kept = {variant: share for variant, share in split.items() if variant not in withdrawn}
+    return kept | {baseline: kept.get(baseline, 0) + moved}

@@ -121,11 +121,15 @@ class AdminClient:
         change = _request(SplitChange, weights=dict(weights), segment=segment, wait_seconds=wait_seconds)
         return self._call(FlipResult, "PUT", "/v1/weights", change)
 
-    def rollout_command(self, command: str, wait_seconds: float = 5.0) -> CommandResult:
-        """promote, pause, resume, rollback, retry or approve; the answer says if it was applied and ACKed."""
-        return self._call(
-            CommandResult, "POST", f"/v1/rollout/{command}", params={"wait_seconds": wait_seconds}
-        )
+    def rollout_command(
+        self, command: str, wait_seconds: float = 5.0, candidate: str | None = None
+    ) -> CommandResult:
+        """promote, pause, resume, rollback, retry or approve (for one candidate's lane, or all); the
+        answer says if it was applied and ACKed."""
+        params: dict[str, str | float] = {"wait_seconds": wait_seconds}
+        if candidate is not None:
+            params["candidate"] = candidate
+        return self._call(CommandResult, "POST", f"/v1/rollout/{command}", params=params)
 
     def set_fault(
         self, variant: str, error_rate: float, status: int, latency_ms: int, wait_seconds: float = 5.0

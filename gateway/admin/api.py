@@ -46,7 +46,7 @@ from gateway.answers.store import AnswerStore
 from gateway.envoy.faults import Fault
 from gateway.errors import Conflict, GatewayError, NotFound, Refused, SpecError, Unreachable
 from gateway.notify.status import NotificationsStatus
-from gateway.rollout.controller import RolloutController
+from gateway.rollout.controller import Rollouts
 from gateway.rollout.rollout_state import Command
 from gateway.service import Gateway, fault_status
 from gateway.xds.server import AdsServer
@@ -96,7 +96,7 @@ def follower_refusal(leadership: Leadership) -> str:
 def full_status(
     gateway: Gateway,
     ads: AdsServer,
-    controller: RolloutController | None = None,
+    controller: Rollouts | None = None,
     fault_injection: bool = False,
     leadership: Leadership | None = None,
     answers: AnswerStore | None = None,
@@ -156,7 +156,7 @@ def create_admin_app(
     gateway: Gateway,
     ads: AdsServer,
     token: str | None = None,
-    controller: RolloutController | None = None,
+    controller: Rollouts | None = None,
     leadership: Callable[[], Leadership | None] = lambda: None,
     fault_refusal: str | None = FAULTS_OFF,
     answers: AnswerStore | None = None,
@@ -284,12 +284,15 @@ def create_admin_app(
         response_model_exclude_unset=True,
     )
     async def rollout_command(
-        command: Command, wait_seconds: float = Query(default=5.0, ge=0, le=60)
+        command: Command,
+        wait_seconds: float = Query(default=5.0, ge=0, le=60),
+        candidate: str | None = Query(default=None, min_length=1),
     ) -> CommandResult:
-        """promote, pause, resume, rollback, retry or approve, applied at once; then wait for every proxy's ACK."""
+        """promote, pause, resume, rollback, retry or approve, applied at once; then wait for every proxy's
+        ACK. `candidate`: the one candidate's lane it is for, where several are rolled out (None: all)."""
         if controller is None:
             raise NotFound("this gateway runs no rollout controller")
-        ignored = await controller.command(command)
+        ignored = await controller.command(command, candidate)
         acked = await ads.wait_converged(wait_seconds)
         return CommandResult(
             command=command.value,

@@ -45,6 +45,7 @@ from gateway.envoy.capture import capture_metadata
 from gateway.envoy.common import any_proto, duration
 from gateway.envoy.picking import picker_for, picker_off
 from gateway.envoy.variant_header import served_headers
+from gateway.spec.candidates import slots
 from gateway.spec.model import RolloutSpec
 
 
@@ -93,13 +94,18 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
                     request_headers_to_add=[_overwrite(names.ROUTED_HEADER, variant)],
                     typed_per_filter_config=picker_for(variant) if spec.envoy_picker is not None else {},
                 )
-                for variant, weight in nested_order(split, baseline_variant(spec))
+                for variant, weight in nested_order(split, baseline_variant(spec), _slots(spec))
             ],
             use_hash_policy=wrappers_pb2.BoolValue(value=True) if affinity else None,
         ),
         timeout=duration(spec.timeouts.request),
         retry_policy=_retry_policy(spec),
     )
+
+
+def _slots(spec: RolloutSpec) -> dict[str, int] | None:
+    """Several candidates' cohort slots where clients are keyed (gateway/envoy/affinity.py); None: none."""
+    return slots(spec.strategy, spec.lanes) if spec.routing.affinity else None
 
 
 def _retry_policy(spec: RolloutSpec) -> route_components_pb2.RetryPolicy:

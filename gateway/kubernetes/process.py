@@ -47,7 +47,7 @@ from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec
 from gateway.kubernetes.state import ConfigMapStateStore, state_text
 from gateway.rollout import telemetry
 from gateway.rollout.capacity import CapacitySettings
-from gateway.rollout.controller import RolloutController
+from gateway.rollout.controller import RolloutController, Rollouts
 from gateway.rollout.rollout_state import RolloutState
 from gateway.rollout.state_store import decode_state
 from gateway.rollout.story import storyteller
@@ -144,7 +144,9 @@ class ClusterDriver:
     the leader's state followed, and the controller's loop run only while this replica leads. Nothing
     runs beside the admin API: the spec and the state arrive by watch (the reflectors' threads)."""
 
-    def __init__(self, sources: ClusterSources, gateway: Gateway, controller: RolloutController) -> None:
+    def __init__(self, sources: ClusterSources, gateway: Gateway, controller: Rollouts) -> None:
+        if not isinstance(controller, RolloutController):  # the process refuses several candidates here
+            raise TypeError("the cluster's gateway drives one rollout controller")
         self.sources = sources
         self.kube = sources.kube
         self.gateway = gateway

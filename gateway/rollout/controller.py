@@ -96,6 +96,19 @@ class SplitProofs(Protocol):
     async def look(self, live: RolloutSpec, now: float) -> SplitGate: ...
 
 
+class Rollouts(Protocol):
+    """What the admin API and a driver ask of the rollout: a `RolloutController`, or several candidates'
+    lanes (gateway/rollout/lanes.py)."""
+
+    def restore(self) -> None: ...
+
+    async def run(self) -> None: ...
+
+    async def command(self, command: Command, candidate: str | None = None) -> str | None: ...
+
+    def status(self) -> RolloutStatus: ...
+
+
 class RolloutController:
     def __init__(
         self,
@@ -189,8 +202,11 @@ class RolloutController:
             await self.rollback.stop()
             await self.webhooks.stop()
 
-    async def command(self, command: Command) -> str | None:
-        """An operator command, applied now; None where it was applied, else why it was ignored."""
+    async def command(self, command: Command, candidate: str | None = None) -> str | None:
+        """An operator command, applied now; None where it was applied, else why it was ignored.
+        `candidate`: the one it is meant for (None: this rollout's)."""
+        if candidate is not None and candidate not in self.spec.candidates[:1]:
+            return f"no candidate {candidate!r} in this rollout (its candidate: {', '.join(self.spec.candidates[:1])})"
         async with self._lock:
             ignored = self._look(self.spec, self._clock(), command=command)
             await self.saved.save(self.state)

@@ -194,3 +194,5 @@ class RolloutStatus(_Answer):
     capacity: CapacityStatus | None
     gate: GateStatus | None = None
     experiment: ExperimentStatus | None = None  # strategy: experiment's report
+    # Several candidates (gateway/rollout/lanes.py): each one's lane; the fields above are the first's.
+    candidates: list[RolloutStatus] = []

@@ -23,6 +23,7 @@ from pydantic import (
 
 from gateway.spec.affinity import AffinitySource, BodyPath
 from gateway.spec.apis import PROTECTED, Apis, reaches
+from gateway.spec.candidates import check_candidates
 from gateway.spec.endpoint_picker import EndpointPicker, check_endpoint_picker
 from gateway.spec.envoy_picker import EnvoyPicker, check_envoy_picker
 from gateway.spec.evidence_gates import check_evidence_gates
@@ -282,6 +283,8 @@ class RolloutSpec(SpecModel):
             self.baseline,
         )
         check_envoy_picker(self.envoy_picker, self.users_gateway, self.retries.fallback)
+        users = "gateway_api" if self.gateway_api else "endpoint_picker" if self.endpoint_picker else None
+        check_candidates(self.strategy, self.candidates, self.variants, users)
         for entry in self.apis.table():
             for path in self.protected_paths():
                 if reaches(entry.path, path):
@@ -295,6 +298,19 @@ class RolloutSpec(SpecModel):
     def baseline(self) -> str | None:
         """The baseline: `retries.fallback`, else the variant named `baseline` (None: the spec has none)."""
         return self.retries.fallback or ("baseline" if "baseline" in self.variants else None)
+
+    @property
+    def candidates(self) -> list[str]:
+        """Every variant but the baseline, in the spec's order ([] without a baseline)."""
+        baseline = self.baseline
+        return [] if baseline is None else [v for v in self.variants if v != baseline]
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """The candidates rolled out side by side, each in a lane of its own (gateway/rollout/candidates.py):
+        several under a strategy; () for one candidate, or for none to roll out."""
+        candidates = self.candidates
+        return tuple(candidates) if self.strategy is not None and len(candidates) > 1 else ()
 
     def protected_paths(self) -> tuple[str, ...]:
         """The servers' own routes the listener never serves (apis.PROTECTED), with the health-check paths."""
@@ -383,7 +399,19 @@ def validate_spec(data: Any) -> RolloutSpec:
 
 class _Yaml12Loader(yaml.SafeLoader):
     """YAML 1.2 booleans: only true/false. Under YAML 1.1, the contract's `retries: {on: ...}`
-    key would load as the boolean True (and `off`, `yes`, `no` likewise)."""
+    key would load as the boolean True (and `off`, `yes`, `no` likewise). A key given twice in one
+    mapping is refused, as YAML 1.2 says: PyYAML would keep the last silently (two variants of one name)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"{key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key if isinstance(key, str | int | float | bool) else id(key_node))
+        return super().construct_mapping(node, deep)
 
 
 _Yaml12Loader.yaml_implicit_resolvers = {

@@ -12,8 +12,10 @@ from gateway.spec.model import Mirror
 class RolloutSplit:
     """The rollout controller's layer: the default split it sets (None: leave it to the spec and the
     operator), the variant every header segment goes to (None: each segment keeps its own), and,
-    while it sets the split, the mirroring too (None: none)."""
+    while it sets the split, the mirroring too (None: none). With several candidates, `withdrawn`: the
+    candidates rolled back alone, whose share of every segment goes to the baseline."""
 
     weights: dict[str, int] | None = None
     segments_to: str | None = None
     mirror: Mirror | None = None
+    withdrawn: tuple[str, ...] = ()

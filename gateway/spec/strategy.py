@@ -37,11 +37,17 @@ class Step(SpecModel):
     """A stage of the strategy. Its gates stand before the step is taken (its weight applied), once the
     previous stage's hold and checks passed: the webhooks first, then the approval (docs/rollouts-and-analysis.md)."""
 
-    weight: Percent
+    weight: Percent  # the candidate's share; with several candidates, each one's unless `weights` names it
+    # With several candidates (issue 38): a candidate's own share at this step, over `weight`.
+    weights: dict[str, Percent] = {}
     hold: Duration = 0.0
     # manual: wait for `graystack approve`; evidence: approved once shown not worse (gateway/spec/approval.py)
     approval: Literal["manual"] | EvidenceApproval | None = None
     webhooks: list[Webhook] = []
+
+    def share(self, candidate: str) -> int:
+        """`candidate`'s share of the default split at this step."""
+        return self.weights.get(candidate, self.weight)
 
 
 class Experiment(SpecModel):
@@ -63,8 +69,8 @@ class Experiment(SpecModel):
         return weights
 
     def check_split(self, variants: list[str], baseline: str | None) -> None:
-        """ValueError unless the split names the baseline and the rollout's candidate (the first other
-        variant), both served: several candidates are not built yet (issue 38)."""
+        """ValueError unless the split names the baseline and gives it and every other variant (each a
+        candidate compared with it, gateway/rollout/candidates.py) a share above 0."""
         where = "strategy.experiment.weights"
         unknown = sorted(set(self.weights) - set(variants))
         if unknown:
@@ -73,20 +79,19 @@ class Experiment(SpecModel):
             raise ValueError(
                 f"{where}: an experiment compares with a baseline: set retries.fallback or name a variant `baseline`"
             )
-        if self.weights.get(baseline, 0) == 0:
+        unserved = [v for v in variants if self.weights.get(v, 0) == 0]
+        if baseline in unserved:
             raise ValueError(
                 f"{where}: the baseline {baseline!r} needs a share above 0 (the experiment compares with it)"
             )
-        candidate = next(v for v in variants if v != baseline)
-        served = sorted(v for v, weight in self.weights.items() if v != baseline and weight > 0)
-        if served != [candidate]:
+        if unserved:
             raise ValueError(
-                f"{where}: give the candidate {candidate!r}, and no other variant, a share above 0 (got "
-                f"{served}): one candidate beside the baseline for now"
+                f"{where}: give every candidate a share above 0 ({unserved} have none): the experiment "
+                "compares each variant with the baseline; drop a variant from `variants` to leave it out"
             )
 
     def candidate_weight(self, baseline: str) -> int:
-        """The candidate's share: all but the baseline's."""
+        """The candidate's share, in a rollout of one candidate: all but the baseline's."""
         return 100 - self.weights[baseline]
 
 

@@ -184,10 +184,15 @@ def _rollout_command(name: str) -> click.Command:
     @admin_url
     @admin_token
     @as_json
-    def command(admin_url: str, token: str | None, as_json: bool) -> None:
+    @click.option(
+        "--candidate",
+        default=None,
+        help="with several candidates: the one whose lane it is for (default: all)",
+    )
+    def command(admin_url: str, token: str | None, as_json: bool, candidate: str | None) -> None:
         try:
             with AdminClient(admin_url, token) as client:
-                result = client.rollout_command(name)
+                result = client.rollout_command(name, candidate=candidate)
         except AdminError as error:
             raise click.ClickException(str(error)) from None
         if as_json:

@@ -65,7 +65,10 @@ def render_status(status: Status) -> str:
     for variant, fault in status.faults.items():
         lines.append(f"FAULT     {variant} {fault.summary} (injected: `graystack fault {variant} --clear`)")
     if isinstance(rollout, RolloutStatus):  # the gateway runs a rollout controller
-        lines.extend(_rollout_lines(rollout))
+        for lane in rollout.candidates or [rollout]:  # several candidates: a lane each
+            if rollout.candidates:
+                lines.append(f"candidate {lane.candidate} (lane {lane.candidate} vs {lane.baseline})")
+            lines.extend(_rollout_lines(lane))
     for receiver in status.notifications.failing if status.notifications else []:
         lines.append(
             f"NOTIFY    {receiver.receiver}: {receiver.failed} failed, {receiver.dropped} dropped, "
@@ -106,7 +109,9 @@ def picker_lines(picker: PickerStatus) -> list[str]:
 
 
 def weight_text(rollout: RolloutStatus) -> str:
-    """The rollout's share of the default split, in words."""
+    """The rollout's share of the default split, in words (every candidate's, where there are several)."""
+    if rollout.candidates:
+        return ", ".join(weight_text(lane) for lane in rollout.candidates)
     if rollout.weight is None:
         return "the spec's own split"
     return f"{rollout.candidate} {rollout.weight}%"

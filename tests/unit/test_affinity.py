@@ -7,6 +7,7 @@ The nesting proof walks every hash residue through the built routes as Envoy 1.4
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def spec(affinity: list | None = SOURCES, fallback: str | None = "baseline", **v
     data["retries"]["fallback"] = fallback
     for name, extra in variants.items():
         data["variants"].setdefault(name.replace("_", "-"), {}).update(extra)
+    if len(data["variants"]) > 2:  # the routes alone: several candidates' steps must fit together
+        data["strategy"] = None
     return validate_spec(data)
 
 
@@ -196,6 +199,29 @@ def test_with_two_candidates_the_first_ones_cohort_nests_and_the_baseline_comes_
         canary = {h for h in range(100) if pick(clusters, h) == names.fallback_cluster("canary")}
         assert previous <= canary
         previous = canary
+
+
+def test_several_candidates_each_keep_their_cohort_whatever_the_others_steps_and_rollbacks():
+    data = spec(canary={"endpoints": ["127.0.0.1:8003"]}).model_dump(mode="json")
+    data["strategy"] = {"steps": [{"weight": 5}, {"weight": 20}, {"weight": 45}]}  # slots of 45 each
+    built = validate_spec(data)
+    assert built.lanes == ("zero-layer", "canary")
+
+    def cohort(canary: int, zero_layer: int, who: str) -> frozenset[int]:
+        split = built.with_split(
+            {"baseline": 100 - canary - zero_layer, "canary": canary, "zero-layer": zero_layer}
+        )
+        clusters = split_routes(split)["default"].route.weighted_clusters.clusters
+        return frozenset(h for h in range(100) if pick(clusters, h) == names.fallback_cluster(who))
+
+    shares = (0, 5, 20, 45)  # 0: not yet started, or rolled back
+    for mine in shares:
+        # the same clients at a share of its own, however far the other stands or whether it rolled back
+        assert len({cohort(other, mine, "zero-layer") for other in shares}) == 1
+        assert len({cohort(mine, other, "canary") for other in shares}) == 1
+        assert len(cohort(mine, 20, "canary")) == mine
+    for lower, higher in itertools.pairwise(shares):  # and each one's steps nest
+        assert cohort(20, lower, "zero-layer") <= cohort(5, higher, "zero-layer")
 
 
 # -- the listener's filters -------------------------------------------------------------------------------

@@ -71,11 +71,12 @@ def test_a_bad_experiment_is_refused_with_the_field_named(
     assert field.replace("Value error, ", "") in str(refused.value)
 
 
-def test_an_experiment_with_a_second_candidate_is_refused_until_several_are_built() -> None:
-    with pytest.raises(SpecError, match="one candidate beside the baseline"):
+def test_an_experiment_of_three_variants_gives_every_candidate_a_share_or_is_refused() -> None:
+    three = {"experiment": {"weights": {"baseline": 34, "a": 33, "b": 33}, "duration": "1h"}}
+    assert make_spec(three, ("baseline", "a", "b")).lanes == ("a", "b")
+    with pytest.raises(SpecError, match=r"give every candidate a share above 0 \(\['b'\] have none\)"):
         make_spec(
-            {"experiment": {"weights": {"baseline": 34, "a": 33, "b": 33}, "duration": "1h"}},
-            ("baseline", "a", "b"),
+            {"experiment": {"weights": {"baseline": 50, "a": 50}, "duration": "1h"}}, ("baseline", "a", "b")
         )
 
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.admin.protocol import FaultResult
 from graystack.admin_client import AdminClient
@@ -290,6 +291,16 @@ class GatewayStack:
 
     def request(self, headers: dict[str, str] | None = None) -> httpx.Response:
         return self.client.post(INFERENCE_PATH, json={}, headers=headers)
+
+    def metric(self, url: str, name: str, labels: dict[str, str]) -> float:
+        """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""
+        text = httpx.get(url, timeout=5).text
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
 
     def inject_fault(
         self, variant: str, error_rate: float = 0.0, latency_ms: int = 0, status: int = 503

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from graystack.local.gateway_stack import (
     VARIANTS,
@@ -198,16 +197,6 @@ class RolloutStack(GatewayStack):
     def clear_fault(self) -> None:
         """Heal zero-layer. A `retry` after it starts new tests: no old failure counts against it."""
         self.set_fault(0.0)
-
-    def metric(self, url: str, name: str, labels: dict[str, str]) -> float:
-        """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""
-        text = httpx.get(url, timeout=5).text
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
-        )
 
 
 def fresh_weights(workdir: Path) -> dict[str, Path]:

@@ -10,7 +10,6 @@ import httpx
 
 from gateway.names import ROUTE_CONFIG
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
-from graystack.local.rollout_stack import RolloutStack
 
 Stack = TypeVar("Stack", bound=GatewayStack)
 
@@ -80,6 +79,6 @@ def write_raw_spec(stack: GatewayStack, text: str) -> None:
     tmp.replace(stack.spec_path)
 
 
-def gateway_metric(stack: RolloutStack, name: str, labels: dict) -> float:
+def gateway_metric(stack: GatewayStack, name: str, labels: dict) -> float:
     """The sum of the gateway's `name` samples whose labels include `labels` (0 if none)."""
     return stack.metric(f"{stack.admin_url}/metrics", name, labels)

@@ -219,10 +219,11 @@ def create_admin_app(
     @app.get("/v1/experiment", dependencies=[v1], response_model=ExperimentStatus)
     def experiment() -> ExperimentStatus:
         """strategy: experiment's report (the same as GET /v1/status's rollout.experiment)."""
-        report = controller.status().experiment if controller is not None else None
-        if report is None:
+        status = controller.status() if controller is not None else None
+        if status is None or status.experiment is None:
             raise NotFound("this gateway runs no experiment (strategy: experiment)")
-        return report
+        lanes = [lane.experiment for lane in status.candidates if lane.experiment is not None]
+        return status.experiment.model_copy(update={"candidates": lanes})
 
     @app.put(
         "/v1/weights",

@@ -13,7 +13,8 @@ rollout's `false_rollback_budget` evenly (budget / k for k candidates), so the c
 candidate is ever rolled back is at most the budget by the union bound, which holds under any dependence
 between the lanes: they share the baseline's traffic, and its bad luck is in every lane's comparison
 at once. The change detectors, which have a mean time between false alarms rather than a per-rollout
-chance, share theirs the same way: each lane's at k times the stated horizon.
+chance, share theirs the same way: each lane's at k times the stated horizon. An experiment's `alpha`
+is split so too: every interval of every candidate's report holds together at 1 - alpha.
 
 A lane's comparisons count the requests each variant served (Envoy's counters, the measured answers),
 never the weights, so a baseline that also serves the other candidates' remainder changes nothing but
@@ -69,6 +70,7 @@ def lane_spec(spec: RolloutSpec, candidate: str) -> RolloutSpec:
         if strategy.experiment is not None:
             share = strategy.experiment.weights[candidate]
             data["strategy"]["experiment"]["weights"] = {baseline: 100 - share, candidate: share}
+            data["strategy"]["experiment"]["alpha"] = strategy.experiment.alpha / count
     analysis = data["analysis"]
     analysis["false_rollback_budget"] = spec.analysis.false_rollback_budget / count
     analysis["mean_time_between_false_alarms"] = spec.analysis.mean_time_between_false_alarms * count

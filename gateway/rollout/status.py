@@ -163,6 +163,8 @@ class ExperimentStatus(_Answer):
     not_compared: list[str]
     quality: list[DifferenceStatus] = []
     quality_not_compared: list[str] = []  # each quality interval left out, with why (its check off, no data)
+    # Several candidates (gateway/rollout/candidates.py): each one's report; the fields above are the first's.
+    candidates: list[ExperimentStatus] = []
 
 
 class RolloutStatus(_Answer):

@@ -221,7 +221,10 @@ def _evidence_lines(evidence: EvidenceStatus) -> list[str]:
 
 
 def experiment_lines(experiment: ExperimentStatus) -> list[str]:
-    """An experiment's report: each difference with its interval (valid at every look at once)."""
+    """An experiment's report: each difference with its interval (valid at every look at once); with
+    several candidates, each one's."""
+    if experiment.candidates:
+        return [line for report in experiment.candidates for line in experiment_lines(report)]
     held = "" if experiment.elapsed is None else f", {experiment.elapsed:.0f}s of {experiment.duration:.0f}s"
     state = "concluded" if experiment.concluded else "running"
     verdict = "every difference decided" if experiment.decided else "not every difference decided"

@@ -5,11 +5,15 @@ a candidate that fails is rolled back alone while the others go on."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.app import GatewayOptions, GatewayProcess
+from gateway.errors import Refused
+from gateway.local import local_parts
 from gateway.rollout.candidates import composed, lane_spec
 from gateway.rollout.lanes import Lanes
 from gateway.rollout.plan import plan_for
@@ -20,6 +24,7 @@ from gateway.spec.model import SpecError, parse_spec, validate_spec
 from gateway.spec.split import RolloutSplit
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
+from graystack.local.processes import free_port
 from tests.support.ads_client import node
 from tests.support.counting_provider import CountingProvider, Traffic
 
@@ -203,3 +208,54 @@ def test_the_gateway_refuses_an_edit_that_changes_the_candidates_the_lanes_run(t
         in (gateway.last_error["message"])
     )
     assert list(gateway.spec.variants) == ["control", "lora-a", "lora-b"]  # the last good spec stays
+
+
+async def test_an_experiment_of_three_holds_its_split_and_reports_each_candidate_at_a_share_of_alpha(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    experiment = {"weights": {"control": 34, "lora-a": 33, "lora-b": 33}, "duration": "1h", "alpha": 0.05}
+    data = three(strategy={"experiment": experiment})
+    data["routing"]["rules"] = []
+    gateway = Gateway(SnapshotCache(), tmp_path / "spec.yaml", clock=clock)
+    gateway.load(validate_spec(data), "sha-1")
+    gateway.on_connect("envoy", node("envoy"))
+    traffic = {"control": Traffic(300), "lora-a": Traffic(300, ttft=0.08), "lora-b": Traffic(300)}
+    lanes = Lanes(
+        gateway,
+        gateway.lanes,
+        AdsServer(gateway.cache),
+        lambda spec: CountingProvider(traffic, weight_status={}),
+        lambda lane: FileStateStore(tmp_path / f"{lane}.json"),
+        clock=clock,
+    )
+    lanes.restore()
+    for _ in range(5):
+        clock.now += 5
+        for controller in lanes.controllers.values():
+            await controller.tick()
+    assert live_split(gateway)["default"] == {"control": 34, "lora-a": 33, "lora-b": 33}
+    reports = [lane.experiment for lane in lanes.status().candidates]
+    assert [(r.candidate, r.baseline, r.alpha) for r in reports if r is not None] == [
+        ("lora-a", "control", 0.025),
+        ("lora-b", "control", 0.025),
+    ]
+    ttft = {
+        r.candidate: next(d for d in r.differences if d.name == "ttft_p50") for r in reports if r is not None
+    }
+    assert ttft["lora-a"].estimate == pytest.approx(1.6, rel=0.03)
+    assert ttft["lora-a"].lower > 1
+    assert ttft["lora-b"].estimate == pytest.approx(1.0, rel=0.03)
+
+
+def test_a_mode_that_keeps_one_rollout_state_refuses_several_candidates_at_start(tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(THREE)
+    options = GatewayOptions(spec=spec_file, xds_port=free_port(), admin_port=free_port())
+    one_state = dataclasses.replace(local_parts(options), lane_store=None)  # as the Kubernetes mode's
+    with pytest.raises(
+        Refused, match=r"variants: several candidates \(lora-a, lora-b\) are rolled out by the local"
+    ):
+        GatewayProcess(options, one_state)
+    local = GatewayProcess(options, local_parts(options))
+    assert isinstance(local.controller, Lanes)

@@ -68,6 +68,10 @@ SERVER_VARIANT_HEADER = "x-graystack-server-variant"
 # graystack's Endpoint Picker marks each request it routes with it too (gateway/epp/protocol.py), over any
 # copy a client sent: a model variant's answers, served by the baseline's pods, are placed by it.
 ROUTED_HEADER = "x-graystack-routed"
+# The shadow-hop cluster a mirrored copy goes to: set by each weighted cluster of a split that is not the
+# mirror's variant, removed by the mirror's own (its requests are not copied to it twice), read by the
+# route's mirror policy as its `cluster_header` (gateway/envoy/routes.py); a client's own value never stays.
+MIRROR_HEADER = "x-graystack-mirror"
 
 # Cohorts (gateway/envoy/affinity_filter.py): the request header the affinity filter writes the client's key
 # into (any a client sent is dropped first), which the routes' hash policy reads; the dynamic-metadata

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
@@ -46,7 +47,7 @@ from gateway.envoy.common import any_proto, duration
 from gateway.envoy.picking import picker_for, picker_off
 from gateway.envoy.variant_header import served_headers
 from gateway.spec.candidates import slots
-from gateway.spec.model import RolloutSpec
+from gateway.spec.model import Mirror, RolloutSpec
 
 
 def cluster_for(spec: RolloutSpec, variant: str) -> str:
@@ -58,10 +59,11 @@ def cluster_for(spec: RolloutSpec, variant: str) -> str:
 
 
 def _mirrored(spec: RolloutSpec, split: Mapping[str, int]) -> int:
-    """The percent of the split's requests mirrored: a mirror copies the requests of a split that gives its
-    variant nothing (a segment already routed to the variant is not sent to it twice)."""
+    """The percent of the split's requests mirrored: a mirror copies the requests the split sends to any
+    other variant than its own (its own share's are not sent to it twice: MIRROR_HEADER); a split that
+    sends everything to the mirror's variant copies nothing."""
     mirror = spec.routing.mirror
-    if mirror is None or split.get(mirror.variant, 0) > 0:
+    if mirror is None or not any(share for variant, share in split.items() if variant != mirror.variant):
         return 0
     return mirror.percent
 
@@ -69,12 +71,14 @@ def _mirrored(spec: RolloutSpec, split: Mapping[str, int]) -> int:
 def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_components_pb2.RouteAction:
     """The split's weighted clusters, in the order that nests cohorts and picked by the affinity key's hash
     where the spec names one (gateway/envoy/affinity.py), and its mirror (`_mirrored`)."""
-    mirror = spec.routing.mirror
+    mirror = spec.routing.mirror if _mirrored(spec, split) > 0 else None
     mirrors = []
-    if mirror is not None and _mirrored(spec, split) > 0:
+    if mirror is not None:
         mirrors.append(
             route_components_pb2.RouteAction.RequestMirrorPolicy(
-                cluster=names.shadow_hop_cluster(mirror.variant),  # measured on its way (shadow.py)
+                # the shadow hop (measured on its way, shadow.py), named by the chosen weighted cluster
+                cluster_header=names.MIRROR_HEADER,
+                request_headers_mutations=[mutation_rules_pb2.HeaderMutation(remove=names.MIRROR_HEADER)],
                 runtime_fraction=base_pb2.RuntimeFractionalPercent(
                     default_value=percent_pb2.FractionalPercent(
                         numerator=mirror.percent, denominator=percent_pb2.FractionalPercent.HUNDRED
@@ -91,7 +95,13 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
                 route_components_pb2.WeightedCluster.ClusterWeight(
                     name=cluster_for(spec, variant),
                     weight=wrappers_pb2.UInt32Value(value=weight),
-                    request_headers_to_add=[_overwrite(names.ROUTED_HEADER, variant)],
+                    request_headers_to_add=[
+                        _overwrite(names.ROUTED_HEADER, variant),
+                        *_mirror_to(mirror, variant),
+                    ],
+                    request_headers_to_remove=[names.MIRROR_HEADER]
+                    if mirror is not None and variant == mirror.variant
+                    else [],
                     typed_per_filter_config=picker_for(variant) if spec.envoy_picker is not None else {},
                 )
                 for variant, weight in nested_order(split, baseline_variant(spec), _slots(spec))
@@ -101,6 +111,13 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
         timeout=duration(spec.timeouts.request),
         retry_policy=_retry_policy(spec),
     )
+
+
+def _mirror_to(mirror: Mirror | None, variant: str) -> list[base_pb2.HeaderValueOption]:
+    """Where a request `variant` serves is copied to (MIRROR_HEADER): the mirror's hop, unless it is its own."""
+    if mirror is None or variant == mirror.variant:
+        return []
+    return [_overwrite(names.MIRROR_HEADER, names.shadow_hop_cluster(mirror.variant))]
 
 
 def _slots(spec: RolloutSpec) -> dict[str, int] | None:

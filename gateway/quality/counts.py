@@ -49,8 +49,15 @@ def judged(answer: Answer) -> bool:
     )
 
 
+def compared(pair: Pair) -> bool:
+    """Whether a pair sets two variants side by side. graystack's routes copy only the requests the split
+    sends elsewhere than the mirror's variant (gateway/envoy/routes.py); a Gateway API mirror filter copies
+    a rule's every request, its own variant's too, and such a pair compares the variant with itself."""
+    return pair.original.variant != pair.shadow.variant and judged(pair.original) and judged(pair.shadow)
+
+
 def greedy(pair: Pair) -> bool:
-    return pair.original.temperature == 0 and judged(pair.original) and judged(pair.shadow)
+    return pair.original.temperature == 0 and compared(pair)
 
 
 def differ(pair: Pair) -> bool:
@@ -72,7 +79,7 @@ class QualityCounts:
         """`answers`: every answer of the look (the pairs are made of them); `observed`: those the tests
         count (with cohorts, each client once: client_units.py), whose form is checked."""
         for pair in filter(None, (self.pairs.add(answer, now) for answer in answers)):
-            if self.judging is not None and judged(pair.original) and judged(pair.shadow):
+            if self.judging is not None and compared(pair):
                 self.judging.submit(pair)
             if greedy(pair):
                 self._counts[pair.shadow.variant, COMPARED, ""] += 1

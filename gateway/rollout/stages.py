@@ -53,9 +53,9 @@ def first_stage(spec: RolloutSpec, state: RolloutState, now: float, reason: str)
     if strategy is None:
         return enter(state, now, reason, Phase.MANUAL, 0, None, 0)
     if strategy.experiment is not None:
-        return enter(
-            state, now, reason, Phase.EXPERIMENT, 0, _experiment_weight(spec, strategy.experiment), 0
-        )
+        experiment = strategy.experiment
+        weight = _experiment_weight(spec, experiment)
+        return enter(state, now, reason, Phase.EXPERIMENT, 0, weight, experiment.mirror_percent)
     if strategy.shadow is not None:
         return enter(state, now, reason, Phase.SHADOW, 0, 0, strategy.shadow.percent)
     return _enter_step(spec, state, 0, now, reason)
@@ -83,7 +83,8 @@ def strategy_of(spec: RolloutSpec) -> Strategy:
 
 def advance(spec: RolloutSpec, state: RolloutState, now: float, reason: str) -> RolloutState:
     if state.phase == Phase.EXPERIMENT:  # an experiment's next stage is its conclusion, never a weight
-        return enter(state, now, f"experiment concluded: {reason}", Phase.CONCLUDED, 0, state.weight, 0)
+        concluded = f"experiment concluded: {reason}"  # its split and mirror stay: the counts go on
+        return enter(state, now, concluded, Phase.CONCLUDED, 0, state.weight, state.shadow_percent)
     return _enter_step(spec, state, gates.next_step(state), now, reason)
 
 
@@ -116,7 +117,10 @@ def reconcile(spec: RolloutSpec, state: RolloutState, now: float) -> RolloutStat
     if (strategy.experiment is not None) != experimenting:
         return first_stage(spec, state, now, "the spec's strategy changed")
     if strategy.experiment is not None:
-        return replace(state, weight=_experiment_weight(spec, strategy.experiment))
+        experiment = strategy.experiment
+        return replace(
+            state, weight=_experiment_weight(spec, experiment), shadow_percent=experiment.mirror_percent
+        )
     if state.phase == Phase.SHADOW:
         if strategy.shadow is None:
             return first_stage(spec, state, now, "the spec no longer has a shadow stage")

@@ -53,6 +53,11 @@ def check_candidates(
             "each candidate moves through the steps on its own evidence, so together they must fit in "
             "100 % (give each its own share with `weights`)"
         )
+    if strategy.experiment is not None and strategy.experiment.mirror_percent:
+        raise ValueError(
+            f"strategy.experiment.mirror_percent: a mirror copies to one variant; with several candidates "
+            f"({', '.join(candidates)}) leave it at 0"
+        )
     if strategy.shadow is not None:
         raise ValueError(
             f"strategy.shadow: a shadow stage mirrors to one variant; with several candidates "

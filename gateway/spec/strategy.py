@@ -59,6 +59,9 @@ class Experiment(SpecModel):
     duration: PositiveDuration
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
     end_on_decision: bool = True
+    # The share of the baseline's requests Envoy copies to the candidate, for the pairs that greedy
+    # agreement and the judge compare (gateway/answers/pairs.py); 0: none, and those intervals stay empty.
+    mirror_percent: Percent = 0
 
     @field_validator("weights")
     @classmethod

@@ -114,7 +114,15 @@ def _route_clusters(route: route_pb2.RouteConfiguration) -> set[str]:
             if action.cluster:
                 names.add(action.cluster)
             names.update(c.name for c in action.weighted_clusters.clusters)
-            names.update(p.cluster for p in action.request_mirror_policies)
+            names.update(p.cluster for p in action.request_mirror_policies if p.cluster)
+            # a mirror named by a header: the clusters the weighted clusters set it to
+            keys = {p.cluster_header.lower() for p in action.request_mirror_policies if p.cluster_header}
+            names.update(
+                added.header.value
+                for c in action.weighted_clusters.clusters
+                for added in c.request_headers_to_add
+                if added.header.key.lower() in keys
+            )
     return names
 
 

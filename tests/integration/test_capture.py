@@ -12,6 +12,7 @@ import pytest
 
 from gateway.answers.answer import Answer
 from gateway.answers.pairs import PairStore
+from gateway.names import MIRROR_HEADER, shadow_hop_cluster
 from tests.support.measured import ROUTED_HEADER, Measured, measured_gateway
 from tests.support.scripted_upstream import served_scripted_upstream
 
@@ -32,13 +33,15 @@ def gateway(tmp_path, envoy_binary, port: int, quality: dict | None, mirror_perc
     return measured_gateway(tmp_path, envoy_binary, {"baseline": port, "candidate": port}, {}, changes)
 
 
-async def send(measured: Measured, scripts: list[str], body: dict | None = None) -> list[Answer]:
+async def send(
+    measured: Measured, scripts: list[str], body: dict | None = None, headers: dict | None = None
+) -> list[Answer]:
     """Each script once, all at once; the answers (the shadow copies' too) once Envoy has logged them."""
     cursor = measured.gateway.answers.cursor
     sent = body or {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     async with httpx.AsyncClient(base_url=measured.url, timeout=10) as client:
         replies = await asyncio.gather(
-            *(client.post(CHAT, json=sent, headers={"x-script": s}) for s in scripts)
+            *(client.post(CHAT, json=sent, headers={"x-script": s, **(headers or {})}) for s in scripts)
         )
     assert all(r.status_code == 200 for r in replies), [r.status_code for r in replies]
     await asyncio.sleep(1.5)  # Envoy's access log flushes every second
@@ -81,6 +84,29 @@ async def test_shadow_stage_keeps_each_mirrored_copy_and_its_original(tmp_path, 
     for answer in answers:
         pairs.add(answer, now=0.0)
     assert len(pairs.since(0).pairs) == len(shadows)
+
+
+async def test_a_split_that_gives_the_mirrors_variant_a_share_copies_only_the_others_requests(
+    tmp_path, envoy_binary
+):
+    """An experiment's pairs (`strategy.experiment.mirror_percent`) on a 50/50 split: the real Envoy copies
+    each request the split sends to the baseline, by the header its weighted cluster sets, and none of
+    the candidate's own, even when the client sends that header itself."""
+    mirror = {"variant": "candidate", "percent": 100}
+    changes = {
+        "routing": {"header": ROUTED_HEADER, "weights": {"baseline": 50, "candidate": 50}, "mirror": mirror},
+        "analysis": {"quality": {}},
+    }
+    forged = {MIRROR_HEADER: shadow_hop_cluster("candidate")}
+    with served_scripted_upstream() as port:
+        variants = {"baseline": port, "candidate": port}
+        async with measured_gateway(tmp_path, envoy_binary, variants, {}, changes) as measured:
+            answers = await send(measured, ["chat"] * 60, headers=forged)
+    originals = {a.request_id: a.variant for a in answers if not a.shadow}
+    copies = [a for a in answers if a.shadow]
+    assert 10 <= list(originals.values()).count("baseline") <= 50, originals
+    assert sorted(a.request_id for a in copies) == sorted(r for r, v in originals.items() if v == "baseline")
+    assert {a.variant for a in copies} == {"candidate"}
 
 
 async def test_live_capture_reads_text_calls_request_fields_and_honours_the_cap(tmp_path, envoy_binary):

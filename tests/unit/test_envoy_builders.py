@@ -149,9 +149,30 @@ def test_a_mirror_copies_what_its_variant_does_not_serve_through_a_measuring_hop
     assert not high_load.route.request_mirror_policies  # already served by zero-layer: no second copy
     for route in (web, default):
         (policy,) = route.route.request_mirror_policies
-        assert policy.cluster == names.shadow_hop_cluster("zero-layer")
+        assert policy.cluster_header == names.MIRROR_HEADER  # named by the weighted cluster the split chose
+        assert [m.remove for m in policy.request_headers_mutations] == [names.MIRROR_HEADER]
         fraction = policy.runtime_fraction.default_value
         assert (fraction.numerator, fraction.denominator) == (40, fraction.HUNDRED)
+        mirrored_to = {
+            cluster.name: [
+                h.header.value for h in cluster.request_headers_to_add if h.header.key == names.MIRROR_HEADER
+            ]
+            for cluster in route.route.weighted_clusters.clusters
+        }
+        assert mirrored_to == {"baseline": [names.shadow_hop_cluster("zero-layer")]}
+    # a split that gives the mirror's variant a share copies the others' requests only
+    even = build(routing={"weights": {"baseline": 50, "zero-layer": 50}, "mirror": mirror})
+    (policy,) = routes_of(even)[-1].route.request_mirror_policies
+    clusters = routes_of(even)[-1].route.weighted_clusters.clusters
+    headers = {c.name: ([h.header.value for h in c.request_headers_to_add if h.header.key == names.MIRROR_HEADER],
+                        list(c.request_headers_to_remove)) for c in clusters}  # fmt: skip
+    assert headers == {
+        "baseline": ([names.shadow_hop_cluster("zero-layer")], []),
+        names.fallback_cluster("zero-layer"): (
+            [],
+            [names.MIRROR_HEADER],
+        ),  # a client's own value is removed: never copied twice
+    }
     # the hop: an internal listener that measures each copy, as the ingress does, and forwards it on
     hop = next(c for c in resources.clusters if c.name == names.shadow_hop_cluster("zero-layer"))
     (endpoint,) = hop.load_assignment.endpoints[0].lb_endpoints

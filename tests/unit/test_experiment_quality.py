@@ -134,7 +134,7 @@ def test_a_quality_check_that_is_on_with_nothing_to_read_yet_says_why() -> None:
     assert structure.startswith("structure_failures (no captured answer of both variants checked yet")
     assert agreement.startswith("greedy_agreement (no greedy pair compared yet: a pair is a shadow copy")
     assert judge.startswith("judge_win_rate (no decisive verdict yet, 3 ties")
-    assert "an experiment mirrors no copies" in judge
+    assert "strategy.experiment.mirror_percent" in judge
 
 
 def test_the_decision_reads_the_serving_differences_and_not_the_quality_ones() -> None:

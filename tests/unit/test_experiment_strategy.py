@@ -21,7 +21,7 @@ from gateway.rollout.outcome import Reason
 from gateway.rollout.plan import plan_for
 from gateway.rollout.rollout_state import Command, Phase, RecordDecision, RolloutState
 from gateway.rollout.views import rollout_split
-from gateway.spec.model import RolloutSpec, SpecError, validate_spec
+from gateway.spec.model import Mirror, RolloutSpec, SpecError, validate_spec
 from tests.unit.test_rollout_reasons import told
 
 EXPERIMENT_5050 = {"weights": {"baseline": 50, "zero-layer": 50}, "duration": "1h"}
@@ -106,6 +106,19 @@ def test_the_experiment_holds_its_split_until_its_duration_then_concludes_withou
     assert state.reason == "experiment concluded: its duration (3600s) elapsed"
     state, actions = step(SPEC, state, _checks(Verdict.PASS), None, 99_999.0)  # never promotes by itself
     assert (state.phase, state.weight, _outcome(actions)) == (Phase.CONCLUDED, 50, Reason.GUARD_ONLY)
+
+
+def test_an_experiment_mirrors_its_share_to_the_candidate_for_the_pairs_and_keeps_it_once_concluded() -> None:
+    assert rollout_split(SPEC, initial_state(SPEC, 0.0)).mirror is None  # mirror_percent 0: no copies
+    mirrored = make_spec({"experiment": {**EXPERIMENT_5050, "mirror_percent": 10}})
+    state = initial_state(mirrored, 0.0)
+    assert rollout_split(mirrored, state).mirror == Mirror(variant="zero-layer", percent=10)
+    state, _ = step(mirrored, state, _checks(Verdict.PASS), None, 60.0)
+    assert state.phase == Phase.CONCLUDED
+    assert rollout_split(mirrored, state).mirror == Mirror(variant="zero-layer", percent=10)
+    less = make_spec({"experiment": {**EXPERIMENT_5050, "mirror_percent": 5}})
+    state, _ = step(less, state, [], None, 61.0)  # an edit of the share: applied, the phase kept
+    assert (state.phase, state.shadow_percent) == (Phase.CONCLUDED, 5)
 
 
 def test_the_experiment_ends_early_on_a_decision_unless_told_not_to() -> None:

@@ -63,6 +63,9 @@ def test_greedy_pairs_are_compared_and_others_are_not():
         *pair(
             "r5", "Paris", "", ending="cut", status=200
         ),  # the copy's stream was cut: an error, not an answer
+        # a copy of the candidate's own request (a Gateway API mirror filter copies a rule's every one)
+        captured("zero-layer", "r6", "Lyon"),
+        captured("zero-layer", "r6", "Paris", shadow=True),
     ]
     found = counts(quality.add(answers, [], now=0.0))
     assert found[("zero-layer", COMPARED, "")] == 2

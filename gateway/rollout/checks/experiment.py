@@ -40,8 +40,8 @@ stay valid, and only narrow. The row fails nothing: its one check passes once ev
 is decided, which the machine reads as a decision (`end_on_decision`); the guard's own checks roll back.
 The quality intervals do not hold that decision: their samples are a sampled few (captured answers, greedy
 pairs, a judge spent per hour), agreement has no "no difference" to leave out for a candidate that does
-not change answers, and an experiment mirrors no pairs, so waiting on them would run nearly every
-experiment to its duration. Ending on the serving ones costs them nothing in validity: a confidence
+not change answers, and pairs come only from the share `mirror_percent` copies, so waiting on them
+would run nearly every experiment to its duration. Ending on the serving ones costs them nothing in validity: a confidence
 sequence covers at any stopping time, whatever decides it, so they are read, at their level, as they
 stand when it ends (and the counts keep adding after).
 """
@@ -92,7 +92,7 @@ STRUCTURE_FAILURES, GREEDY_AGREEMENT, JUDGE_WIN_RATE = (
 )
 # A share's "no difference": greedy answers all equal to the baseline's; the judge preferring neither
 QUALITY_NULLS = {GREEDY_AGREEMENT: 1.0, JUDGE_WIN_RATE: 0.5}
-NO_PAIRS = ": a pair is a shadow copy beside its original, and an experiment mirrors no copies"
+NO_PAIRS = ": a pair is a shadow copy beside its original (strategy.experiment.mirror_percent)"
 
 Bins = dict[int, int]  # grid bin -> answers (sequential/quantiles.py)
 

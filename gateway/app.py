@@ -260,10 +260,15 @@ class GatewayProcess:
                 split_proofs=self.user_gateway,
             )
         store_for = parts.lane_store
+        if parts.capacity is not None:
+            raise Refused(
+                f"variants: several candidates ({', '.join(candidates)}) with the capacity controller: it "
+                "scales the pods of one candidate for now; roll them out without it, or one at a time"
+            )
         if store_for is None:
             raise Refused(
-                f"variants: several candidates ({', '.join(candidates)}) are rolled out by the local gateway "
-                "for now (`graystack gateway`): this mode keeps one rollout state"
+                f"variants: several candidates ({', '.join(candidates)}) each keep a rollout state of their "
+                "own, and this mode keeps one"
             )
         return Lanes(self.gateway, candidates, self.ads, provider, store_for, watchers=watchers)
 

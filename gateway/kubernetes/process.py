@@ -44,10 +44,11 @@ from gateway.kubernetes.pool import PickerOptions, PoolPicker
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import RoleLabel
 from gateway.kubernetes.spec_source import SPEC_KEY, SpecConfigMap, origin, spec_from_configmap
-from gateway.kubernetes.state import ConfigMapStateStore, state_text
+from gateway.kubernetes.state import STATE_KEY, ConfigMapStateStore, lane_key, state_text
 from gateway.rollout import telemetry
 from gateway.rollout.capacity import CapacitySettings
 from gateway.rollout.controller import RolloutController, Rollouts
+from gateway.rollout.lanes import Lanes
 from gateway.rollout.rollout_state import RolloutState
 from gateway.rollout.state_store import decode_state
 from gateway.rollout.story import storyteller
@@ -111,6 +112,9 @@ class ClusterSources:
         self.store = ConfigMapStateStore(
             self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading
         )
+        self.lane_store = lambda lane: ConfigMapStateStore(
+            self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading, lane_key(lane)
+        )
         self.events = EventRecorder(
             self.api, kube.namespace, kube.state_configmap, kube.identity, lambda: self.elector.leading
         )
@@ -144,13 +148,13 @@ class ClusterDriver:
     the leader's state followed, and the controller's loop run only while this replica leads. Nothing
     runs beside the admin API: the spec and the state arrive by watch (the reflectors' threads)."""
 
-    def __init__(self, sources: ClusterSources, gateway: Gateway, controller: Rollouts) -> None:
-        if not isinstance(controller, RolloutController):  # the process refuses several candidates here
-            raise TypeError("the cluster's gateway drives one rollout controller")
+    def __init__(self, sources: ClusterSources, gateway: Gateway, rollouts: Rollouts) -> None:
         self.sources = sources
         self.kube = sources.kube
         self.gateway = gateway
-        self.controller = controller
+        self.rollouts = rollouts
+        # one controller, or one per candidate's lane (gateway/rollout/lanes.py), each with its own key
+        self.controllers = _controllers(rollouts)
         self.spec_source = SpecConfigMap(
             gateway,
             self.kube.spec_configmap,
@@ -220,16 +224,17 @@ class ClusterDriver:
         events.state_object = objects.get(self.kube.state_configmap, events.state_object)
         if self.sources.elector.leading:
             return  # the leader's own write coming back
-        text = state_text(objects.get(self.kube.state_configmap))
-        if not text:
-            return
-        try:
-            state = decode_state(text)
-        except ValueError as error:
-            log.warning("stored rollout state refused, keeping ours: %s", error)
-            return
-        if state != self.controller.state:
-            self._in_background(self.controller.resume(state))
+        for controller in self.controllers:
+            text = state_text(objects.get(self.kube.state_configmap), _key(controller))
+            if not text:
+                continue
+            try:
+                state = decode_state(text)
+            except ValueError as error:
+                log.warning("stored rollout state refused, keeping ours: %s", error)
+                continue
+            if state != controller.state:
+                self._in_background(controller.resume(state))
 
     def _on_leadership(self, leading: bool) -> None:
         if leading:
@@ -247,14 +252,15 @@ class ClusterDriver:
     async def _lead(self) -> None:
         """Resume from the stored state, then drive the rollout until leadership ends. The state is read
         again until it can be: a leader never drives from a guess."""
-        await self.controller.resume(await self._read_state())
-        log.info("leading: the rollout continues at %s", self.controller.state.label())
-        await self.controller.run()
+        for controller in self.controllers:
+            await controller.resume(await self._read_state(controller))
+            log.info("leading: rollout %s continues at %s", controller.spec.name, controller.state.label())
+        await self.rollouts.run()
 
-    async def _read_state(self) -> RolloutState | None:
+    async def _read_state(self, controller: RolloutController) -> RolloutState | None:
         while True:
             try:
-                return await asyncio.to_thread(self.sources.store.load)
+                return await asyncio.to_thread(controller.saved.store.load)
             except Exception as error:
                 log.warning("leading, but the rollout state cannot be read yet: %s", error)
                 await asyncio.sleep(self.sources.elector.retry)
@@ -267,9 +273,24 @@ class ClusterDriver:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.controller.capacity is not None:
-            self.controller.capacity.view = None
-            telemetry.forget_capacity()
+        for controller in self.controllers:
+            if controller.capacity is not None:
+                controller.capacity.view = None
+                telemetry.forget_capacity()
+
+
+def _controllers(rollouts: Rollouts) -> list[RolloutController]:
+    if isinstance(rollouts, Lanes):
+        return list(rollouts.controllers.values())
+    if isinstance(rollouts, RolloutController):
+        return [rollouts]
+    raise TypeError(f"the cluster's driver drives RolloutControllers, not {type(rollouts).__name__}")
+
+
+def _key(controller: RolloutController) -> str:
+    """The state ConfigMap's key `controller` saves under."""
+    store = controller.saved.store
+    return store.key if isinstance(store, ConfigMapStateStore) else STATE_KEY
 
 
 def kubernetes_parts(kube: KubernetesOptions) -> GatewayParts:
@@ -290,6 +311,7 @@ def kubernetes_parts(kube: KubernetesOptions) -> GatewayParts:
         leadership=sources.leadership,
         watchers=(storyteller(sources.events.tell),),
         user_gateway=functools.partial(GatewayApiDataPlane, sources.api),
+        lane_store=sources.lane_store,
     )
 
 

@@ -10,7 +10,9 @@ of the ConfigMap. A write is a read-modify-write that carries the resourceVersio
 concurrency: 409 Conflict, read again and redo), so a concurrent edit of the ConfigMap's other keys or
 metadata is never lost.
 A `state.json` that is not a state is reported as none (the rollout starts from its first stage, as
-for a corrupt file) and kept under `state.json.corrupt` by the write that replaces it.
+for a corrupt file) and kept under `state.json.corrupt` by the write that replaces it. With several
+candidates, each one's lane keeps its state under a key of its own in the same ConfigMap
+(`state.<rollout>-<candidate>.json`, `lane_key`), so the chart's RBAC, which names the one ConfigMap, holds.
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ from gateway.rollout.state_store import decode_state, encode_state
 log = logging.getLogger(__name__)
 
 STATE_KEY = "state.json"
-CORRUPT_KEY = "state.json.corrupt"
 
 
-def state_text(obj: dict[str, Any] | None) -> str | None:
-    return ((obj or {}).get("data") or {}).get(STATE_KEY)
+def lane_key(lane: str) -> str:
+    """The key a candidate's lane (gateway/rollout/lanes.py) keeps its state under."""
+    return f"state.{lane}.json"
+
+
+def state_text(obj: dict[str, Any] | None, key: str = STATE_KEY) -> str | None:
+    return ((obj or {}).get("data") or {}).get(key)
 
 
 def readable(text: str) -> bool:
@@ -46,12 +52,19 @@ def readable(text: str) -> bool:
 
 class ConfigMapStateStore:
     def __init__(
-        self, api: client.ApiClient, namespace: str, name: str, leading: Callable[[], bool] = lambda: True
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        leading: Callable[[], bool] = lambda: True,
+        key: str = STATE_KEY,
     ) -> None:
-        """`leading()`: whether this replica may write now (asked at every save)."""
+        """`leading()`: whether this replica may write now (asked at every save); `key`: the data key the
+        state is kept under."""
         self.namespace = namespace
         self.name = name
-        self.where = origin(namespace, name)
+        self.key = key
+        self.where = origin(namespace, name) + ("" if key == STATE_KEY else f" ({key})")
         self._leading = leading
         self._core = client.CoreV1Api(api)
 
@@ -76,14 +89,16 @@ class ConfigMapStateStore:
     def read(self) -> str | None:
         """The stored state's text; None if there is none yet."""
         try:
-            return state_text(call_json(self._core.read_namespaced_config_map, self.name, self.namespace))
+            return state_text(
+                call_json(self._core.read_namespaced_config_map, self.name, self.namespace), self.key
+            )
         except Exception as error:
             if status_of(error) == 404:
                 return None
             raise
 
     def write(self, text: str, attempts: int = 3) -> None:
-        """Replace `state.json`, read-modify-write on the resourceVersion; creates the ConfigMap if absent."""
+        """Replace the state's key, read-modify-write on the resourceVersion; creates the ConfigMap if absent."""
         write: Callable[..., Any]
         args: tuple[Any, ...]
         for _ in range(attempts):
@@ -97,13 +112,13 @@ class ConfigMapStateStore:
                     "kind": "ConfigMap",
                     "metadata": {"name": self.name},
                 }
-                body["data"] = {STATE_KEY: text}
+                body["data"] = {self.key: text}
                 write, args = self._core.create_namespaced_config_map, (self.namespace, body)
             else:
                 data = dict(current.get("data") or {})
-                if data.get(STATE_KEY) and not readable(data[STATE_KEY]):
-                    data[CORRUPT_KEY] = data[STATE_KEY]
-                current["data"] = {**data, STATE_KEY: text}
+                if data.get(self.key) and not readable(data[self.key]):
+                    data[f"{self.key}.corrupt"] = data[self.key]
+                current["data"] = {**data, self.key: text}
                 write, args = self._core.replace_namespaced_config_map, (self.name, self.namespace, current)
             try:
                 call_json(write, *args)

@@ -33,7 +33,7 @@ from gateway.kubernetes.api import api_client
 from gateway.kubernetes.process import KubernetesOptions, gateway_options, kubernetes_gateway
 from gateway.kubernetes.reflector import Reflector
 from gateway.kubernetes.role_label import LEADER, ROLE_LABEL, RoleLabel
-from gateway.kubernetes.state import ConfigMapStateStore, state_text
+from gateway.kubernetes.state import STATE_KEY, ConfigMapStateStore, lane_key, state_text
 from gateway.rollout.evidence import candidate_errors
 from gateway.rollout.rollout_state import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
@@ -295,8 +295,8 @@ async def test_a_bad_cli_flip_changes_nothing(cluster):
     assert cluster.api.get("ConfigMap", NS, SPEC_CM) == before
 
 
-def stored_label(cluster: Cluster) -> str | None:
-    text = state_text(cluster.api.get("ConfigMap", NS, STATE_CM))
+def stored_label(cluster: Cluster, key: str = STATE_KEY) -> str | None:
+    text = state_text(cluster.api.get("ConfigMap", NS, STATE_CM), key)
     return decode_state(text).label() if text else None
 
 
@@ -308,9 +308,11 @@ async def admin_call(gateway: GatewayProcess, method: str, path: str) -> httpx.R
         return await admin.request(method, path)
 
 
-async def operate(gateway: GatewayProcess, command: str) -> dict:
-    """`command` (promote, pause, resume...) through the replica's admin API, as `graystack` sends it."""
-    response = await admin_call(gateway, "POST", f"/v1/rollout/{command}")
+async def operate(gateway: GatewayProcess, command: str, candidate: str | None = None) -> dict:
+    """`command` (promote, pause, resume...) through the replica's admin API, as `graystack` sends it;
+    `candidate`: for that candidate's lane alone (`--candidate`)."""
+    query = f"?candidate={candidate}" if candidate else ""
+    response = await admin_call(gateway, "POST", f"/v1/rollout/{command}{query}")
     assert response.status_code == 200, response.text
     assert response.json()["applied"], response.text
     return response.json()
@@ -359,6 +361,62 @@ async def test_one_leader_drives_the_rollout_and_a_successor_resumes_it(cluster)
     assert result["rollout"]["label"] == "promoted"
     assert stored_label(cluster) == "promoted"
     assert await counts(client) == {"baseline": 0, "zero-layer": 20}
+
+
+async def test_several_candidates_keep_a_lane_each_in_the_state_configmap_and_a_successor_resumes_every_one(
+    cluster,
+):
+    cluster.api.put(endpoint_slice("canary", cluster.ports["zero-layer"]))  # a third Service, on one stand-in
+    spec = cluster.spec(
+        {"baseline": 100}, {"steps": [{"weight": 0, "hold": "1h"}, {"weight": 50, "hold": "1h"}]}
+    )
+    spec["variants"]["canary"] = {"service": "gs-canary", "port": cluster.ports["zero-layer"]}
+    cluster.api.put(spec_configmap(spec))
+    keys = {candidate: lane_key(f"zero-layer-{candidate}") for candidate in ("zero-layer", "canary")}
+    leader = await cluster.gateway("gateway-a")
+    await eventually(lambda: leader.driver.sources.elector.leading, 10, "gateway-a to take the Lease")
+    await eventually(
+        lambda: (
+            {c: stored_label(cluster, key) for c, key in keys.items()}
+            == {"zero-layer": "step 0", "canary": "step 0"}
+        ),
+        10,
+        "a lane per candidate in the ConfigMap",
+    )
+    follower = await cluster.gateway("gateway-b")
+    client = await cluster.envoy(follower)  # through the replica that does not lead
+
+    # The leader moves each lane on its own: zero-layer to its second step, canary rolled back alone.
+    await operate(leader, "promote", "zero-layer")
+    await operate(leader, "rollback", "canary")
+    assert {c: stored_label(cluster, key) for c, key in keys.items()} == {
+        "zero-layer": "step 1",
+        "canary": "rolled_back",
+    }
+    assert stored_label(cluster) is None  # no single rollout's state beside the lanes'
+    await eventually(
+        lambda: follower.gateway.live.routing.weights == {"baseline": 50, "zero-layer": 50, "canary": 0},
+        10,
+        "the follower to apply both lanes' states",
+    )
+
+    # The leader dies without handing the Lease back: the follower resumes every lane from the ConfigMap.
+    leader.driver.sources.elector.stop(release=False)
+    await leader.stop()
+    await eventually(lambda: follower.driver.sources.elector.leading, 15, "gateway-b to take over")
+    status = (await admin_call(follower, "GET", "/v1/status")).json()["rollout"]
+    assert {lane["candidate"]: lane["label"] for lane in status["candidates"]} == {
+        "zero-layer": "step 1",
+        "canary": "rolled_back",
+    }
+    served = {"baseline": 0, "zero-layer": 0, "canary": 0}
+    for _ in range(40):
+        response = await client.post(INFERENCE_PATH, json={})
+        assert response.status_code == 200, response.text
+        served[response.headers["x-graystack-variant"]] += 1
+    assert served["canary"] == 0
+    assert served["baseline"] > 0
+    assert served["zero-layer"] > 0
 
 
 async def test_the_answer_log_reaches_the_leader_alone_and_follows_a_new_leader(cluster):

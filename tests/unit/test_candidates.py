@@ -252,9 +252,10 @@ def test_a_mode_that_keeps_one_rollout_state_refuses_several_candidates_at_start
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(THREE)
     options = GatewayOptions(spec=spec_file, xds_port=free_port(), admin_port=free_port())
-    one_state = dataclasses.replace(local_parts(options), lane_store=None)  # as the Kubernetes mode's
+    one_state = dataclasses.replace(local_parts(options), lane_store=None)
     with pytest.raises(
-        Refused, match=r"variants: several candidates \(lora-a, lora-b\) are rolled out by the local"
+        Refused,
+        match=r"variants: several candidates \(lora-a, lora-b\) each keep a rollout state of their own",
     ):
         GatewayProcess(options, one_state)
     local = GatewayProcess(options, local_parts(options))

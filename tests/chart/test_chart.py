@@ -219,6 +219,37 @@ def test_the_spec_configmap_is_a_valid_rollout_spec_naming_the_variant_services(
     assert flipped.routing.weights == {"baseline": 80, "zero-layer": 20}
 
 
+def test_a_third_variant_is_a_second_candidate_with_a_deployment_and_a_lane_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """Several candidates (docs/rollouts-and-analysis.md "Several candidates in one rollout") from the chart:
+    a variant named beside the two renders its own Deployment and Service, and the spec rolls it out in a
+    lane of its own once the strategy's shares fit together."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    third = values["variants"]["zero-layer"]
+    third["server"]["args"] = [a.replace("zero-layer", "zero-layer-b") for a in third["server"]["args"]]
+    strategy = {"steps": [{"weight": 5, "hold": "10m"}, {"weight": 20, "hold": "30m"}, {"weight": 45}]}
+    extra = tmp_path / "several-candidates.yaml"
+    extra.write_text(yaml.safe_dump({"variants": {"zero-layer-b": third}, "rollout": {"strategy": strategy}}))
+    chart = render(str(extra))
+    spec = spec_of(chart)
+    assert spec.lanes == ("zero-layer", "zero-layer-b")
+    assert (spec.variants["zero-layer-b"].service, spec.variants["zero-layer-b"].port) == (
+        "gs-graystack-zero-layer-b",
+        8000,
+    )
+    server = chart.named("Deployment", "-zero-layer-b")["spec"]["template"]["spec"]["containers"][0]
+    assert server["args"][:3] == ["serve", "--variant", "zero-layer-b"]
+    assert (
+        chart.named("Service", "-zero-layer-b")["spec"]["selector"]["app.kubernetes.io/component"]
+        == "zero-layer-b"
+    )
+    too_much = dict(strategy, steps=[*strategy["steps"][:2], {"weight": 60}])
+    extra.write_text(yaml.safe_dump({"variants": {"zero-layer-b": third}, "rollout": {"strategy": too_much}}))
+    with pytest.raises(ValueError, match=r"strategy\.steps: the candidates' largest shares sum to 120 %"):
+        spec_of(render(str(extra)))
+
+
 def test_the_api_table_passes_to_the_spec() -> None:
     spec = spec_of(render(sets=("rollout.apis.unknown_paths=baseline",)))
     assert spec.apis.unknown_paths == "baseline"

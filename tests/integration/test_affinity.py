@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from functools import partial
 
 import httpx
 import pytest
@@ -23,7 +25,7 @@ from gateway.names import SERVER_VARIANT_HEADER, VARIANT_HEADER
 from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
 from graystack.local.processes import wait_until
 from tests.support.envoy_upstreams import EnvoyUpstreams
-from tests.support.stacks import running
+from tests.support.stacks import envoy_stats, restoring, running
 
 SOURCES = [
     {"header": "x-user-id"},
@@ -40,17 +42,44 @@ PARALLEL = 8  # in flight: more only adds contention on 2 cores (the 2,000-clien
 Request = dict  # httpx.AsyncClient.post keyword arguments
 
 
-@pytest.fixture
-def cohort_stack(tmp_path, envoy_binary) -> Iterator[GatewayStack]:
+@pytest.fixture(scope="module")
+def shared_cohort_stack(tmp_path_factory, envoy_binary) -> Iterator[GatewayStack]:
     """The gateway and Envoy in front of Envoy-served upstreams (tests/support/envoy_upstreams.py), with
-    every kind of affinity source, in order."""
-    for stack in running(GatewayStack(tmp_path, envoy_binary, upstreams=EnvoyUpstreams(envoy_binary))):
+    every kind of affinity source, in order: one for the module (each test only edits the spec, flips and
+    sends traffic; a client's cohort is a function of its key and the live weights, gateway/envoy/affinity.py,
+    so no test leaves anything behind for the next but what `cohort_stack` restores)."""
+    workdir = tmp_path_factory.mktemp("affinity")
+    for stack in running(GatewayStack(workdir, envoy_binary, upstreams=EnvoyUpstreams(envoy_binary))):
         spec = stack.spec
         spec["routing"]["affinity"] = SOURCES
         generation = stack.status()["generation"]
         stack.write_spec(spec)
         stack.wait_converged(generation_above=generation)
         yield stack
+
+
+def every_answer_counted(stack: GatewayStack) -> bool:
+    """Envoy flushed every access-log entry it wrote (its gRPC logger buffers them, FLUSH_S) and the
+    gateway's count of the answers holds still: an earlier test's answers are all counted."""
+    stats = envoy_stats(stack)
+    logged = stats["access_logs.grpc_access_log.logs_written"]
+    if (
+        stats["access_logs.grpc_access_log.grpc_entries_flushed"]
+        + stats["access_logs.grpc_access_log.logs_dropped"]
+        < logged
+    ):
+        return False
+    counted = stack.status()["cohorts"]["answers"]
+    time.sleep(0.2)
+    return stack.status()["cohorts"]["answers"] == counted
+
+
+@pytest.fixture
+def cohort_stack(shared_cohort_stack) -> Iterator[GatewayStack]:
+    """The module's stack as it started: its spec, no operator flip, every earlier answer counted (the
+    cohorts' status counts answers as Envoy's access log brings them); put back after each test."""
+    wait_until(partial(every_answer_counted, shared_cohort_stack), 15, "the earlier answers' access log")
+    yield from restoring(shared_cohort_stack)
 
 
 def served_by(stack: GatewayStack, requests: list[Request], header: str = VARIANT_HEADER) -> list[str]:

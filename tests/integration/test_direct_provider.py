@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+from collections.abc import Iterator
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics import DirectProvider
@@ -27,13 +29,44 @@ from gateway.metrics.observations import (
     segment_of,
 )
 from gateway.spec.queries import PROBED
-from graystack.local.gateway_stack import VARIANTS
+from graystack.local.gateway_stack import VARIANTS, GatewayStack
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 from graystack.local.rollout_stack import SEGMENT
 from inference.config import ModelConfig
 from tests.support.counters import increments, total
 from tests.support.model_server import graystack, start_model_server, variant_weights, wait_ready
-from tests.support.stacks import envoy_stats, set_upstream, upstream_answers, variant_counts
+from tests.support.stacks import (
+    envoy_stats,
+    restoring,
+    running,
+    set_upstream,
+    upstream_answers,
+    variant_counts,
+)
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory, envoy_binary) -> Iterator[GatewayStack]:
+    """One stack for the tests that edit the spec, set the stand-ins' modes and send traffic; the two that
+    stop a stand-in (and read a counter from its start) take one of their own (`own_stack`)."""
+    yield from running(GatewayStack(tmp_path_factory.mktemp("direct"), envoy_binary))
+
+
+@pytest.fixture
+def stack(shared_stack) -> Iterator[GatewayStack]:
+    """The module's stack as it started: both stand-ins answering (their counts reset), its spec, every
+    host healthy; so again after the test. The provider reads Envoy's counters by their increments."""
+    for variant in VARIANTS:
+        set_upstream(shared_stack, variant, "ok")
+    for started in restoring(shared_stack):
+        yield started
+        for variant in VARIANTS:
+            set_upstream(shared_stack, variant, "ok")
+
+
+@pytest.fixture
+def own_stack(tmp_path, envoy_binary) -> Iterator[GatewayStack]:
+    yield from running(GatewayStack(tmp_path, envoy_binary))
 
 
 def provider_for(stack, pods: list[str] | None = None) -> DirectProvider:
@@ -109,10 +142,11 @@ def test_when_both_variants_fail_each_failed_attempt_is_charged_once_to_the_vari
     assert counts(start, failed, "baseline") == (theirs, theirs)  # its fallbacks' failures included
 
 
-def test_refused_connections_count_as_errors_though_they_carry_no_response_code(stack):
+def test_refused_connections_count_as_errors_though_they_carry_no_response_code(own_stack):
     """A variant whose process died between health checks: each attempt's connection is refused and
     retried on the baseline. Envoy charges no response code for it, so counting `retry.upstream_rq_5xx`
     alone would miss every one."""
+    stack = own_stack
     fifty_fifty(stack, health_check={"interval": "30s", "unhealthy_threshold": 100})
     provider = provider_for(stack)
     start = observe(provider)
@@ -276,9 +310,10 @@ def test_two_pods_series_stay_apart_and_a_restarted_pods_counters_go_down(stack,
         assert not any(pod.process.alive() for pod in pods)
 
 
-def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(stack):
+def test_mirrored_copies_count_as_the_variants_own_though_no_client_sees_them(own_stack):
     """The shadow phase: the baseline answers every client, zero-layer gets a copy of each request,
     and the rollout must judge zero-layer on how it answered those copies (Envoy discards them)."""
+    stack = own_stack
     spec = stack.spec
     spec["outlier_detection"] = None
     spec["routing"]["mirror"] = {"variant": "zero-layer", "percent": 100}

@@ -5,9 +5,26 @@ the time, so a rejected sample is drawn once more and the split fails only if bo
 (1 in 10,000 for a correct split; a real 75/25 instead of 80/20 is rejected at p < 1e-6 on each).
 """
 
+from collections.abc import Iterator
+
+import pytest
 from scipy.stats import binomtest
 
-from tests.support.stacks import variant_counts
+from graystack.local.gateway_stack import GatewayStack
+from tests.support.stacks import restoring, running, variant_counts
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory, envoy_binary) -> Iterator[GatewayStack]:
+    """One stack for the module: its tests flip, edit the spec's endpoints and send traffic."""
+    yield from running(GatewayStack(tmp_path_factory.mktemp("routing"), envoy_binary))
+
+
+@pytest.fixture
+def stack(shared_stack) -> Iterator[GatewayStack]:
+    """The module's stack as it started (its spec, no flip), and so again after the test
+    (tests/support/stacks.py `restoring`)."""
+    yield from restoring(shared_stack)
 
 
 def assert_split(stack, n: int, share: float, headers: dict | None = None) -> None:

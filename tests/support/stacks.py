@@ -4,12 +4,17 @@ what tests do to a running stack and ask of it (its stand-ins' modes, Envoy's co
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TypeVar
+from copy import deepcopy
+from functools import partial
+from typing import Any, TypeVar
 
 import httpx
+import yaml
 
 from gateway.names import ROUTE_CONFIG
+from graystack.admin_client import AdminClient
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
+from graystack.local.processes import wait_until
 
 Stack = TypeVar("Stack", bound=GatewayStack)
 
@@ -82,3 +87,76 @@ def write_raw_spec(stack: GatewayStack, text: str) -> None:
 def gateway_metric(stack: GatewayStack, name: str, labels: dict) -> float:
     """The sum of the gateway's `name` samples whose labels include `labels` (0 if none)."""
     return stack.metric(f"{stack.admin_url}/metrics", name, labels)
+
+
+def envoy_hosts_healthy(stack: GatewayStack) -> bool:
+    """Whether Envoy holds every host of every cluster healthy: none failing a health check, none ejected
+    by outlier detection, none waiting for its first check."""
+    clusters = httpx.get(
+        f"http://127.0.0.1:{stack.ports['envoy_admin']}/clusters", params={"format": "json"}, timeout=5
+    ).json()
+    return all(
+        host.get("health_status", {}).get("eds_health_status", "HEALTHY") == "HEALTHY"
+        and not any(value is True for value in host.get("health_status", {}).values())
+        for cluster in clusters.get("cluster_statuses", [])
+        for host in cluster.get("host_statuses", [])
+    )
+
+
+# What a test may change on a shared stack and `restoring` puts back: the rollout's state is compared too
+# (these stacks run no strategy: it must still be the manual rollout it started as).
+ROLLOUT_STATE = ("phase", "step", "weight", "paused", "errors", "history", "rollback_pending", "reason")
+
+
+def _state(status: dict[str, Any]) -> dict[str, Any]:
+    rollout = status["rollout"] or {}
+    return {
+        "routing": status["routing"],
+        "faults": status["faults"],
+        "last_error": status["spec"]["last_error"],
+        "file": status["spec"]["sha256"],
+        "rollout": {key: rollout.get(key) for key in ROLLOUT_STATE},
+    }
+
+
+def _apply(stack: GatewayStack, spec: dict[str, Any]) -> None:
+    generation = stack.status()["generation"]
+    stack.write_spec(spec)
+    stack.wait_converged(generation_above=generation)
+
+
+def restore(stack: GatewayStack, spec: dict[str, Any]) -> None:
+    """The stack back on `spec` as it was before a test: no fault, no operator flip, no refused edit, every
+    proxy converged on it and every host healthy again."""
+    status = stack.status()
+    with AdminClient(stack.admin_url) as admin:
+        for variant in status["faults"]:
+            admin.clear_fault(variant)
+    if status["routing"]["flipped"]:
+        # A flip holds until the file's own split for its segment changes (gateway/spec/overrides.py): a
+        # spec with no rules and another default split than the file's ends every one.
+        current = stack.spec["routing"].get("weights", {})
+        weights = {"baseline": 0, "zero-layer": 100} if current.get("baseline") == 100 else {"baseline": 100}
+        ending = deepcopy(spec)
+        ending["routing"] = {**ending["routing"], "rules": [], "weights": weights}
+        _apply(stack, ending)
+    written = yaml.safe_dump(spec, sort_keys=False)  # as `write_spec` writes it
+    if stack.spec_path.read_text() != written or status["spec"]["last_error"] is not None:
+        _apply(stack, spec)  # a raw edit's file is replaced too (the watcher reads any new file)
+    else:
+        stack.wait_converged()
+    wait_until(partial(envoy_hosts_healthy, stack), 60, "Envoy to hold every host healthy again")
+
+
+def restoring(stack: GatewayStack) -> Iterator[GatewayStack]:
+    """For per-test fixtures on a shared stack (a module-scoped one): the test gets the stack as it stands
+    (which must be clean: no fault, no flip, no refused edit), and after it the stack goes back to that
+    spec, that routing and that rollout state (`restore`), checked."""
+    spec, before = stack.spec, _state(stack.status())
+    assert not before["routing"]["flipped"], before
+    assert not before["faults"], before
+    assert before["last_error"] is None, before
+    yield stack
+    restore(stack, spec)
+    after = _state(stack.status())
+    assert after == before, f"the shared stack was not restored: {after} != {before}"

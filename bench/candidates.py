@@ -17,8 +17,9 @@ once (no retries: at 0.1 % errors they would change the counts by about a thousa
    false rollback when any lane rolls its candidate back; a block with one is simulated again on the
    same draws with the change detectors off (`log_detector_bound` infinite), which tells the
    e-value tests' false rollbacks from those only a detector made.
-2. detection: `tune-a` fails at HEALTHY plus 1 % or 5 % from the first look, the others stay healthy;
-   seconds to its rollback, and how many healthy candidates were rolled back over the same looks
+2. detection: `tune-a` fails at HEALTHY plus 1 % or 5 % from the first look, the others stay healthy
+   (and with k = 3, `tune-a` and `tune-b` both fail: each must be caught); seconds to its rollback (each
+   one's), and how many healthy candidates were rolled back over the same looks
    (shares kept as they were; in production the rolled back one's share goes to the baseline). On the
    same draws, every lane at one candidate's plan: what the baseline's smaller share (100 - k SHARE %)
    costs, apart from the smaller alpha.
@@ -100,9 +101,9 @@ def budget(k: int) -> dict[str, Any]:
 
 
 def rollbacks(plans: list[Plan], rates: tuple[float, ...], runs: int, looks: int, seed: list[int],
-              until_first: bool = False) -> np.ndarray:  # fmt: skip
+              until: int = 0) -> np.ndarray:  # fmt: skip
     """(runs, k): the look at which each of k lanes (`plans`) rolls its candidate back (-1: not within
-    `looks`), the candidates' error rates `rates`. `until_first`: stop once every run's first lane has."""
+    `looks`), the candidates' error rates `rates`. `until`: stop once every run's first `until` lanes have."""
     rng = np.random.default_rng(seed)
     k = len(plans)
     lanes = [ErrorTests(plan, runs) for plan in plans]
@@ -117,7 +118,7 @@ def rollbacks(plans: list[Plan], rates: tuple[float, ...], runs: int, looks: int
             back = tests.looks(cand_n, rng.binomial(cand_n, rate), base_n, base_x)
             new = back.any(axis=1) & (at[:, lane] < 0)
             at[new, lane] = start + back.argmax(axis=1)[new]
-        if until_first and (at[:, 0] >= 0).all():
+        if until and (at[:, :until] >= 0).all():
             break
     return at
 
@@ -140,29 +141,30 @@ def interval(hits: int, n: int) -> tuple[float, float]:
     return low, high
 
 
-def detection(k: int, regression: float, runs: int) -> dict[str, Any]:
-    """`tune-a` bad from the first look: seconds to its rollback, healthy candidates rolled back; and on
-    the same draws with every lane at one candidate's plan (its budget, k's traffic): what the smaller
-    baseline share costs apart from the smaller alpha."""
-    rates = (HEALTHY + regression,) + (HEALTHY,) * (k - 1)
-    seed = [k, round(regression * 1000), 1_000_000]
+def detection(k: int, regression: float, runs: int, bad: int = 1) -> dict[str, Any]:
+    """The first `bad` candidates bad from the first look: seconds to each one's rollback, healthy
+    candidates rolled back; and on the same draws with every lane at one candidate's plan (its budget,
+    k's traffic): what the smaller baseline share costs apart from the smaller alpha."""
+    rates = (HEALTHY + regression,) * bad + (HEALTHY,) * (k - bad)
+    seed = [k, round(regression * 1000), 1_000_000 * bad]
 
     def looks(plans: list[Plan]) -> np.ndarray:
         return np.concatenate([
-            rollbacks(plans, rates, min(BLOCK, runs - start), DETECT_LOOKS, [*seed, start], until_first=True)
+            rollbacks(plans, rates, min(BLOCK, runs - start), DETECT_LOOKS, [*seed, start], until=bad)
             for start in range(0, runs, BLOCK)
         ])  # fmt: skip
 
     at, alone = looks(lane_plans(k)), looks(lane_plans(1) * k)
-    caught = at[:, 0] >= 0
-    seconds = (at[caught, 0] + 1) * LOOK_SECONDS
+    caught = (at[:, :bad] >= 0).all(axis=1)
+    seconds = (at[:, :bad][at[:, :bad] >= 0] + 1) * LOOK_SECONDS
     at_one = (alone[alone[:, 0] >= 0, 0] + 1) * LOOK_SECONDS
     return {
+        "bad_candidates": bad,
         "seconds_p50": float(np.median(seconds)),
         "seconds_p90": float(np.quantile(seconds, 0.9)),
-        "not_caught_within_horizon": int((~caught).sum()),
-        "healthy_rolled_back": int((at[:, 1:] >= 0).sum()),
-        "healthy_lanes": runs * (k - 1),
+        "not_caught_within_horizon": int((~caught).sum()),  # runs where a bad one was not
+        "healthy_rolled_back": int((at[:, bad:] >= 0).sum()),
+        "healthy_lanes": runs * (k - bad),
         "at_one_candidates_budget": {"p50": float(np.median(at_one)), "p90": float(np.quantile(at_one, 0.9))},
         "runs": runs,
     }
@@ -185,6 +187,7 @@ def main() -> None:
             for k in COUNTS
         }  # fmt: skip
         cells = {(k, r): pool.submit(detection, k, r, args.detect_runs) for k in COUNTS for r in REGRESSIONS}
+        two_bad = {r: pool.submit(detection, 3, r, args.detect_runs, 2) for r in REGRESSIONS}
         for k in COUNTS:
             found = [future.result() for future in blocks[k]]
             rolled, alone = sum(f[0] for f in found), sum(f[1] for f in found)
@@ -204,6 +207,8 @@ def main() -> None:
                 },
             }  # fmt: skip
             print(f"k={k}", results[f"k={k}"], flush=True)
+        # two of three candidates bad: each one caught, the good one left alone
+        results["k=3, two bad"] = {f"+{r:.0%} errors": two_bad[r].result() for r in REGRESSIONS}
     parameters = {
         "candidates": list(CANDIDATES),
         "share": SHARE,

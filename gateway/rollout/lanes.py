@@ -104,8 +104,8 @@ class Lanes:
         await asyncio.gather(*(controller.run() for controller in self.controllers.values()))
 
     async def command(self, command: Command, candidate: str | None = None) -> str | None:
-        """`command` for `candidate`'s lane, or for every lane (None); why it was ignored (None: applied
-        to each lane it was sent to)."""
+        """`command` for `candidate`'s lane, or for every lane (None); why it was ignored by every lane it
+        was sent to (None: at least one applied it)."""
         if candidate is not None and candidate not in self.controllers:
             return f"no candidate {candidate!r} in this rollout (candidates: {', '.join(self.controllers)})"
         chosen = [candidate] if candidate is not None else list(self.controllers)

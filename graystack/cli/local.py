@@ -87,7 +87,8 @@ def up(
     """Run the whole stack here: Envoy, the gateway, both model servers (fault injection on), both probes
     and Prometheus (when on PATH), until Ctrl-C or SIGTERM; then stop every process by PID. With
     --upstream, in front of servers you run: no model server is started."""
-    from gateway.spec.model import SpecError, load_yaml
+    from gateway.spec.model import SpecError
+    from gateway.spec.yaml12 import load_yaml
     from graystack.local.processes import StartupError
     from graystack.local.run_state import AlreadyRunning
     from graystack.local.supervisor import Supervisor, UpOptions, local_spec, upstream_options

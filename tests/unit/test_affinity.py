@@ -29,7 +29,8 @@ from gateway.answers.store import AnswerStore
 from gateway.envoy.affinity_filter import BODY_FILTER, BODY_LIMIT, KEY_FILTER, key_script
 from gateway.envoy.resources import ListenerAddress, build_resources
 from gateway.service import Gateway
-from gateway.spec.model import RolloutSpec, SpecError, load_yaml, validate_spec
+from gateway.spec.model import RolloutSpec, SpecError, validate_spec
+from gateway.spec.yaml12 import load_yaml
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
 from graystack.console.status_view import render_status

@@ -17,7 +17,8 @@ from gateway.answers.pairs import PairStore
 from gateway.envoy.answer_filter import FILTER_NAME
 from gateway.envoy.capture import REQUEST_FILTER
 from gateway.errors import SpecError
-from gateway.spec.model import RolloutSpec, load_yaml, validate_spec
+from gateway.spec.model import RolloutSpec, validate_spec
+from gateway.spec.yaml12 import load_yaml
 from tests.unit.test_envoy_routes import build
 from tests.unit.test_spec import DESIGN_EXAMPLE
 

@@ -8,7 +8,8 @@ from gateway import names
 from gateway.envoy.balancing import LEAST_REQUEST_POLICY
 from gateway.envoy.faults import Fault
 from gateway.envoy.resources import ListenerAddress, build_resources
-from gateway.spec.model import SpecError, load_yaml, validate_spec
+from gateway.spec.model import SpecError, validate_spec
+from gateway.spec.yaml12 import load_yaml
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 ENDPOINTS = {"baseline": [("127.0.0.1", 8001), ("127.0.0.1", 8011)], "zero-layer": [("127.0.0.1", 8002)]}

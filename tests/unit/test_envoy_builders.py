@@ -6,7 +6,8 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 
 from gateway import names
 from gateway.envoy.resources import ListenerAddress, build_resources
-from gateway.spec.model import load_yaml, validate_spec
+from gateway.spec.model import validate_spec
+from gateway.spec.yaml12 import load_yaml
 from gateway.xds.cache import check_consistent
 from tests.unit.test_spec import DESIGN_EXAMPLE
 

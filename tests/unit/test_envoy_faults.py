@@ -12,7 +12,8 @@ from gateway import names
 from gateway.admin.protocol import MAX_FAULT_LATENCY_MS, FaultChange
 from gateway.envoy.faults import Fault
 from gateway.envoy.resources import ListenerAddress, build_resources
-from gateway.spec.model import load_yaml, validate_spec
+from gateway.spec.model import validate_spec
+from gateway.spec.yaml12 import load_yaml
 from gateway.xds.cache import check_consistent
 from tests.unit.test_envoy_builders import ENDPOINTS
 from tests.unit.test_spec import DESIGN_EXAMPLE

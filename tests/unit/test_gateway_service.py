@@ -6,7 +6,8 @@ import pytest
 from envoy.config.listener.v3 import listener_pb2
 
 from gateway.service import Gateway
-from gateway.spec.model import SpecError, load_yaml, validate_spec
+from gateway.spec.model import SpecError, validate_spec
+from gateway.spec.yaml12 import load_yaml
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.types import LISTENER
 from tests.support.ads_client import node

@@ -17,7 +17,8 @@ from gateway.admin.api import create_admin_app
 from gateway.notify.delivery import Delivery
 from gateway.notify.notifier import Notifier
 from gateway.rollout.rollout_state import Command
-from gateway.spec.model import load_yaml, validate_spec
+from gateway.spec.model import validate_spec
+from gateway.spec.yaml12 import load_yaml
 from gateway.xds.server import AdsServer
 from graystack.admin_client import AdminClient
 from graystack.console.status_view import render_status

@@ -10,7 +10,8 @@ from gateway.rollout.analysis import Check, Verdict
 from gateway.rollout.facts import Looked
 from gateway.rollout.outcome import Outcome, Reason
 from gateway.rollout.rollout_state import Phase, RecordDecision, RolloutState
-from gateway.spec.model import load_yaml, validate_spec
+from gateway.spec.model import validate_spec
+from gateway.spec.yaml12 import load_yaml
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 SPEC = validate_spec(load_yaml(DESIGN_EXAMPLE))

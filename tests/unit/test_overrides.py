@@ -1,7 +1,8 @@
 """Operator flips hold until the file's own split for that segment changes."""
 
-from gateway.spec.model import load_yaml, validate_spec
+from gateway.spec.model import validate_spec
 from gateway.spec.overrides import apply_overrides, surviving_overrides
+from gateway.spec.yaml12 import load_yaml
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 

@@ -24,7 +24,8 @@ from gateway.rollout.plan import CHECK_NAMES
 from gateway.rollout.rollout_state import Command, RolloutState
 from gateway.rollout.state_store import FileStateStore
 from gateway.service import Gateway
-from gateway.spec.model import Mirror, SpecError, load_yaml, validate_spec
+from gateway.spec.model import Mirror, SpecError, validate_spec
+from gateway.spec.yaml12 import load_yaml
 from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer, Disconnected, start_server
 from gateway.xds.types import CLUSTER

@@ -2,7 +2,8 @@
 
 import pytest
 
-from gateway.spec.model import SpecError, load_yaml, validate_spec
+from gateway.spec.model import SpecError, validate_spec
+from gateway.spec.yaml12 import load_yaml
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 

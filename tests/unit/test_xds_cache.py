@@ -3,7 +3,8 @@
 import pytest
 
 from gateway.envoy.resources import ListenerAddress, build_resources
-from gateway.spec.model import load_yaml, validate_spec
+from gateway.spec.model import validate_spec
+from gateway.spec.yaml12 import load_yaml
 from gateway.xds.cache import InconsistentSnapshot, SnapshotCache
 from gateway.xds.types import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from tests.unit.test_spec import DESIGN_EXAMPLE

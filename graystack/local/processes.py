@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -19,17 +20,35 @@ T = TypeVar("T")
 
 
 _HANDED_OUT: deque[int] = deque(maxlen=1024)
+LOWEST_PORT = 10_000  # below it: the well-known and registered services a machine may run
+
+
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> range:
+    """The ports the kernel gives outgoing connections as their source port (Linux's default range where
+    the file cannot be read)."""
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
 
 
 def free_port() -> int:
     """A loopback port nothing holds now, and not one this process handed out recently: callers pick
     several before anything binds them (a stack's ports, then its servers' and probes'), and the
-    kernel may offer the same unbound port twice, which two processes of one stack then fight over."""
+    kernel may offer the same unbound port twice, which two processes of one stack then fight over.
+    Drawn below the kernel's ephemeral range: a port it offers for bind(0) is one it also gives outgoing
+    connections as their source port, so any client connecting between the pick and the bind could take
+    it (CI once saw Envoy exit `Address already in use` so, on a listener port picked a moment before)."""
+    below = ephemeral_ports().start
     while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _HANDED_OUT:
+        if below - LOWEST_PORT >= 1000:
+            port = random.randrange(LOWEST_PORT, below)
+        else:  # a kernel whose ephemeral range leaves no room below it: its own pick
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+        if port not in _HANDED_OUT and not port_in_use(port):
             _HANDED_OUT.append(port)
             return port
 

@@ -86,6 +86,13 @@ class ThreeServers:
         return list(self.running.values())
 
 
+class ServedStack(GatewayStack):
+    """The stack whose first request, like every client's here, is a model server's one-token answer."""
+
+    def request(self, headers: dict[str, str] | None = None) -> httpx.Response:
+        return self.client.post(PATH, json=body(), headers=headers)
+
+
 @pytest.fixture
 def servers(tmp_path) -> ThreeServers:
     return ThreeServers(tmp_path)
@@ -93,7 +100,7 @@ def servers(tmp_path) -> ThreeServers:
 
 @pytest.fixture
 def stack(servers, tmp_path, envoy_binary) -> Iterator[GatewayStack]:
-    yield from running(GatewayStack(tmp_path, envoy_binary, upstreams=servers))
+    yield from running(ServedStack(tmp_path, envoy_binary, upstreams=servers))
 
 
 class KeyedClients:

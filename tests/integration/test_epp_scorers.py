@@ -60,8 +60,17 @@ def test_picks_follow_the_queue_and_kv_readings_and_a_hanging_pod_falls_back(pod
 
             pods["pod-0"].metrics = vllm(waiting=0, kv=0.0)
             pods["pod-1"].metrics = vllm(waiting=30, kv=0.95)
+            # both pods' new readings (CI once picked before pod-0's came in: every pick went to pod-2)
             wait_until(
-                lambda: readings.fresh(time.monotonic())[ADDRESS["pod-1"]].queue == 30, 5, "the new readings"
+                lambda: (
+                    {
+                        name: readings.fresh(time.monotonic())[ADDRESS[name]].queue
+                        for name in ("pod-0", "pod-1")
+                    }
+                    == {"pod-0": 0, "pod-1": 30}
+                ),
+                5,
+                "the new readings",
             )
             second = served(12)
             assert "pod-1" not in second

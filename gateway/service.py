@@ -33,7 +33,7 @@ from gateway.sources.endpoints import static_endpoints
 from gateway.spec.model import RolloutSpec, SpecError, complete_split
 from gateway.spec.notifications import secret_problems
 from gateway.spec.overrides import Overrides, Segment, apply_overrides, surviving_overrides
-from gateway.spec.split import RolloutSplit
+from gateway.spec.split import RolloutSplit, to_baseline
 from gateway.spec.status import (
     FaultStatus,
     GatewayStatus,
@@ -219,7 +219,7 @@ class Gateway:
             for rule in spec.routing.rules:
                 split = rule.split()
                 if any(split.get(variant, 0) for variant in rollout.withdrawn):
-                    spec = spec.with_split(_withdrawn(split, rollout.withdrawn, baseline), rule.value)
+                    spec = spec.with_split(to_baseline(split, rollout.withdrawn, baseline), rule.value)
         return spec
 
     def _go_live(self, spec: RolloutSpec, faults: Mapping[str, Fault]) -> None:
@@ -295,10 +295,3 @@ def _routing_status(
         mirror=MirrorStatus(variant=mirror.variant, percent=mirror.percent) if mirror else None,
         rollout_split=RolloutSplitStatus(weights=rollout.weights, segments_to=rollout.segments_to),
     )
-
-
-def _withdrawn(split: Mapping[str, int], withdrawn: Sequence[str], baseline: str) -> dict[str, int]:
-    """`split` with the withdrawn candidates' shares given to the baseline."""
-    moved = sum(split.get(variant, 0) for variant in withdrawn)
-    kept = {variant: share for variant, share in split.items() if variant not in withdrawn}
-    return kept | {baseline: kept.get(baseline, 0) + moved}

@@ -24,10 +24,9 @@ how fast its side fills.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gateway.spec.model import RolloutSpec, validate_spec
-from gateway.spec.split import RolloutSplit
+from gateway.spec.split import RolloutSplit, to_baseline
 
 
 def lane_name(rollout: str, candidate: str) -> str:
@@ -46,16 +45,17 @@ def lane_spec(spec: RolloutSpec, candidate: str) -> RolloutSpec:
     if baseline is None or candidate not in spec.candidates:
         raise ValueError(f"{candidate!r} is not a candidate of rollout {spec.name!r}")
     keep = {baseline, candidate}
+    others = [variant for variant in spec.variants if variant not in keep]
     data = spec.model_dump(mode="python")
     data["name"] = lane_name(spec.name, candidate)
     data["variants"] = {name: variant for name, variant in data["variants"].items() if name in keep}
     routing = data["routing"]
-    routing["weights"] = _projected(spec.routing.weights, baseline, candidate)
+    routing["weights"] = to_baseline(spec.routing.weights, others, baseline)
     for rule, projected in zip(spec.routing.rules, routing["rules"], strict=True):
         if rule.variant is not None:
             projected["variant"] = rule.variant if rule.variant in keep else baseline
         else:
-            projected["weights"] = _projected(rule.split(), baseline, candidate)
+            projected["weights"] = to_baseline(rule.split(), others, baseline)
     mirror = spec.routing.mirror
     if mirror is not None and mirror.variant not in keep:
         routing["mirror"] = None
@@ -77,11 +77,6 @@ def lane_spec(spec: RolloutSpec, candidate: str) -> RolloutSpec:
     return validate_spec(data)
 
 
-def _projected(split: Mapping[str, int], baseline: str, candidate: str) -> dict[str, int]:
-    share = split.get(candidate, 0)
-    return {baseline: 100 - share, candidate: share}
-
-
 def composed(spec: RolloutSpec, live: Mapping[str, int], lanes: Mapping[str, RolloutSplit]) -> RolloutSplit:
     """The split the lanes make together: each candidate's share as its lane sets it (a lane that leaves
     the split to the spec: its share in `live`, the default split now served), the rest the baseline's.
@@ -97,7 +92,7 @@ def composed(spec: RolloutSpec, live: Mapping[str, int], lanes: Mapping[str, Rol
         for candidate, lane in lanes.items()
     }
     withdrawn = tuple(candidate for candidate, lane in lanes.items() if lane.segments_to is not None)
-    weights: dict[str, Any] = dict.fromkeys(spec.variants, 0) | shares
+    weights = dict.fromkeys(spec.variants, 0) | shares
     weights[baseline] = 100 - sum(shares.values())
     every = len(withdrawn) == len(lanes)
     return RolloutSplit(weights, baseline if every else None, None, () if every else withdrawn)

@@ -3,6 +3,7 @@ operator's flips (gateway/service.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from gateway.spec.model import Mirror
@@ -19,3 +20,11 @@ class RolloutSplit:
     segments_to: str | None = None
     mirror: Mirror | None = None
     withdrawn: tuple[str, ...] = ()
+
+
+def to_baseline(split: Mapping[str, int], moved: Collection[str], baseline: str) -> dict[str, int]:
+    """`split` with the `moved` variants' shares given to the baseline: a candidate withdrawn from a
+    segment (gateway/service.py), or the other candidates as one candidate's lane sees a split
+    (gateway/rollout/candidates.py)."""
+    kept = {variant: share for variant, share in split.items() if variant not in moved}
+    return kept | {baseline: kept.get(baseline, 0) + sum(split.get(variant, 0) for variant in moved)}

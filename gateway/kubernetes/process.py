@@ -109,15 +109,20 @@ class ClusterSources:
             kube.lease_seconds,
             RoleLabel(self.api, kube.namespace, kube.pod).sync if kube.pod else lambda leading: None,
         )
-        self.store = ConfigMapStateStore(
-            self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading
-        )
-        self.lane_store = lambda lane: ConfigMapStateStore(
-            self.api, kube.namespace, kube.state_configmap, lambda: self.elector.leading, lane_key(lane)
-        )
+        self.store = self.state_store(STATE_KEY)
         self.events = EventRecorder(
             self.api, kube.namespace, kube.state_configmap, kube.identity, lambda: self.elector.leading
         )
+
+    def state_store(self, key: str) -> ConfigMapStateStore:
+        """The state ConfigMap's store under `key`, written only while this replica leads."""
+        return ConfigMapStateStore(
+            self.api, self.kube.namespace, self.kube.state_configmap, lambda: self.elector.leading, key
+        )
+
+    def lane_store(self, lane: str) -> ConfigMapStateStore:
+        """Where a candidate's lane keeps its state (gateway/rollout/lanes.py)."""
+        return self.state_store(lane_key(lane))
 
     def _configmap_reflector(self, name: str) -> Reflector:
         """One ConfigMap, watched by name (what RBAC's resourceNames can allow for list and watch)."""

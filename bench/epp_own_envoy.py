@@ -64,7 +64,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         processes.append(start_process("pods", serve, workdir))
         picker_argv = [sys.executable, "-m", "graystack", "epp", "--insecure", "--log-level", "warning"]
         picker_argv += ["--port", str(picker_port), "--health-port", str(health_port)]
-        picker_argv += ["--pods", "baseline=" + ",".join(pods_list), "--split", "baseline=100"]
+        picker_argv += ["--pods", "baseline=" + ",".join(pods_list)]
         processes.append(start_process("epp", picker_argv, workdir))
         wait_until(
             lambda: httpx.post(f"http://{pods_list[0]}{PATH}", content=BODY).status_code == 200, 30, "pods"

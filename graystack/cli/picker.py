@@ -38,7 +38,12 @@ log = logging.getLogger("graystack.epp")
     help="VARIANT=IP:PORT[,IP:PORT...], once per variant: the pool's pods by their variant label",
 )
 @click.option(
-    "--split", required=True, envvar="GRAYSTACK_EPP_SPLIT", show_envvar=True, help="VARIANT=WEIGHT,..."
+    "--split",
+    default=None,
+    envvar="GRAYSTACK_EPP_SPLIT",
+    show_envvar=True,
+    help="VARIANT=WEIGHT,... (default: every request to the baseline; graystack's own Envoy with "
+    "`envoy_picker` names each request's variant itself, and this picker only places it)",
 )
 @click.option(
     "--model",
@@ -120,7 +125,7 @@ def epp(
     port: int,
     health_port: int,
     pods: tuple[str, ...],
-    split: str,
+    split: str | None,
     models: tuple[str, ...],
     baseline: str | None,
     segment_header: str | None,
@@ -146,10 +151,11 @@ def epp(
     configure_logging(log_level)
     try:
         pool = parse_pods(list(pods))
+        first = baseline or next(iter(pool))
         wanted = Wanted(
             pods=pool,
-            weights=parse_split(split),
-            baseline=baseline or next(iter(pool)),
+            weights=parse_split(split) if split is not None else {first: 100},
+            baseline=first,
             segment_header=segment_header,
             segments=parse_segments(list(segments)),
             cohort_header=cohort_header,

@@ -7,8 +7,8 @@ time achieves, and measures the suite's time both ways.
     python -m bench.suite_load --ci --burners 2 # .ci/run on a fresh clone of HEAD, installs included
 
 Writes bench/results/suite_load_<burners>.json (with --ci, ci_load_<burners>.json): wall seconds,
-pytest's closing lines (`make test` runs pytest twice: side by side, then the paced tests), the failed
-tests.
+pytest's closing lines (`make test` runs pytest three times: side by side, the paced tests, the default
+mix), the failed tests.
 """
 
 from __future__ import annotations

@@ -12,16 +12,16 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# pytest-xdist (`make test` runs the suite in two phases: side by side, -n 3 --dist loadgroup, then the
-# paced tests alone). A test whose module builds something for all its tests (a module-scoped fixture: a
-# stack, servers, Prometheus) stays on one worker with the module's other tests, so it is built once, as in
-# a serial run, instead of once per worker that happens to get one of them. Without xdist the group marks
-# are inert.
+# pytest-xdist (`make test` runs the suite in three phases, Makefile). A test whose module builds something
+# for all its tests (a module-scoped fixture: a stack, servers, Prometheus) stays on one worker with the
+# module's other tests, so it is built once, as in a serial run, instead of once per worker that happens
+# to get one of them (tests/unit/test_suite_groups.py keeps that true). Without xdist the group marks are
+# inert.
 SHARED_SCOPES = {"module", "package", "class"}
 # Modules paced by model servers under load, waiting for evidence within bounds set for a machine half as
-# fast: beside other tests their servers' rate falls again, and side-by-side runs lost each of these
-# (BENCHMARKS.md, issue 35). Marked `paced`: `make test` runs them after the rest, alone (and one worker
-# keeps them, one at a time, where a run takes them side by side all the same).
+# fast: beside the whole suite their servers' rate falls again, and side-by-side runs lost each of these
+# (BENCHMARKS.md, issue 35). Marked `paced`: `make test` runs them after the rest, two at a time (each
+# takes about half of the two cores), a module on one worker.
 PACED = frozenset(
     f"tests/integration/{name}.py"
     for name in (
@@ -29,12 +29,14 @@ PACED = frozenset(
         "test_aa_rollout",
         "test_demo",
         "test_observability_live",
-        "test_load_default_mix",
         "test_answers_latency",
         "test_answers_third_party",
         "test_up_upstream",
     )
 )
+# Modules that load the machine to its limit on purpose (Locust against CPU model servers): marked
+# `alone`, run last, with nothing beside them.
+ALONE = frozenset({"tests/integration/test_load_default_mix.py"})
 
 
 def shares_a_fixture(item: pytest.Item) -> bool:
@@ -48,8 +50,9 @@ def shares_a_fixture(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = item.nodeid.split("::")[0]
+        if module in ALONE:
+            item.add_marker(pytest.mark.alone)
         if module in PACED:
             item.add_marker(pytest.mark.paced)
-            item.add_marker(pytest.mark.xdist_group("paced"))
-        elif item.get_closest_marker("xdist_group") is None and shares_a_fixture(item):
+        if item.get_closest_marker("xdist_group") is None and (module in PACED or shares_a_fixture(item)):
             item.add_marker(pytest.mark.xdist_group(module))

@@ -14,6 +14,7 @@ from gateway.spec.envoy_picker import served
 from gateway.spec.model import SpecError, validate_spec
 from gateway.spec.yaml12 import load_yaml
 from gateway.xds.cache import SnapshotCache
+from graystack.console.status_view import picker_lines
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
 SERVED = {"host": "127.0.0.1", "port": 9002, "serve": True}
@@ -109,3 +110,11 @@ def test_a_spec_that_moves_the_served_pickers_socket_waits_for_a_restart():
     gateway.load(spec(live), "sha-3")
     assert gateway.last_error is None
     assert gateway.live.envoy_picker.scorers == {"queue": 2}
+
+
+def test_status_names_envoys_picker_and_its_fallbacks():
+    live = spec(SERVED)
+    picker = EnvoysPicker(lambda: live, lambda: {"baseline": [("127.0.0.1", 8001)]})
+    lines = picker_lines(picker.status())
+    assert lines[0] == "picker    graystack's Envoy: ready; pods baseline 1"
+    assert lines[1].startswith("  FALLBACK 127.0.0.1:8001 ranked by its requests in flight alone")

@@ -29,6 +29,7 @@ from gateway.answers.entries import Placement
 from gateway.answers.receiver import AnswerReceiver
 from gateway.answers.store import AnswerStore
 from gateway.envoy.resources import EndpointMap
+from gateway.epp.envoys import EnvoysPicker
 from gateway.errors import Refused
 from gateway.metrics.answered import WithAnswers
 from gateway.metrics.direct import DirectProvider
@@ -46,6 +47,7 @@ from gateway.rollout.guard import ProviderFactory, ProviderUnavailable
 from gateway.rollout.lanes import Lanes
 from gateway.rollout.state_store import StateStore
 from gateway.service import Gateway
+from gateway.spec.envoy_picker import served
 from gateway.spec.model import RolloutSpec, SpecError
 from gateway.spec.quality import Quality
 from gateway.xds.cache import SnapshotCache
@@ -68,6 +70,7 @@ class GatewayOptions:
     state_path: Path | None = None  # the rollout state file (local mode); None: `<spec>.state.json`
     enable_fault_injection: bool = False  # take `graystack fault` (PUT /v1/faults/{variant})
     forget_proxies_after: float = FORGET_AFTER_S  # a disconnected proxy is listed (and awaited) this long
+    picker_host: str = "127.0.0.1"  # where the picker for its own Envoy binds (`envoy_picker.serve`)
 
     @property
     def rollout_state_path(self) -> Path:
@@ -221,6 +224,12 @@ class GatewayProcess:
         self.controller = self._rollouts(parts)
         self.controller.restore()
         self.driver = parts.driver(self.gateway, self.controller)
+        # its own Envoy's picker, where the first spec has it served here (kept as started: gateway/service.py)
+        self.envoys_picker = (
+            EnvoysPicker(lambda: self.gateway.live, self.gateway.endpoints)
+            if served(spec.envoy_picker)
+            else None
+        )
         self.admin = _EmbeddedUvicorn(
             uvicorn.Config(
                 create_admin_app(
@@ -232,7 +241,7 @@ class GatewayProcess:
                     fault_refusal,
                     self.answers,
                     self.notifier.status,
-                    self.driver.picker_status,
+                    self.envoys_picker.status if self.envoys_picker else self.driver.picker_status,
                 ),
                 host=options.admin_host,
                 port=options.admin_port,
@@ -302,8 +311,11 @@ class GatewayProcess:
                 AnswerReceiver(self.answers, self._leading, self._digests_only, self._placement()).register
             ],
         )
-        self._admin_task = asyncio.create_task(self.admin.serve())
         background = [*self.driver.background(), *([self.user_gateway.run()] if self.user_gateway else [])]
+        if self.envoys_picker is not None:
+            await self.envoys_picker.start(self.options.picker_host)
+            background.append(self.envoys_picker.run())
+        self._admin_task = asyncio.create_task(self.admin.serve())
         self._tasks = [self._admin_task, *(asyncio.create_task(work) for work in background)]
         self.notifier.start()  # what restore() told before the event loop ran
         while not self.admin.started:
@@ -332,6 +344,8 @@ class GatewayProcess:
 
     async def stop(self) -> None:
         await self.driver.stop()
+        if self.envoys_picker is not None:
+            await self.envoys_picker.stop()
         self.admin.should_exit = True
         for task in self._tasks:
             if task is not self._admin_task:

@@ -30,6 +30,7 @@ from gateway.errors import NotFound, Refused
 from gateway.quality.judge import read_template
 from gateway.rollout import telemetry
 from gateway.sources.endpoints import static_endpoints
+from gateway.spec.envoy_picker import served
 from gateway.spec.model import RolloutSpec, SpecError, complete_split
 from gateway.spec.notifications import secret_problems
 from gateway.spec.overrides import Overrides, Segment, apply_overrides, surviving_overrides
@@ -126,6 +127,11 @@ class Gateway:
                     f"variants: the rollout runs a lane for each of the candidates {list(self.lanes) or 'one'}, "
                     f"this spec would need {list(spec.lanes) or 'one'}: restart the gateway to change them "
                     "(gateway/rollout/candidates.py)"
+                )
+            if self.file is not None and served(spec.envoy_picker) != served(self.file.spec.envoy_picker):
+                raise SpecError(
+                    "envoy_picker: the picker this gateway serves its Envoy (`serve`, `port`, `tls`) is bound "
+                    "as the gateway started: restart the gateway to change them (gateway/epp/envoys.py)"
                 )
             judge = spec.analysis.quality.judge if spec.analysis.quality is not None else None
             if judge is not None:
@@ -243,6 +249,10 @@ class Gateway:
             telemetry.ROLLOUT_WEIGHT.labels(spec.name, variant).set(spec.routing.weights.get(variant, 0))
             for segment, split in segments.items():
                 telemetry.SEGMENT_WEIGHT.labels(spec.name, segment, variant).set(split.get(variant, 0))
+
+    def endpoints(self) -> EndpointMap:
+        """Each variant's endpoints as the live spec's EDS has them now (the picker's pods)."""
+        return self._endpoints_for(self.live)
 
     # -- proxies ----------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ sends and reads, and what the gateway takes and sends. /openapi.json documents t
     POST   /v1/rollout/{command}              CommandResult
 
 Each section's model lives beside its builder, on its own floor (gateway/spec/status.py,
-gateway/notify/status.py, gateway/rollout/status.py, gateway/xds/status.py); this module composes them and names them all.
+gateway/epp/status.py, gateway/notify/status.py, gateway/rollout/status.py, gateway/xds/status.py); this
+module composes them and names them all.
 Pydantic only, so importing it loads no part of the gateway. Extra fields are refused on both sides.
 
 A few fields exist only sometimes, absent rather than null: the leader fields (Kubernetes mode), the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.epp.status import PickerStatus
 from gateway.notify.status import NotificationsStatus, ReceiverStatus
 from gateway.rollout.status import (
     AlertStatus,
@@ -163,20 +165,6 @@ class MisnamedStatus(_Answer):
     answers: int
 
 
-class PickerStatus(_Answer):
-    """The Endpoint Picker this replica serves (the spec's `endpoint_picker`): its InferencePool, the pods
-    it picks among by variant, why it is not ready (None: ready), the requests it holds in flight per pod,
-    and the pods it ranks by those counts alone for want of fresh metrics, each with why (issue 37: when a
-    server's metrics cannot be read the picker falls back to what it counts itself, and status says so)."""
-
-    pool: str
-    ready: bool
-    problem: str | None
-    pods: dict[str, list[str]]
-    in_flight: dict[str, int]
-    fallbacks: dict[str, str]
-
-
 class Status(_Answer):
     """GET /v1/status. The leader fields exist only where several replicas elect a leader."""
 
@@ -190,7 +178,7 @@ class Status(_Answer):
     cohorts: CohortStatus | None = None  # only where the spec names `routing.affinity` sources
     notifications: NotificationsStatus | None = None  # only where the spec names receivers
     misnamed: list[MisnamedStatus] = []  # servers that named themselves otherwise than their variant
-    picker: PickerStatus | None = None  # only where this replica serves the spec's endpoint_picker
+    picker: PickerStatus | None = None  # only where this replica serves a picker (endpoint/envoy_picker)
     leader: bool | None = None
     identity: str | None = None
     leader_identity: str | None = None  # None: no replica holds the Lease right now

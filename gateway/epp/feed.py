@@ -6,7 +6,8 @@ the process calls it at every pick's read, so a step, a flip or a rollback reach
 A pod is one of the pool's when it is Running, Ready and matches the pool's selector; its variant is its
 `endpoint_picker.variant_label` value; it serves at each of the pool's target ports (data-parallel ranks
 are endpoints of their own). A model variant (`endpoint_picker.models`) has no pods of its own: the
-baseline's serve it, its requests' `model` rewritten. Cohorts: the first header source of `routing.affinity` (a cookie or body
+baseline's serve it, its requests' `model` rewritten. The scorers' weights: `endpoint_picker`'s, or
+`envoy_picker`'s where the gateway serves its own Envoy's picker (gateway/epp/envoys.py). Cohorts: the first header source of `routing.affinity` (a cookie or body
 source is not read by the picker: its requests are split at random).
 """
 
@@ -56,6 +57,7 @@ def wanted_from(spec: RolloutSpec, pods: Mapping[str, tuple[str, ...]], baseline
     models = dict(spec.endpoint_picker.models) if spec.endpoint_picker else {}
     present = {variant: pods.get(variant, ()) for variant in spec.variants if variant not in models}
     cohort = next((source.header for source in routing.affinity if source.header), None)
+    scoring = spec.endpoint_picker or spec.envoy_picker  # the spec refuses both at once
     return Wanted(
         pods=present,
         weights=dict(routing.weights),
@@ -63,7 +65,7 @@ def wanted_from(spec: RolloutSpec, pods: Mapping[str, tuple[str, ...]], baseline
         segment_header=routing.header if routing.rules else None,
         segments={rule.value: rule.split() for rule in routing.rules},
         cohort_header=cohort,
-        scorers=spec.endpoint_picker.weights() if spec.endpoint_picker else dict(SCORERS),
+        scorers=scoring.weights() if scoring else dict(SCORERS),
         models=models,
         prefix=spec.endpoint_picker.prefix if spec.endpoint_picker else Prefix(),
     )

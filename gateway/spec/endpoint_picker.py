@@ -64,23 +64,40 @@ class Prefix(SpecModel):
     blocks: int = Field(default=1 << 17, ge=1, le=1 << 24)
 
 
-class EndpointPicker(SpecModel):
+class Scoring(SpecModel):
+    """How a picker that the gateway serves ranks a variant's pods: the scorers' weights over SCORERS'
+    defaults and where each pod's metrics are read; one shape for `endpoint_picker` and `envoy_picker`."""
+
+    scorers: dict[str, float] = {}  # over SCORERS' defaults: a scorer not named keeps its default
+    metrics: Metrics = Metrics()
+
+    def weights(self) -> dict[str, float]:
+        """Every scorer's weight: the spec's where it names one, else the default (0 turns one off)."""
+        return {**SCORERS, **self.scorers}
+
+
+def check_scoring(field: str, scoring: Scoring) -> None:
+    """ValueError naming `field`'s scorer or metrics setting that a picker cannot use."""
+    unknown = sorted(set(scoring.scorers) - set(SCORERS))
+    if unknown:
+        raise ValueError(f"{field}.scorers: unknown scorer(s) {unknown}; known: {sorted(SCORERS)}")
+    if any(weight < 0 for weight in scoring.scorers.values()):
+        raise ValueError(f"{field}.scorers: a weight is negative")
+    if scoring.metrics.timeout > scoring.metrics.interval:
+        raise ValueError(f"{field}.metrics: the timeout is longer than the interval")
+
+
+class EndpointPicker(Scoring):
     pool: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     namespace: str = Field(default="default", pattern=DNS_LABEL)
     variant_label: str = Field(default="graystack.io/variant", pattern=LABEL)
     values: dict[str, str] = {}
     models: dict[str, str] = {}  # a model variant: its model name, served by the baseline's pods
-    scorers: dict[str, float] = {}  # over SCORERS' defaults: a scorer not named keeps its default
-    metrics: Metrics = Metrics()
     prefix: Prefix = Prefix()
 
     def value_of(self, variant: str) -> str:
         """The label value that marks `variant`'s pods."""
         return self.values.get(variant, variant)
-
-    def weights(self) -> dict[str, float]:
-        """Every scorer's weight: the spec's where it names one, else the default (0 turns one off)."""
-        return {**SCORERS, **self.scorers}
 
 
 def check_endpoint_picker(
@@ -109,13 +126,7 @@ def check_endpoint_picker(
             f"endpoint_picker.models: the baseline {baseline!r} serves the model variants on its pods; "
             "it cannot be one"
         )
-    unknown = sorted(set(picker.scorers) - set(SCORERS))
-    if unknown:
-        raise ValueError(f"endpoint_picker.scorers: unknown scorer(s) {unknown}; known: {sorted(SCORERS)}")
-    if any(weight < 0 for weight in picker.scorers.values()):
-        raise ValueError("endpoint_picker.scorers: a weight is negative")
-    if picker.metrics.timeout > picker.metrics.interval:
-        raise ValueError("endpoint_picker.metrics: the timeout is longer than the interval")
+    check_scoring("endpoint_picker", picker)
     marks = [picker.value_of(v) for v in variants if v not in picker.models]
     if len(set(marks)) < len(marks):
         raise ValueError("endpoint_picker.values: two variants share a label value")

@@ -35,6 +35,14 @@ gateway_fault_injection_option = click.option(
     help="take `graystack fault` (PUT/DELETE /v1/faults/VARIANT): inject errors and latency into a "
     "variant's attempts through Envoy; off unless given",
 )
+picker_host_option = click.option(
+    "--picker-host",
+    default="127.0.0.1",
+    envvar="GRAYSTACK_PICKER_HOST",
+    show_envvar=True,
+    help="where a picker the gateway serves binds: the spec's endpoint_picker (with --picker-port) or "
+    "its own Envoy's (envoy_picker.serve, on the spec's port); 0.0.0.0 where Envoy runs in other pods",
+)
 
 
 @main.command()
@@ -77,6 +85,7 @@ gateway_fault_injection_option = click.option(
     show_envvar=True,
     help="where the rollout state is kept  [default: SPEC.state.json]",
 )
+@picker_host_option
 @gateway_fault_injection_option
 @forget_proxies_option
 @log_level_option
@@ -90,6 +99,7 @@ def gateway(
     envoy_admin: str | None,
     metrics_targets: tuple[str, ...],
     state_file: Path | None,
+    picker_host: str,
     enable_fault_injection: bool,
     forget_proxies_after: float,
     log_level: str,
@@ -113,6 +123,7 @@ def gateway(
         state_path=state_file,
         enable_fault_injection=enable_fault_injection,
         forget_proxies_after=forget_proxies_after,
+        picker_host=picker_host,
     )
     try:
         asyncio.run(run_gateway(options))
@@ -205,7 +216,7 @@ def envoy_bootstrap(
     "none: no picker",
 )
 @click.option("--picker-health-port", default=9003, envvar="GRAYSTACK_PICKER_HEALTH_PORT", show_envvar=True)
-@click.option("--picker-host", default="127.0.0.1", envvar="GRAYSTACK_PICKER_HOST", show_envvar=True)
+@picker_host_option
 @click.option(
     "--picker-insecure", is_flag=True, envvar="GRAYSTACK_PICKER_INSECURE", show_envvar=True, help="no TLS"
 )
@@ -273,6 +284,7 @@ def kube_gateway(
         admin_token=admin_token,
         enable_fault_injection=enable_fault_injection,
         forget_proxies_after=forget_proxies_after,
+        picker_host=picker_host,
     )
     try:
         asyncio.run(run_kube_gateway(options, kube))

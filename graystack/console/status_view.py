@@ -101,7 +101,8 @@ def picker_lines(picker: PickerStatus) -> list[str]:
     """The Endpoint Picker's pool and pods, then each pod it ranks without its metrics, and why."""
     pods = ", ".join(f"{variant} {len(endpoints)}" for variant, endpoints in sorted(picker.pods.items()))
     state = "ready" if picker.ready else f"NOT READY: {picker.problem}"
-    lines = [f"picker    InferencePool {picker.pool}: {state}; pods {pods or 'none'}"]
+    serves = "graystack's Envoy" if picker.envoy else f"InferencePool {picker.pool}"
+    lines = [f"picker    {serves}: {state}; pods {pods or 'none'}"]
     return lines + [
         f"  FALLBACK {endpoint} ranked by its requests in flight alone: {why}"
         for endpoint, why in sorted(picker.fallbacks.items())

@@ -4,14 +4,18 @@ on loopback addresses of their own, each exporting vLLM's queue gauge, one of ea
 every request reaches its variant's idle pod, though the picker's own split would send every request to
 the baseline (it never draws the variant again), and a pick outside the variant would have been served
 by round robin (the busy pod half the time). With the picker stopped, the clusters serve by their own
-round robin (fail-open). And why the picker is refused beside `retries.fallback`."""
+round robin (fail-open). The same with the picker the gateway serves itself (`serve: true`), no picker
+started beside it: its pods are those it gives Envoy, its split and metrics read live. And why the
+picker is refused beside `retries.fallback`."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +23,7 @@ import pytest
 from gateway.epp.conformance import SELECTION
 from gateway.epp.picker import Picker
 from gateway.epp.wanted import Wanted
-from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack
+from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack, default_spec
 from graystack.local.processes import free_port, wait_until
 from tests.support.gie_data_plane import DataPlane, PickerAddress
 from tests.support.metered_picker import reading, vllm
@@ -46,16 +50,43 @@ def stack(tmp_path, envoy_binary) -> Iterator[GatewayStack]:
     yield from running(GatewayStack(tmp_path, envoy_binary))
 
 
-def ask_picker(stack: GatewayStack, port: int) -> None:
-    """The variants on the four pods, split 50/50, Envoy asking the picker on `port` (plaintext)."""
-    spec = stack.spec
+def picked(spec: dict[str, Any], picker: dict[str, Any]) -> dict[str, Any]:
+    """`spec` with the variants on the four pods, split 50/50, Envoy asking `picker`."""
     spec["variants"] = {
         variant: {"endpoints": [ADDRESS[name] for name in names], "health_check": None}
         for variant, names in VARIANTS.items()
     }
     spec["routing"]["weights"] = {"baseline": 50, "zero-layer": 50}
-    spec["envoy_picker"] = {"host": "127.0.0.1", "port": port, "tls": False}
+    spec["envoy_picker"] = picker
     spec["retries"]["fallback"] = None  # the aggregate cluster drops the pick (gateway/spec/envoy_picker.py)
+    return spec
+
+
+class FourPods:
+    """The `pods` fixture's pods as a stack's upstreams, the gateway started on a spec that has it serve
+    the picker: the socket it binds is fixed at its start (gateway/service.py)."""
+
+    port_names = ()
+
+    def __init__(self, picker: dict[str, Any]) -> None:
+        self.picker = picker
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
+        return picked(default_spec(0, 0), self.picker)
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        return []
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        return {}
+
+    def processes(self) -> list:
+        return []
+
+
+def ask_picker(stack: GatewayStack, port: int) -> None:
+    """The variants on the four pods, split 50/50, Envoy asking the picker on `port` (plaintext)."""
+    spec = picked(stack.spec, {"host": "127.0.0.1", "port": port, "tls": False})
     generation = stack.status()["generation"]
     stack.write_spec(spec)
     stack.wait_converged(generation_above=generation)
@@ -111,6 +142,44 @@ def test_the_picker_places_each_request_within_the_variant_envoy_chose(pods, sta
     # the picker down: every request still served, by each variant's round robin over both its pods
     down = served(stack, 12, TO_ZERO_LAYER) + served(stack, 30)
     assert set(down) == set(HOSTS), down
+
+
+@pytest.fixture
+def serving_stack(pods, tmp_path, envoy_binary) -> Iterator[GatewayStack]:
+    """The stack on the four pods, one of each variant's with a queue, its gateway serving the picker (TLS,
+    self-signed: the default)."""
+    for name, pod in pods.items():
+        pod.metrics = vllm(waiting=12 if "busy" in name else 0, kv=0.5)
+    picker = {
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "serve": True,
+        "metrics": {"interval": 0.2, "timeout": 0.1},
+    }
+    yield from running(GatewayStack(tmp_path, envoy_binary, upstreams=FourPods(picker)))
+
+
+def test_the_gateway_serves_its_own_envoys_picker(pods, serving_stack):
+    """No picker started beside the stack: the gateway serves it, its pods the endpoints it gives Envoy,
+    its split and the pods' queues read live."""
+    stack = serving_stack
+    wait_until(lambda: not stack.status()["picker"]["fallbacks"], 10, "the picker's readings of the pods")
+    status = stack.status()["picker"]
+    assert (status["envoy"], status["ready"]) == (True, True)
+    assert status["pods"] == {v: sorted(ADDRESS[name] for name in names) for v, names in VARIANTS.items()}
+    assert served(stack, 10, TO_ZERO_LAYER) == {"zl-idle": 10}
+    split = served(stack, 30)
+    assert set(split) == {"base-idle", "zl-idle"}, split
+
+    spec, generation = stack.spec, stack.status()["generation"]
+    spec["routing"]["weights"] = {"baseline": 0, "zero-layer": 100}
+    stack.write_spec(spec)
+    stack.wait_converged(generation_above=generation)
+    assert served(stack, 20) == {"zl-idle": 20}
+
+    pods["zl-idle"].metrics, pods["zl-busy"].metrics = pods["zl-busy"].metrics, pods["zl-idle"].metrics
+    wait_until(lambda: served(stack, 1) == {"zl-busy": 1}, 5, "picks following the queues")
+    assert served(stack, 10) == {"zl-busy": 10}
 
 
 @pytest.mark.parametrize(

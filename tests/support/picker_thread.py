@@ -53,6 +53,7 @@ class PickerThread:
     @property
     def health_port(self) -> int:
         assert self._server is not None, "not started"
+        assert self._server.health_port is not None, "started without health"
         return self._server.health_port
 
     def start(self) -> PickerThread:

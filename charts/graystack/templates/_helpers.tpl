@@ -48,6 +48,11 @@ app.kubernetes.io/part-of: graystack
 {{- define "graystack.alsService" -}}{{ include "graystack.componentName" (dict "root" . "component" "als") }}{{- end -}}
 {{- define "graystack.eppService" -}}{{ include "graystack.componentName" (dict "root" . "component" "epp") }}{{- end -}}
 {{/* The namespace of the InferencePool the Endpoint Picker serves (left out: the release's). */}}
+{{/* The port of the picker the gateway replicas serve (endpointPicker's or envoyPicker's; empty: none):
+one Service, container port and network rule for either. */}}
+{{- define "graystack.eppPort" -}}
+{{- if .Values.endpointPicker.enabled -}}{{ .Values.endpointPicker.port }}{{- else if .Values.envoyPicker.enabled -}}{{ .Values.envoyPicker.port }}{{- end -}}
+{{- end -}}
 {{- define "graystack.eppNamespace" -}}{{ .Values.endpointPicker.pool.namespace | default .Release.Namespace }}{{- end -}}
 
 {{/* Whether `helm test` runs: its pod and its header rules go through graystack's Envoy, which Gateway API
@@ -91,7 +96,8 @@ affinity:
 health-checks each variant on its server's own readiness path (vLLM: /health; graystack: /readyz), and
 balances its pods by its `loadBalancing` (unset: the gateway's default). In Gateway API mode `gateway_api`
 comes from `gatewayApi`, with a backendRef for every enabled variant and none for another; with the
-Endpoint Picker on, `endpoint_picker` from `endpointPicker` (its `values` keyed by enabled variants only). */}}
+Endpoint Picker on, `endpoint_picker` from `endpointPicker` (its `values` keyed by enabled variants only);
+with envoyPicker on, `envoy_picker` served by the gateway replicas, Envoy dialing their epp Service. */}}
 {{- define "graystack.spec" -}}
 {{- $variants := dict -}}
 {{- range $name, $v := .Values.variants -}}
@@ -142,6 +148,21 @@ Endpoint Picker on, `endpoint_picker` from `endpointPicker` (its `values` keyed 
 {{- end -}}
 {{- end -}}
 {{- $_ := set $spec "endpoint_picker" (dict "pool" .pool.name "namespace" (include "graystack.eppNamespace" $) "variant_label" .variantLabel "values" .values "models" (default (dict) .models)) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.envoyPicker -}}
+{{- if .enabled -}}
+{{- if $.Values.endpointPicker.enabled -}}
+{{- fail "envoyPicker.enabled, endpointPicker.enabled: one or the other: endpointPicker serves your GIE gateway, where graystack's Envoy carries no traffic" -}}
+{{- end -}}
+{{- if $.Values.gatewayApi.enabled -}}
+{{- fail "envoyPicker.enabled, gatewayApi.enabled: in Gateway API mode graystack's Envoy carries no traffic to pick for" -}}
+{{- end -}}
+{{- if $spec.retries.fallback -}}
+{{- fail "envoyPicker.enabled, rollout.retries.fallback: Envoy's fallback cluster drops the picker's pick; set rollout.retries.fallback=null" -}}
+{{- end -}}
+{{- $host := printf "%s.%s.svc" (include "graystack.eppService" $) $.Release.Namespace -}}
+{{- $_ := set $spec "envoy_picker" (dict "host" $host "port" (int .port) "tls" .tls "timeout" .timeout "serve" true "scorers" .scorers) -}}
 {{- end -}}
 {{- end -}}
 {{- if include "graystack.helmTest" . -}}

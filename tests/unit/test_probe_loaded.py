@@ -84,6 +84,7 @@ def test_a_server_that_names_no_checkpoint_is_judged_on_its_status():
         ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n", "no graystack_model_info"),
         ("graystack_model_info{variant=\n", "unreadable /metrics"),
     ],
+    ids=["another-variant", "no-model-info", "unreadable"],  # the first page holds the process's live memory
 )
 def test_a_server_without_model_info_for_the_variant_is_not_compared(page, why):
     with pytest.raises(Unavailable, match=why) as raised:

@@ -41,6 +41,7 @@ SCORERS: dict[str, float] = {
     "session": 1.0,
     "prefix": 2.0,
     "lora": 0.0,
+    "prefill": 0.0,
 }
 
 

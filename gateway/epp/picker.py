@@ -1,19 +1,23 @@
 """The picker's state: requests in flight per pod, counted from the pick to the end of the answer, the
-prompt bytes each pod has still to prefill (`prefill`, below), each cohort's last pod, the prompt blocks each pod was sent (gateway/epp/prefix.py), the pods' last metrics
-readings (kept by the reader, never read on a pick's path), and the rollout's current wishes read afresh
-for every request (an injected callable: a flip reaches the next pick with no restart and no reconcile).
+prompt bytes each pod has still to prefill (below), each cohort's last pod, the prompt blocks each pod was
+sent (gateway/epp/prefix.py), the pods' last metrics readings (kept by the reader, never read on a pick's
+path), and the rollout's current wishes read afresh for every request (an injected callable: a flip
+reaches the next pick with no restart and no reconcile).
 
 A pick is two steps: `draw` takes the variant from the request's headers, and says whether the pod's
-choice wants the body (a model variant rewrites it; `prefix` and `lora` read it); `place` ranks that
-variant's pods, with the body's JSON where it was read. `pick` does both at once.
+choice wants the body (a model variant rewrites it; `prefix`, `lora` and `prefill` read it); `place`
+ranks that variant's pods, with the body's JSON where it was read. `pick` does both at once.
 
-A pod's pending prefill is the picker's own estimate, as no server exports it: for each request placed
-there with its body read, the prompt's bytes (all of them, in `prompt_of`'s encoding, about 4 a token)
-less the leading blocks the prefix index says the pod holds (none where neither `prefix` nor `prefill`
-weighs, for then no index is kept), from the pick until the pod begins to answer: the answer's first
-body chunk where the gateway streams it to the picker, else its headers or its end, whichever comes
-first. A request whose body was not read (none, too large, not JSON) counts 0: its size is unknown, and
-a guess would rank pods on what the picker did not see; it still counts in `in_flight`."""
+A pod's pending prefill is the picker's own estimate, as no server exports it. A request's prefill on a
+pod is its prompt's bytes (all of them, in `prompt_of`'s encoding, about 4 a token) less the whole
+leading blocks the prefix index says that pod holds (the index is kept where `prefix` or `prefill`
+weighs). `prefill` scores each pod by what it would prefill before this request's first token: what is
+pending there plus this request's own part there, so a pod that holds the conversation keeps it while
+what waits there is less than what it would save. The picked pod's part is pending from the pick until
+the pod begins to answer: the answer's first body chunk where the gateway streams it to the picker, else
+its headers or its end, whichever comes first. A request whose body was not read (none, too large, not
+JSON) counts 0: its size is unknown, and a guess would rank pods on what the picker did not see; it
+still counts in `in_flight`."""
 
 from __future__ import annotations
 
@@ -166,19 +170,22 @@ class Picker:
         blocks, size = self._prompt(draft, body, adapter)
         readings = self.readings.fresh(self._clock()) if self.readings is not None else {}
         shares = self._prefixes.shares(blocks, draft.pods) if blocks else {}
+        held = {
+            pod: round(shares.get(pod, 0.0) * len(blocks)) * draft.prefix.block_bytes for pod in draft.pods
+        }
+        own = {pod: max(size - held[pod], 0) for pod in draft.pods}
         signals = Signals(
             self._in_flight,
             readings,
             self._sessions.get(draft.cohort) if draft.cohort is not None else None,
             shares,
             adapter,
-            self._prefill,
+            {pod: self._prefill[pod] + own[pod] for pod in draft.pods},
         )
         ranked = rank(draft.pods, signals, draft.scorers, self._turn)
         self._turn += 1
         self._in_flight[ranked[0]] += 1
-        cached = round(shares.get(ranked[0], 0.0) * len(blocks) * draft.prefix.block_bytes)
-        pending = max(size - cached, 0)
+        pending = own[ranked[0]]
         self._prefill[ranked[0]] += pending
         if draft.cohort is not None:
             self._sessions.set(draft.cohort, ranked[0])

@@ -11,14 +11,15 @@ in turn. After llm-d's scorers (queue depth, KV-cache use, active requests, sess
     the first (gateway/epp/prefix.py): its prefix cache, guessed without a cohort key;
   - `lora`: llm-d's LoRA affinity for the request's `model`: 1 where the adapter runs, 0.8 where the pod
     has room to load it, 0.6 where it waits to be loaded there, 0 where the pod is full;
-  - `prefill`: the prompt bytes the picker sent the pod that it has not begun to answer yet, less what
-    its prefix cache likely holds (gateway/epp/picker.py), fewest first: the queue in front of a
-    server's prefill, which decides a first token's wait and which no server exports.
+  - `prefill`: the prompt bytes the pod would prefill before the request's first token, fewest first:
+    those of the requests the picker sent it that it has not begun to answer, plus the request's own,
+    each less what the pod's prefix cache likely holds (gateway/epp/picker.py). A server prefills one
+    prompt at a time, so this is the wait for a first token, which no server exports.
 A pod with no fresh reading of its metrics is scored on `queue`, `kv_cache` and `lora` as `in_flight`
 scores it: what the picker counts itself stands in for what the server would have said. `prefix`,
-`lora` and `prefill` read the request's body (Signals.prefix, Signals.adapter, the pending prompt bytes
-the picker counts from the bodies it read); a request without one (none, unread) scores alike on every
-pod on the first two, so they leave its pick to the others, and adds nothing to `prefill`'s count.
+`lora` and `prefill` read the request's body (Signals.prefix, Signals.adapter, Signals.prefill); a
+request without one (none, unread) scores alike on every pod on the first two, so they leave its pick to
+the others, and on `prefill` by what waits on each pod alone.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Signals:
     last_served: str | None = None
     prefix: Mapping[str, float] = field(default_factory=dict)  # each pod's share of the prompt's blocks
     adapter: str | None = None  # the model the request asks its server for (its body's, or rewritten)
-    prefill: Mapping[str, int] = field(default_factory=dict)  # each pod's prompt bytes not yet answered
+    prefill: Mapping[str, int] = field(default_factory=dict)  # prompt bytes before this one's first token
 
 
 Scorer = Callable[[Sequence[str], Signals], dict[str, float]]

@@ -101,6 +101,21 @@ def test_a_prompt_its_pod_holds_counts_less_than_one_it_does_not():
     assert placed(picker, body(3, 64)).endpoints[0] == turn.endpoints[0]  # 100 pending against 4000
 
 
+def test_a_conversation_stays_on_the_pod_that_holds_it_while_less_waits_there_than_it_would_save():
+    picker = picker_with({"prefill": 1.0})  # the prefix index is kept for it, `prefix` weighted 0
+    first = body(1, 4096)
+    turn = placed(picker, first)
+    home = turn.endpoints[0]
+    picker.release(turn)  # its pod's cache holds the prompt's blocks
+    picker.served(placed(picker, body(2, 1000)), home)  # 1000 bytes wait there, none elsewhere
+    prompt = str(first["prompt"])
+    again = placed(picker, {**first, "prompt": prompt + "y" * 100})
+    assert again.endpoints[0] == home  # 1000 + 100 there against 4196 elsewhere
+    picker.served(placed(picker, body(3, 4000)), home)
+    later = placed(picker, {**first, "prompt": prompt + "y" * 200})
+    assert later.endpoints[0] != home  # 5100 + 136 there (65 blocks held) against 4296
+
+
 class Context:
     """What the servicer asks of a gRPC context: the stream's metadata (none: a GIE gateway's)."""
 

@@ -11,9 +11,9 @@ model variant, its new length in the headers' answer). A body that cannot be rea
 it and goes as it came, counted in `unread` and logged; a model variant's body that cannot be rewritten
 (those, or no `model`) goes to the same pods counted as the baseline's, and `unchanged` says why. A
 request is never refused for its body. The pod's count is released when the answer ends or, whatever
-happens, when the stream closes; its pending prefill (gateway/epp/picker.py) at the answer's first body
-chunk, or at its headers where the gateway streams no answer body here. Each of these counts is exported
-too (gateway/epp/telemetry.py).
+happens, when the stream closes. Each of these counts is exported too (gateway/epp/telemetry.py). The
+request leaves its pod's pending prefill (gateway/epp/picker.py) at the answer's first body chunk, or at
+its headers where the gateway streams no answer body here.
 
 Every routed request is marked with the variant it is served as (`names.ROUTED_HEADER`: a model variant's
 unchanged request as the baseline), so that the gateway's access log can place a model variant's answers,

@@ -21,9 +21,10 @@ cleared route would draw the weighted split again, and its pick could land in an
 Why no body: on Envoy 1.40 a request whose body was streamed to a picker that is down is answered with
 an error, not let through (tests/integration/test_gie_conformance_epp.py shows the same race), so
 fail-open would hold only for requests without one. The price: the scorers that read the prompt
-(`prefix`, `lora`) have nothing to read here, and `in_flight` counts requests until their first byte,
-not their end (streaming the answer's body through the picker would hold the count to the end, at a
-cost per chunk: BENCHMARKS.md, issue 37); `queue`, `kv_cache` and `session` work as behind a GIE gateway.
+(`prefix`, `lora`, `prefill`) have nothing to read here, and `in_flight` counts requests until their first
+byte, not their end (streaming the answer's body through the picker would hold the count to the end, at
+a cost per chunk: BENCHMARKS.md, issue 37); `queue`, `kv_cache` and `session` work as behind a GIE
+gateway.
 
 Fail-open: the filter lets a request through when the picker is down, slow or errs
 (`failure_mode_allow`, also on each route's override, which otherwise fails closed), and then, with no

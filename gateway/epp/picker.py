@@ -1,15 +1,28 @@
-"""The picker's state: requests in flight per pod, counted from the pick to the end of the answer, each
-cohort's last pod, the prompt blocks each pod was sent (gateway/epp/prefix.py), the pods' last metrics
-readings (kept by the reader, never read on a pick's path), and the rollout's current wishes read afresh
-for every request (an injected callable: a flip reaches the next pick with no restart and no reconcile).
+"""The picker's state: requests in flight per pod, counted from the pick to the end of the answer, the
+prompt bytes each pod has still to prefill (below), each cohort's last pod, the prompt blocks each pod was
+sent (gateway/epp/prefix.py), the pods' last metrics readings (kept by the reader, never read on a pick's
+path), and the rollout's current wishes read afresh for every request (an injected callable: a flip
+reaches the next pick with no restart and no reconcile).
 
 A pick is two steps: `draw` takes the variant from the request's headers, and says whether the pod's
-choice wants the body (a model variant rewrites it; `prefix` and `lora` read it); `place` ranks that
-variant's pods, with the body's JSON where it was read. `pick` does both at once."""
+choice wants the body (a model variant rewrites it; `prefix`, `lora` and `prefill` read it); `place`
+ranks that variant's pods, with the body's JSON where it was read. `pick` does both at once.
+
+A pod's pending prefill is the picker's own estimate, as no server exports it. A request's prefill on a
+pod is its prompt's bytes (all of them, in `prompt_of`'s encoding, about 4 a token) less the whole
+leading blocks the prefix index says that pod holds (the index is kept where `prefix` or `prefill`
+weighs). `prefill` scores each pod by what it would prefill before this request's first token: what is
+pending there plus this request's own part there, so a pod that holds the conversation keeps it while
+what waits there is less than what it would save. The picked pod's part is pending from the pick until
+the pod begins to answer: the answer's first body chunk where the gateway streams it to the picker, else
+its headers or its end, whichever comes first. A request whose body was not read (none, too large, not
+JSON) counts 0: its size is unknown, and a guess would rank pods on what the picker did not see; it
+still counts in `in_flight`."""
 
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -33,7 +46,8 @@ class Ticket:
     for a model variant (None: the body goes as it came); `baseline`: the variant whose pods serve it, which
     the request counts as when its body cannot be rewritten (`unchanged`). `blocks`: its prompt's block
     hashes; `indexed`: the pod the index holds them on, `fresh`: those it did not hold before. `unmetered`:
-    the pods ranked without a fresh reading of their metrics (scored by in-flight counts instead)."""
+    the pods ranked without a fresh reading of their metrics (scored by in-flight counts instead).
+    `prefill`: the prompt bytes it counts in its pod's pending prefill (`counted`'s), 0 once the pod answers."""
 
     variant: str
     endpoints: tuple[str, ...]
@@ -46,6 +60,7 @@ class Ticket:
     indexed: str | None = None
     fresh: tuple[int, ...] = ()
     unmetered: int = 0
+    prefill: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,7 @@ class Picker:
         self._wanted, self._draw, self._on_outcome = wanted, draw, on_outcome
         self.readings, self._clock = readings, clock
         self._in_flight: Counter[str] = Counter()
+        self._prefill: Counter[str] = Counter()  # the prompt bytes each pod has not begun to answer
         self._sessions = Recent(sessions)
         self._prefixes = PrefixIndex(Prefix().blocks)
         self._turn = 0
@@ -146,27 +162,31 @@ class Picker:
         )
 
     def place(self, draft: Draft, body: Mapping[str, object] | None) -> Ticket:
-        """The draft's pods ranked (the body, where read, scored by `prefix` and `lora`); the first is
-        counted in flight and, for `prefix`, holds the prompt's blocks from now on."""
+        """The draft's pods ranked (the body, where read, scored by `prefix`, `lora` and `prefill`); the
+        first is counted in flight and in pending prefill and, for `prefix`, holds the prompt's blocks
+        from now on."""
         asked = body.get("model") if body is not None else None
         adapter = draft.model or (asked if isinstance(asked, str) else None)
-        blocks: tuple[int, ...] = ()
-        if body is not None and draft.scorers.get("prefix", 0.0) > 0:
-            bound = draft.prefix
-            prompt = prompt_of(body, bound.block_bytes * bound.max_blocks)
-            blocks = block_hashes(prompt, adapter or "", bound.block_bytes, bound.max_blocks)
-            self._prefixes.size = bound.blocks
+        blocks, size = self._prompt(draft, body, adapter)
         readings = self.readings.fresh(self._clock()) if self.readings is not None else {}
+        shares = self._prefixes.shares(blocks, draft.pods) if blocks else {}
+        held = {
+            pod: round(shares.get(pod, 0.0) * len(blocks)) * draft.prefix.block_bytes for pod in draft.pods
+        }
+        own = {pod: max(size - held[pod], 0) for pod in draft.pods}
         signals = Signals(
             self._in_flight,
             readings,
             self._sessions.get(draft.cohort) if draft.cohort is not None else None,
-            self._prefixes.shares(blocks, draft.pods) if blocks else {},
+            shares,
             adapter,
+            {pod: self._prefill[pod] + own[pod] for pod in draft.pods},
         )
         ranked = rank(draft.pods, signals, draft.scorers, self._turn)
         self._turn += 1
         self._in_flight[ranked[0]] += 1
+        pending = own[ranked[0]]
+        self._prefill[ranked[0]] += pending
         if draft.cohort is not None:
             self._sessions.set(draft.cohort, ranked[0])
         return Ticket(
@@ -180,7 +200,22 @@ class Picker:
             indexed=ranked[0] if blocks else None,
             fresh=self._prefixes.record(blocks, ranked[0]),
             unmetered=sum(pod not in readings for pod in draft.pods),
+            prefill=pending,
         )
+
+    def _prompt(
+        self, draft: Draft, body: Mapping[str, object] | None, adapter: str | None
+    ) -> tuple[tuple[int, ...], int]:
+        """The prompt's leading block hashes, kept where `prefix` or `prefill` weighs (the second takes
+        off the bytes a pod holds), and its whole size in bytes where `prefill` weighs; else none, 0."""
+        counts = draft.scorers.get("prefill", 0.0) > 0
+        if body is None or not (counts or draft.scorers.get("prefix", 0.0) > 0):
+            return (), 0
+        bound = draft.prefix
+        prompt = prompt_of(body, sys.maxsize if counts else bound.block_bytes * bound.max_blocks)
+        self._prefixes.size = bound.blocks
+        blocks = block_hashes(prompt, adapter or "", bound.block_bytes, bound.max_blocks)
+        return blocks, len(prompt) if counts else 0
 
     def unchanged(self, ticket: Ticket) -> None:
         """A model variant's request whose body goes as it came: it is the baseline's (same pods, its model)."""
@@ -188,8 +223,9 @@ class Picker:
             ticket.variant, ticket.model = ticket.baseline, None
 
     def served(self, ticket: Ticket, endpoint: str) -> None:
-        """The gateway says `endpoint` served the request (a fallback, after a retry): it holds the count and,
-        in the prefix index, the prompt's blocks in the picked pod's stead."""
+        """The gateway says `endpoint` served the request (a fallback, after a retry): it holds the count, the
+        pending prefill (as estimated for the picked pod) and, in the prefix index, the prompt's blocks in
+        the picked pod's stead."""
         ticket.served = endpoint
         if ticket.indexed is not None and ticket.indexed != endpoint:
             self._prefixes.forget(ticket.fresh, ticket.indexed)
@@ -197,14 +233,24 @@ class Picker:
         if ticket.counted is not None and ticket.counted != endpoint:
             self._in_flight[ticket.counted] -= 1
             self._in_flight[endpoint] += 1
+            self._prefill[ticket.counted] -= ticket.prefill
+            self._prefill[endpoint] += ticket.prefill
             ticket.counted = endpoint
         if ticket.cohort is not None:
             self._sessions.set(ticket.cohort, endpoint)
 
+    def started(self, ticket: Ticket) -> None:
+        """The pod began to answer, so its prefill of the prompt is done: the request leaves the pod's
+        pending prefill (once; its in-flight count stays until `release`)."""
+        if ticket.counted is not None:
+            self._prefill[ticket.counted] -= ticket.prefill
+        ticket.prefill = 0
+
     def release(self, ticket: Ticket) -> None:
-        """The answer ended (or the stream closed): the request leaves its pod's count; told once."""
+        """The answer ended (or the stream closed): the request leaves its pod's counts; told once."""
         if ticket.counted is None:
             return
+        self.started(ticket)
         self._in_flight[ticket.counted] -= 1
         ticket.counted = None
         self._on_outcome(Outcome(ticket.variant, ticket.endpoints[0], ticket.served))

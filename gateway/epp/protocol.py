@@ -67,6 +67,14 @@ def body_follows(request: ext_proc.ProcessingRequest) -> bool:
     return not request.HasField("protocol_config") or config.request_body_mode != mode_pb2.ProcessingMode.NONE
 
 
+def answer_body_follows(request: ext_proc.ProcessingRequest) -> bool:
+    """The gateway will send the answer's body too (a GIE gateway's FULL_DUPLEX_STREAMED), so its first
+    chunk, not its headers, tells when the pod began to answer; not where the first message says it
+    sends none (graystack's own Envoy, gateway/envoy/picking.py)."""
+    sends = request.protocol_config.response_body_mode != mode_pb2.ProcessingMode.NONE
+    return not request.HasField("protocol_config") or sends
+
+
 def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:
     """The endpoint that served, where the gateway reports it (override_host's `selected_host_key`)."""
     value = _metadata(request, LB_NAMESPACE, SERVED)

@@ -10,11 +10,16 @@ in turn. After llm-d's scorers (queue depth, KV-cache use, active requests, sess
   - `prefix`: the share of the request's leading prompt blocks the pod was last sent, contiguously from
     the first (gateway/epp/prefix.py): its prefix cache, guessed without a cohort key;
   - `lora`: llm-d's LoRA affinity for the request's `model`: 1 where the adapter runs, 0.8 where the pod
-    has room to load it, 0.6 where it waits to be loaded there, 0 where the pod is full.
+    has room to load it, 0.6 where it waits to be loaded there, 0 where the pod is full;
+  - `prefill`: the prompt bytes the pod would prefill before the request's first token, fewest first:
+    those of the requests the picker sent it that it has not begun to answer, plus the request's own,
+    each less what the pod's prefix cache likely holds (gateway/epp/picker.py). A server prefills one
+    prompt at a time, so this is the wait for a first token, which no server exports.
 A pod with no fresh reading of its metrics is scored on `queue`, `kv_cache` and `lora` as `in_flight`
-scores it: what the picker counts itself stands in for what the server would have said. `prefix` and
-`lora` read the request's body (Signals.prefix, Signals.adapter); a request without one (none, unread)
-scores alike on every pod, so they leave its pick to the others.
+scores it: what the picker counts itself stands in for what the server would have said. `prefix`,
+`lora` and `prefill` read the request's body (Signals.prefix, Signals.adapter, Signals.prefill); a
+request without one (none, unread) scores alike on every pod on the first two, so they leave its pick to
+the others, and on `prefill` by what waits on each pod alone.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Signals:
     last_served: str | None = None
     prefix: Mapping[str, float] = field(default_factory=dict)  # each pod's share of the prompt's blocks
     adapter: str | None = None  # the model the request asks its server for (its body's, or rewritten)
+    prefill: Mapping[str, int] = field(default_factory=dict)  # prompt bytes before this one's first token
 
 
 Scorer = Callable[[Sequence[str], Signals], dict[str, float]]
@@ -98,6 +104,10 @@ def lora(endpoints: Sequence[str], signals: Signals) -> dict[str, float]:
     return scores
 
 
+def prefill(endpoints: Sequence[str], signals: Signals) -> dict[str, float]:
+    return fewest({endpoint: float(signals.prefill.get(endpoint, 0)) for endpoint in endpoints})
+
+
 TABLE: dict[str, Scorer] = {
     "in_flight": in_flight,
     "queue": queue,
@@ -105,8 +115,9 @@ TABLE: dict[str, Scorer] = {
     "session": session,
     "prefix": prefix,
     "lora": lora,
+    "prefill": prefill,
 }
-BODY = frozenset({"prefix", "lora"})  # the scorers that read the request's body
+BODY = frozenset({"prefix", "lora", "prefill"})  # the scorers that read the request's body
 assert set(TABLE) == set(SCORERS), "the spec's scorers and these differ"
 
 

@@ -4,14 +4,16 @@ needs nothing more, the request is held for one Python call and never for its bo
 echoed as it comes (FULL_DUPLEX_STREAMED), whatever it holds.
 
 Where it wants the body (a model variant, whose requests' `model` is rewritten and served by the
-baseline's pods; or a scorer that reads the prompt or the model, `prefix` and `lora`, weighted above 0),
-the headers' answer waits for the whole body, up to `rewrite.BOUND`: one path holds it for both. The pod
-is then placed with the body's JSON and the body sent back as one chunk (rewritten for a model variant,
-its new length in the headers' answer). A body that cannot be read (too long, not JSON) is picked without
+baseline's pods; or a scorer that reads the prompt or the model, `prefix`, `lora` and `prefill`, weighted
+above 0), the headers' answer waits for the whole body, up to `rewrite.BOUND`: one path holds it for
+both. The pod is then placed with the body's JSON and the body sent back as one chunk (rewritten for a
+model variant, its new length in the headers' answer). A body that cannot be read (too long, not JSON) is picked without
 it and goes as it came, counted in `unread` and logged; a model variant's body that cannot be rewritten
 (those, or no `model`) goes to the same pods counted as the baseline's, and `unchanged` says why. A
 request is never refused for its body. The pod's count is released when the answer ends or, whatever
-happens, when the stream closes. Each of these counts is exported too (gateway/epp/telemetry.py).
+happens, when the stream closes. Each of these counts is exported too (gateway/epp/telemetry.py). The
+request leaves its pod's pending prefill (gateway/epp/picker.py) at the answer's first body chunk, or at
+its headers where the gateway streams no answer body here.
 
 Every routed request is marked with the variant it is served as (`names.ROUTED_HEADER`: a model variant's
 unchanged request as the baseline), so that the gateway's access log can place a model variant's answers,
@@ -61,11 +63,13 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
         ticket: Ticket | None = None
         draft: Draft | None = None  # drawn, its pod placed once the body is held (`held`)
         held: bytearray | None = None
+        streams_answer = True  # the answer's body comes here: its first chunk, not its headers, starts it
         try:
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
                 if kind == "request_headers":
                     headers, subset = protocol.headers(request.request_headers), protocol.subset_hint(request)
+                    streams_answer = protocol.answer_body_follows(request)
                     if self._test_headers:
                         chosen = conformance.selection(headers, self._picker.endpoints())
                         subset = conformance.narrow(subset, chosen)
@@ -106,6 +110,9 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                 served = protocol.served_endpoint(request) if kind == "response_headers" else None
                 if served is not None and ticket is not None:
                     self._picker.served(ticket, served)
+                began = kind == "response_body" or (kind == "response_headers" and not streams_answer)
+                if ticket is not None and began:
+                    self._picker.started(ticket)
                 if served is not None and self._test_headers:
                     yield protocol.add_header(str(kind), conformance.SERVED, served)
                 elif kind in ("request_body", "response_body"):

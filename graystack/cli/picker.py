@@ -72,8 +72,8 @@ log = logging.getLogger("graystack.epp")
     envvar="GRAYSTACK_EPP_SCORERS",
     show_envvar=True,
     help="NAME=WEIGHT: a scorer's weight within a variant (in_flight, queue, kv_cache, session: default 1 "
-    "each; prefix: 2; lora: 0; 0 turns one off; prefix and lora hold each request's body, up to 1 MiB, "
-    "before the pick)",
+    "each; prefix: 2; lora, prefill: 0; 0 turns one off; prefix, lora and prefill hold each request's body, "
+    "up to 1 MiB, before the pick)",
 )
 @click.option(
     "--prefix-block-bytes",

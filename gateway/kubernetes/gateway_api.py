@@ -87,6 +87,7 @@ class GatewayApiDataPlane:
         self._by_address: dict[str, str] | None = None  # None: not yet read
         self._endpoints: dict[str, tuple[list[str], int | None]] = {}  # variant -> (addresses, port)
         self._readings: dict[str, float] = {}  # each endpoint's request counter at the last look
+        self._previous_look: float | None = None
         self._unplaced: Counter[str] = Counter()
 
     # -- the receiver's Placement -------------------------------------------------------------------
@@ -151,7 +152,7 @@ class GatewayApiDataPlane:
             log.info("HTTPRoute %s/%s released: the spec no longer names it", dropped.namespace, dropped.name)
         if not same or self._written is None or done != self._written[1]:
             _, candidate = roles(live)
-            self._proof = RouteProof.start(live.routing.weights, candidate)
+            self._proof = RouteProof.start(live.routing.weights, candidate, api.settle)
             log.info(
                 "split %s written: %s",
                 dict(live.routing.weights),
@@ -174,24 +175,27 @@ class GatewayApiDataPlane:
             return refused(live.routing.weights, f"someone else changed the rollout's weights: {self._drift}")
         proof = self._proof
         assert proof is not None  # set by the write
-        newly = not problems and proof.accepted_at is None
         if not problems:
             proof = proof.accepted(now)
+        # the counters' readings count from the first look at or after `counted_from` (its readings start)
+        start = proof.counted_from
+        counting = start is not None and self._previous_look is not None and self._previous_look >= start
+        self._previous_look = now
         counters = live.gateway_api.server_counters if live.gateway_api else None
         if counters is None:
             placed, unplaced = self._take(proof)
         else:
             try:
-                placed, unplaced = await asyncio.to_thread(self._count, counters, proof, newly), Counter()
+                placed, unplaced = await asyncio.to_thread(self._count, counters, counting), Counter()
             except (httpx.HTTPError, ValueError) as error:
                 why = f"the servers' request counters could not be read: {error}"
                 return SplitGate(DATA_PLANE, False, dict(live.routing.weights), why)
         self._proof = proof.add(placed, unplaced)
         return self._proof.gate(problems, plan_for(live).alpha)
 
-    def _count(self, counters: ServerCounters, proof: RouteProof, newly: bool) -> Counter[str]:
+    def _count(self, counters: ServerCounters, counting: bool) -> Counter[str]:
         """(on a thread) The requests each variant's endpoints took since the last look, from their own
-        counters (gateway/gatewayapi/server_counts.py); from the acceptance on (its look is the start)."""
+        counters (gateway/gatewayapi/server_counts.py); nothing until `counting` (the readings start)."""
         urls = {
             f"http://{host}:{counters.port or port}{counters.path}": variant
             for variant, (hosts, port) in self._endpoints.items()
@@ -203,23 +207,24 @@ class GatewayApiDataPlane:
                 response = client.get(url)
                 response.raise_for_status()
                 readings[url] = requests_counted(response.text, counters.counter)
-        if proof.accepted_at is None or newly:
+        if not counting:
             self._readings = readings
             return Counter()
         taken, self._readings = taken_since(self._readings, readings, urls)
         return taken
 
     def _take(self, proof: RouteProof) -> tuple[Counter[str], Counter[str]]:
-        """The default segment's answers since the last look that started after the acceptance, per
-        variant; and the answers that could not be placed since."""
+        """The default segment's answers since the last look that started from the proof's `counted_from`,
+        per variant; and the answers that could not be placed since."""
         batch = self.answers.since(self._cursor)
         self._cursor = batch.cursor
         placed: Counter[str] = Counter()
-        if proof.accepted_at is not None:
+        start = proof.counted_from
+        if start is not None:
             placed.update(
                 a.server
                 for a in batch.answers
-                if not a.shadow and a.segment == names.DEFAULT_SEGMENT and a.started_at >= proof.accepted_at
+                if not a.shadow and a.segment == names.DEFAULT_SEGMENT and a.started_at >= start
             )
         unplaced, self._unplaced = self._unplaced, Counter()
         return placed, unplaced

@@ -5,8 +5,9 @@ here; `gate` is what the state machine is told (gateway/rollout/rollout_state.py
 In order: the control plane (every parent Gateway reports the route Accepted and its references
 resolved, at the generation written or later), then the data plane (the answers that started after that
 acceptance, attributed to variants by the endpoint that served each, tested sequentially against the
-asked share: gateway/rollout/sequential/split.py). Answers from before the acceptance are not counted:
-until then the gateway may still serve the split before. A gateway that refused the route (a condition
+asked share: gateway/rollout/sequential/split.py). Answers from before the acceptance and the `settle`
+after it are not counted: a gateway writes Accepted as it translates, and its proxies serve the split
+before until they are programmed. A gateway that refused the route (a condition
 False), a write the API server refused, or the weights changed by someone else under `on_drift: hold`
 is refuted at once: a person must act. A route merely not yet accepted is pending, however long
 (Flagger's own proof is this one alone, so a gateway that never reports is held here, not passed).
@@ -25,27 +26,33 @@ from gateway.rollout.sequential.split import Proof, SplitTest
 @dataclass(frozen=True)
 class RouteProof:
     """One written split: its default weights, the candidate whose share is tested, the data plane's
-    test, when the control plane was first proven (None: not yet), and the answers that could not be
-    placed (why -> count)."""
+    test, how long the proxies are given after the acceptance, when the control plane was first proven
+    (None: not yet), and the answers that could not be placed (why -> count)."""
 
     asked: Mapping[str, int]
     candidate: str
     test: SplitTest
+    settle: float = 0.0
     accepted_at: float | None = None
     unplaced: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def start(cls, asked: Mapping[str, int], candidate: str) -> RouteProof:
+    def start(cls, asked: Mapping[str, int], candidate: str, settle: float = 0.0) -> RouteProof:
         total = sum(asked.values())
         share = asked.get(candidate, 0) / total if total else 0.0
-        return cls(dict(asked), candidate, SplitTest(asked=share))
+        return cls(dict(asked), candidate, SplitTest(asked=share), settle)
+
+    @property
+    def counted_from(self) -> float | None:
+        """The answers that start from then on are the data plane's evidence (None: not accepted yet)."""
+        return None if self.accepted_at is None else self.accepted_at + self.settle
 
     def accepted(self, now: float) -> RouteProof:
         """The control plane's proof holds from `now` (kept from its first time)."""
         return self if self.accepted_at is not None else replace(self, accepted_at=now)
 
     def add(self, placed: Mapping[str, int], unplaced: Mapping[str, int]) -> RouteProof:
-        """Answers that started after the acceptance: per variant, and those no variant's endpoint served."""
+        """Answers that started from `counted_from`: per variant, and those no variant's endpoint served."""
         if self.accepted_at is None:
             return self
         test = self.test.add(placed.get(self.candidate, 0), sum(placed.values()))

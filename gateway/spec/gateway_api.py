@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gateway.spec.fields import SpecModel
+from gateway.spec.fields import Duration, SpecModel
 
 CORE = ""  # a Service's group
 INFERENCE = "inference.networking.k8s.io"
@@ -74,7 +74,10 @@ class GatewayApi(SpecModel):
     it the access log gives status, duration, bytes and the upstream host only, so the latency checks
     must read the model servers' histograms (`analysis.latency_source: histograms`) or be off.
     `server_counters`: the split is proven from the endpoints' request counters instead of the access log
-    (a non-Envoy gateway; what that costs: docs/spec-and-routing.md)."""
+    (a non-Envoy gateway; what that costs: docs/spec-and-routing.md). `settle`: how long after the gateway
+    reports a write Accepted its proxies are given to serve it; answers that start sooner are not counted.
+    A gateway writes Accepted as it translates the route and programs its proxies after: a loaded
+    reference gateway served the split before for over a second, and a 1 % canary was refuted on them."""
 
     routes: list[RouteRef] = Field(min_length=1)
     backends: dict[str, BackendRef]
@@ -82,6 +85,7 @@ class GatewayApi(SpecModel):
     mirror: bool = True
     answer_filter: bool = True
     server_counters: ServerCounters | None = None
+    settle: Duration = Field(default=2.0, ge=0)
 
 
 def check_gateway_api(

@@ -94,6 +94,29 @@ async def test_a_route_accepted_late_holds_until_it_is_then_proves_the_split(wor
     assert not any(gate.refuted for _, gate in graystack.looks)
 
 
+@pytest.mark.parametrize(("settle", "refuted"), [("0s", True), ("5s", False)], ids=["no-settle", "settle"])
+async def test_a_gateway_that_programs_its_proxy_after_accepting_is_given_the_settle(world, settle, refuted):
+    """Real gateways write Accepted as they translate and program their proxies after: here 3 s after,
+    the split before (all to stable) served meanwhile. Counted from the acceptance, that lag alone
+    refutes a healthy gateway (a CI run lost a 1 % canary so); the spec's `settle` waits it out."""
+    stand, kubeconfig = world
+    stand.gateway.lag = 3.0
+    stand.gateway.bug = Bug.PROGRAMMED_LATE
+    live = spec(gateway_api("llm", settle=settle), {"stable": 50, "canary": 50})
+    async with Graystack(stand, live, kubeconfig) as graystack:
+        traffic = Traffic(stand.url).start()
+        try:
+            gate = await graystack.until(lambda g: g.refuted or g.proven, 60)
+        finally:
+            await traffic.stop()
+    if refuted:
+        assert (gate.waiting_on, gate.refuted) == (DATA_PLANE, True), gate.reason
+        assert gate.reason.startswith("canary: 50% asked, 0 of "), gate.reason  # the split before
+    else:
+        assert gate.proven, gate.reason
+        assert not any(g.refuted for _, g in graystack.looks), [g.reason for _, g in graystack.looks]
+
+
 async def test_a_route_never_accepted_holds_and_says_which_generation_it_waits_for(world):
     stand, _ = world
     async with await canary(world, Bug.NEVER_ACCEPTED) as graystack:

@@ -21,11 +21,19 @@ from gateway.rollout.rollout_state import CONTROL_PLANE, DATA_PLANE
 from gateway.spec.gateway_api import BackendRef, RouteRef
 from gateway.spec.model import RolloutSpec
 from tests.integration.test_gatewayapi_writer import accept, installed
-from tests.unit.test_gatewayapi_routes import spec
+from tests.unit.test_gatewayapi_routes import spec as route_spec
 
 pytestmark = pytest.mark.integration
 
 PODS = {"llm-v1": ["10.1.0.1", "10.1.0.2"], "llm-v2": ["10.2.0.1"]}
+
+
+def spec(**routing: object) -> RolloutSpec:
+    """The routes' spec with no `settle`: the test plays the gateway, and serves a split the moment it
+    accepts it (test_gateway_api_bugs.py has a gateway that programs its proxy later)."""
+    live = route_spec(**routing)
+    assert live.gateway_api is not None
+    return live.model_copy(update={"gateway_api": live.gateway_api.model_copy(update={"settle": 0.0})})
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ class ReferenceGateway:
         """`gateway`: the (namespace, name) routes name as parent; `namespaces`: where routes and their
         backends are read (default: the Gateway's); `als`: host:port of a gRPC access-log service;
         `log_headers`: the request headers its access log carries; `lag`: how late Bug.ACCEPTED_LATE
-        writes the status."""
+        writes the status, and Bug.PROGRAMMED_LATE programs Envoy."""
         self.api = api
         self.bug = bug
         self.lag = lag
@@ -97,6 +97,7 @@ class ReferenceGateway:
         self._namespaces = namespaces or (gateway[0],)
         self._xds_port, self._admin_port = free_port(), free_port()
         self._cache = SnapshotCache()
+        self._pending: tuple[list[bytes], float] | None = None  # resources Envoy is not yet given, since
         self._ads = AdsServer(self._cache)
         self._programmed: list[bytes] = []
         self._first_seen: dict[Key, int] = {}
@@ -239,10 +240,10 @@ class ReferenceGateway:
         serialized = [
             m.SerializeToString(deterministic=True) for ms in translation.resources.values() for m in ms
         ]
-        if serialized != self._programmed:
+        now = time.monotonic()
+        if serialized != self._programmed and self._programs(serialized, now):
             self._cache.set_resources(NODE, translation.resources)
             self._programmed = serialized
-        now = time.monotonic()
         with self._changed:
             for table in (self._first_seen, self._first_weights, self._served):
                 for gone in set(table) - set(outcomes):
@@ -267,6 +268,15 @@ class ReferenceGateway:
             pools=every("InferencePool"),
             pods=every("Pod"),
         )
+
+    def _programs(self, serialized: list[bytes], now: float) -> bool:
+        """Whether Envoy is given these resources now: at once, or `lag` seconds after they first differed
+        from what it has (Bug.PROGRAMMED_LATE, while the status says Accepted at once)."""
+        if self.bug is not Bug.PROGRAMMED_LATE:
+            return True
+        if self._pending is None or self._pending[0] != serialized:
+            self._pending = (serialized, now)
+        return now >= self._pending[1] + self.lag
 
     def _due(self, route: Key, generation: int, now: float) -> bool:
         """Whether the route's status at `generation` may be written now, as the bug has it."""

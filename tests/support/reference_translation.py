@@ -46,6 +46,7 @@ class Bug(enum.Enum):
 
     NONE = "none"
     ACCEPTED_LATE = "accepted-late"  # the status written `lag` seconds after the data plane changed
+    PROGRAMMED_LATE = "programmed-late"  # the status written at once, the data plane changed `lag` s later
     NEVER_ACCEPTED = "never-accepted"  # the status never written past the first generation seen
     IGNORES_WEIGHTS = "ignores-weights"  # every generation Accepted, the first weights served
     FIRST_BACKEND_ONLY = "first-backend-only"  # every rule's traffic to its first backendRef

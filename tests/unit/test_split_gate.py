@@ -80,6 +80,14 @@ def test_the_route_proof_waits_for_the_control_plane_and_then_tests_the_answers(
     assert proof_of(0.05, 40).gate([], alpha=0.01).waiting_on == DATA_PLANE  # too few to say either way
 
 
+def test_answers_count_from_the_settle_after_the_acceptance():
+    written = RouteProof.start(ASKED, "zero-layer", settle=2.0)
+    assert written.counted_from is None  # not accepted: nothing counts yet
+    accepted = written.accepted(100.0).accepted(104.0)  # the first acceptance holds
+    assert accepted.counted_from == 102.0
+    assert RouteProof.start(ASKED, "zero-layer").accepted(100.0).counted_from == 100.0
+
+
 def test_answers_no_variant_served_are_said_with_why():
     proof = RouteProof.start(ASKED, "zero-layer").accepted(0.0)
     proof = proof.add({"baseline": 10}, {"with no upstream host in the access log": 7})

@@ -127,7 +127,7 @@ with envoyPicker on, `envoy_picker` served by the gateway replicas, Envoy dialin
 {{- end -}}
 {{- end -}}
 {{- $routes := include "graystack.gatewayApiRoutes" $ | fromJsonArray -}}
-{{- $_ := set $spec "gateway_api" (dict "routes" $routes "backends" .backends "on_drift" .onDrift "mirror" .mirror "answer_filter" .answerFilter) -}}
+{{- $_ := set $spec "gateway_api" (dict "routes" $routes "backends" .backends "on_drift" .onDrift "mirror" .mirror "answer_filter" .answerFilter "settle" .settle) -}}
 {{- end -}}
 {{- end -}}
 {{- with .Values.endpointPicker -}}

@@ -60,15 +60,14 @@ up: install weights  ## the whole stack on trained weights until Ctrl-C; `grayst
 # Three phases (issue 35): most tests wait (for processes, holds, looks), so they run side by side on three
 # workers; the ones paced by model servers under load (tests/conftest.py PACED) run after them, two at a
 # time, each about half the two cores; the one that loads the machine to its limit on purpose (ALONE) runs
-# last, alone. Each phase runs whatever the one before gave; the status fails if any failed. All read
-# what the first built once (trained weights: tests/support/shared.py GRAYSTACK_TEST_BUILDS).
+# last, alone. Each phase runs whatever the one before gave; the status fails if any failed.
 SUITE := $(BIN)/pytest -q --durations=15
 test: install helm third-party  ## everything CI runs (the chart tests need Helm, the third-party tests their servers)
-	@status=0; builds=$$(mktemp -d); export GRAYSTACK_TEST_BUILDS=$$builds; \
+	@status=0; \
 	$(SUITE) -n 3 --dist loadgroup -m "not vllm and not paced and not alone" || status=$$?; \
 	$(SUITE) -n 2 --dist loadgroup -m "not vllm and paced" || status=$$?; \
 	$(SUITE) -m "not vllm and alone" || status=$$?; \
-	rm -rf $$builds; exit $$status
+	exit $$status
 
 unit: install
 	$(BIN)/pytest -q tests/unit

@@ -14,9 +14,6 @@ from pathlib import Path
 import pytest
 
 DONE = ".done"  # written last: a directory without it is a build that did not finish
-# A directory `make test` gives both its phases (two pytest runs), so that the second reads what the
-# first built: training the weights again cost the paced phase 21 s.
-BUILDS = "GRAYSTACK_TEST_BUILDS"
 
 
 def xdist_worker() -> str | None:
@@ -38,21 +35,16 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
-    """`build(directory)` once per test run: in `name` under $GRAYSTACK_TEST_BUILDS where it is set (one
-    `make test`, both phases); otherwise in a fresh temporary directory without xdist (as a session
-    fixture always did), and with xdist in `name` beside the workers' own temporary directories (the
-    run's). The first process to get here builds it; the others read it."""
-    builds = os.environ.get(BUILDS)
-    if builds:
-        directory = Path(builds) / name
-    elif xdist_worker() is None:
+    """`build(directory)` once per test run: in a fresh temporary directory without xdist (as a session
+    fixture always did); with xdist, in `name` beside the workers' own temporary directories (the run's),
+    built by the first worker to get here and reused by the others."""
+    if xdist_worker() is None:
         return build(tmp_path_factory.mktemp(name))
-    else:
-        directory = tmp_path_factory.getbasetemp().parent / name
+    directory = tmp_path_factory.getbasetemp().parent / name
     with locked(directory.with_name(f"{name}.lock")):
         if not (directory / DONE).exists():
             shutil.rmtree(directory, ignore_errors=True)  # a worker that failed half-way left it
-            directory.mkdir(parents=True)
+            directory.mkdir()
             built = build(directory)
             assert built == directory, f"{build} built into {built}, not {directory}"
             (directory / DONE).touch()

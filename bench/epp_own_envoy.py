@@ -6,9 +6,12 @@ One local stack (graystack/local/gateway_stack.py: the gateway, the real Envoy 1
 baseline's; the split sends everything there. `graystack epp --insecure` runs as a process of its own,
 knowing those pods. Blocks alternate between two specs, written and converged between blocks: `bare`
 (no `envoy_picker`: the cluster's round robin) and `picked` (`envoy_picker`: ext_proc with the request's
-and the answer's headers, gateway/envoy/picking.py). Each block opens its own connection, since one opened
-before a listener change keeps the old filters until it drains. A request is bench/epp_cost.py's small
-non-streamed POST, sent at a fixed open-loop rate; the client (httpx) runs in this process."""
+and the answer's headers, gateway/envoy/picking.py). A third target, `served`, is a second stack alike
+whose gateway serves the picker itself (`envoy_picker.serve`, gateway/epp/envoys.py; its socket is bound
+as the gateway starts, so it has its own stack), in the same rotation. Each block opens its own
+connection, since one opened before a listener change keeps the old filters until it drains. A request is
+bench/epp_cost.py's small non-streamed POST, sent at a fixed open-loop rate; the client (httpx) runs in
+this process."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +27,64 @@ import httpx
 
 from bench._common import brief, envoy_binary, summarize, write_result
 from bench.epp_cost import BODY, PATH, PODS, ext_proc_messages, open_loop, plain
-from graystack.local.gateway_stack import GatewayStack
+from graystack.local.gateway_stack import GatewayStack, default_spec
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
-TARGETS = ("bare", "picked")
+TARGETS = ("bare", "picked", "served")
 
 
-def spec_for(stack: GatewayStack, pods: list[str], picker_port: int, picked: bool) -> dict[str, Any]:
-    """The stack's spec with both pods the baseline's (the other variant on one, weighted 0), and the
-    picker asked where `picked`."""
-    spec = stack.spec
+class ServedPicker:
+    """The bench's pods (already answering) as a stack's upstreams, its gateway started on a spec that
+    has it serve the picker (plaintext, as the `graystack epp --insecure` of `picked`)."""
+
+    port_names: tuple[str, ...] = ()
+
+    def __init__(self, pods: list[str], port: int) -> None:
+        self.pods, self.port = pods, port
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
+        spec = pinned(default_spec(0, 0), self.pods)
+        spec["envoy_picker"] = {"host": "127.0.0.1", "port": self.port, "tls": False, "serve": True}
+        return spec
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        return []
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        return {}
+
+    def processes(self) -> list[ManagedProcess]:
+        return []
+
+
+def pinned(spec: dict[str, Any], pods: list[str]) -> dict[str, Any]:
+    """`spec` with both pods the baseline's (the other variant on one, weighted 0), no fallback."""
     spec["variants"] = {
         "baseline": {"endpoints": pods, "health_check": None},
         "zero-layer": {"endpoints": pods[1:], "health_check": None},
     }
     spec["routing"]["weights"] = {"baseline": 100, "zero-layer": 0}
     spec["retries"]["fallback"] = None
+    return spec
+
+
+def spec_for(stack: GatewayStack, pods: list[str], picker_port: int, picked: bool) -> dict[str, Any]:
+    """The stack's spec with both pods the baseline's, and the picker asked where `picked`."""
+    spec = pinned(stack.spec, pods)
     spec.pop("envoy_picker", None)
     if picked:
         spec["envoy_picker"] = {"host": "127.0.0.1", "port": picker_port, "tls": False}
     return spec
 
 
-async def block(stack: GatewayStack, spec: dict[str, Any], rate: float, n: int, sink: list[float]) -> None:
-    generation = stack.status()["generation"]
-    stack.write_spec(spec)
-    stack.wait_converged(generation_above=generation)
+async def block(
+    stack: GatewayStack, spec: dict[str, Any] | None, rate: float, n: int, sink: list[float]
+) -> None:
+    """`n` requests at `rate` through `stack`, after writing `spec` there (None: its spec as it is)."""
+    if spec is not None:
+        generation = stack.status()["generation"]
+        stack.write_spec(spec)
+        stack.wait_converged(generation_above=generation)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{stack.ports['listen']}", timeout=30) as client:
         await asyncio.gather(*(plain(client, []) for _ in range(20)))  # the connection and the path warm
         await open_loop(rate, n, lambda: plain(client, sink))
@@ -58,7 +94,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     port, picker_port, health_port = free_port(), free_port(), free_port()
     pods_list = [f"{host}:{port}" for host in PODS]
     processes: list[ManagedProcess] = []
-    stack = GatewayStack(workdir, envoy_binary())
+    for folder in ("stack", "serving"):
+        (workdir / folder).mkdir()
+    stack = GatewayStack(workdir / "stack", envoy_binary())
+    serving = GatewayStack(
+        workdir / "serving", envoy_binary(), upstreams=ServedPicker(pods_list, free_port())
+    )
     try:
         serve = [sys.executable, "-m", "bench.epp_cost", "--serve-pods", str(port)]
         processes.append(start_process("pods", serve, workdir))
@@ -70,21 +111,30 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             lambda: httpx.post(f"http://{pods_list[0]}{PATH}", content=BODY).status_code == 200, 30, "pods"
         )
         stack.start()
+        serving.start()
         latency: dict[str, list[float]] = {name: [] for name in TARGETS}
         per_block = args.n // args.blocks
         for _ in range(args.blocks):
             for name in TARGETS:
-                spec = spec_for(stack, pods_list, picker_port, name == "picked")
-                await block(stack, spec, args.rate, per_block, latency[name])
+                if name == "served":
+                    await block(serving, None, args.rate, per_block, latency[name])
+                else:
+                    spec = spec_for(stack, pods_list, picker_port, name == "picked")
+                    await block(stack, spec, args.rate, per_block, latency[name])
         stats = {name: summarize(latency[name], 1000) for name in TARGETS}
         for name in TARGETS:
             print(f"latency {name:7s} {brief(stats[name])}", flush=True)
         return {
             "latency_ms": stats,
-            "added_ms": {k: round(stats["picked"][k] - stats["bare"][k], 3) for k in ("p50", "p90", "p99")},
+            "added_ms": {
+                name: {k: round(stats[name][k] - stats["bare"][k], 3) for k in ("p50", "p90", "p99")}
+                for name in ("picked", "served")
+            },
             "envoy_ext_proc": ext_proc_messages(stack.ports["envoy_admin"]),
+            "served_envoy_ext_proc": ext_proc_messages(serving.ports["envoy_admin"]),
         }
     finally:
+        serving.stop()
         stack.stop()
         for process in processes:
             process.stop()
@@ -103,6 +153,7 @@ def main() -> None:
         "pods": len(PODS),
         "picker": "graystack epp --insecure, its own process, the baseline's two pods",
         "bare": "the same stack's Envoy with no envoy_picker in the spec (the cluster's round robin)",
+        "served": "a second stack alike, its gateway serving the picker (envoy_picker.serve, plaintext)",
         "client": "httpx.AsyncClient in the bench process, one connection per block",
     }
     print(f"wrote {write_result('epp_own_envoy', parameters, results, args.out)}")

@@ -39,6 +39,14 @@ def stack(tmp_path, envoy_binary):
     yield from running(GatewayStack(tmp_path, envoy_binary))
 
 
+@pytest.fixture(scope="module")
+def shared_stack(request, tmp_path_factory, envoy_binary) -> Iterator[GatewayStack]:
+    """One stack for a module whose tests edit the spec, flip and send traffic, and kill nothing: each
+    module's `stack` gives it back as it started (tests/support/stacks.py `restoring`)."""
+    folder = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
+    yield from running(GatewayStack(folder, envoy_binary))
+
+
 @pytest.fixture
 def rollout_stack(tmp_path, envoy_binary):
     """Real model servers for both variants, probes, the gateway and Envoy, with the local soak's loose

@@ -45,17 +45,12 @@ from tests.support.stacks import (
 )
 
 
-@pytest.fixture(scope="module")
-def shared_stack(tmp_path_factory, envoy_binary) -> Iterator[GatewayStack]:
-    """One stack for the tests that edit the spec, set the stand-ins' modes and send traffic; the two that
-    stop a stand-in (and read a counter from its start) take one of their own (`own_stack`)."""
-    yield from running(GatewayStack(tmp_path_factory.mktemp("direct"), envoy_binary))
-
-
 @pytest.fixture
 def stack(shared_stack) -> Iterator[GatewayStack]:
-    """The module's stack as it started: both stand-ins answering (their counts reset), its spec, every
-    host healthy; so again after the test. The provider reads Envoy's counters by their increments."""
+    """The module's stack (tests/integration/conftest.py) as it started: both stand-ins answering (their
+    counts reset), its spec, every host healthy; so again after the test. The provider reads Envoy's
+    counters by their increments. The two tests that stop a stand-in (and read a counter from its start)
+    take one of their own (`own_stack`)."""
     for variant in VARIANTS:
         set_upstream(shared_stack, variant, "ok")
     for started in restoring(shared_stack):

@@ -15,16 +15,9 @@ from tests.support.stacks import (
     envoy_route_version,
     envoy_stats,
     restoring,
-    running,
     variant_counts,
     write_raw_spec,
 )
-
-
-@pytest.fixture(scope="module")
-def shared_stack(tmp_path_factory, envoy_binary) -> Iterator[GatewayStack]:
-    """One stack for the module: its tests edit the spec, flip and send traffic, and kill nothing."""
-    yield from running(GatewayStack(tmp_path_factory.mktemp("flips"), envoy_binary))
 
 
 @pytest.fixture

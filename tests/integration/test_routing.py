@@ -11,13 +11,7 @@ import pytest
 from scipy.stats import binomtest
 
 from graystack.local.gateway_stack import GatewayStack
-from tests.support.stacks import restoring, running, variant_counts
-
-
-@pytest.fixture(scope="module")
-def shared_stack(tmp_path_factory, envoy_binary) -> Iterator[GatewayStack]:
-    """One stack for the module: its tests flip, edit the spec's endpoints and send traffic."""
-    yield from running(GatewayStack(tmp_path_factory.mktemp("routing"), envoy_binary))
+from tests.support.stacks import restoring, variant_counts
 
 
 @pytest.fixture

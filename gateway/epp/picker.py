@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.epp.choice import choose_variant
-from gateway.epp.prefix import PrefixIndex, block_hashes, prompt_of
+from gateway.epp.prefix import PrefixIndex, block_hashes, prompt_of, shares_of
 from gateway.epp.readings import Readings
 from gateway.epp.scorers import BODY, Recent, Signals, rank
 from gateway.epp.wanted import Wanted
@@ -169,11 +169,9 @@ class Picker:
         adapter = draft.model or (asked if isinstance(asked, str) else None)
         blocks, size = self._prompt(draft, body, adapter)
         readings = self.readings.fresh(self._clock()) if self.readings is not None else {}
-        shares = self._prefixes.shares(blocks, draft.pods) if blocks else {}
-        held = {
-            pod: round(shares.get(pod, 0.0) * len(blocks)) * draft.prefix.block_bytes for pod in draft.pods
-        }
-        own = {pod: max(size - held[pod], 0) for pod in draft.pods}
+        found = self._prefixes.found(blocks, draft.pods) if blocks else {}
+        shares = shares_of(found, len(blocks))
+        own = {pod: max(size - found.get(pod, 0) * draft.prefix.block_bytes, 0) for pod in draft.pods}
         signals = Signals(
             self._in_flight,
             readings,

@@ -64,6 +64,11 @@ def block_hashes(prompt: bytes, model: str, block_bytes: int, most: int) -> tupl
     return tuple(hashes)
 
 
+def shares_of(found: Mapping[str, int], blocks: int) -> dict[str, float]:
+    """Each endpoint's found blocks (`PrefixIndex.found`) as a share of the prompt's `blocks`."""
+    return {endpoint: count / blocks if blocks else 0.0 for endpoint, count in found.items()}
+
+
 class PrefixIndex:
     """Block hash -> the endpoints it was sent to; at most `size` hashes, the least recently sent forgotten
     first. `size` may be changed between picks (the spec's bound, read afresh): the next record trims."""
@@ -72,9 +77,8 @@ class PrefixIndex:
         self.size = size
         self._blocks: OrderedDict[int, tuple[str, ...]] = OrderedDict()
 
-    def shares(self, hashes: Sequence[int], endpoints: Iterable[str]) -> dict[str, float]:
-        """Each endpoint's share of `hashes` found on it contiguously from the first (0 for all when there
-        are no hashes: a prompt shorter than a block matches nothing)."""
+    def found(self, hashes: Sequence[int], endpoints: Iterable[str]) -> dict[str, int]:
+        """How many of `hashes` each endpoint holds contiguously from the first."""
         found = dict.fromkeys(endpoints, 0)
         alive = set(found)
         for count, block in enumerate(hashes):
@@ -83,7 +87,12 @@ class PrefixIndex:
                 break
             for endpoint in alive:
                 found[endpoint] = count + 1
-        return {endpoint: count / len(hashes) if hashes else 0.0 for endpoint, count in found.items()}
+        return found
+
+    def shares(self, hashes: Sequence[int], endpoints: Iterable[str]) -> dict[str, float]:
+        """Each endpoint's share of `hashes` found on it contiguously from the first (0 for all when there
+        are no hashes: a prompt shorter than a block matches nothing)."""
+        return shares_of(self.found(hashes, endpoints), len(hashes))
 
     def record(self, hashes: Sequence[int], endpoint: str) -> tuple[int, ...]:
         """`endpoint` now holds `hashes`; the ones it did not hold before, so that `forget` can take back

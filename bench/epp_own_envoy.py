@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,34 +26,10 @@ import httpx
 
 from bench._common import brief, envoy_binary, summarize, write_result
 from bench.epp_cost import BODY, PATH, PODS, ext_proc_messages, open_loop, plain
-from graystack.local.gateway_stack import GatewayStack, default_spec
+from graystack.local.gateway_stack import GatewayStack, Running, default_spec
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 TARGETS = ("bare", "picked", "served")
-
-
-class ServedPicker:
-    """The bench's pods (already answering) as a stack's upstreams, its gateway started on a spec that
-    has it serve the picker (plaintext, as the `graystack epp --insecure` of `picked`)."""
-
-    port_names: tuple[str, ...] = ()
-
-    def __init__(self, pods: list[str], port: int) -> None:
-        self.pods, self.port = pods, port
-
-    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
-        spec = pinned(default_spec(0, 0), self.pods)
-        spec["envoy_picker"] = {"host": "127.0.0.1", "port": self.port, "tls": False, "serve": True}
-        return spec
-
-    def gateway_args(self, envoy_admin: str) -> list[str]:
-        return []
-
-    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        return {}
-
-    def processes(self) -> list[ManagedProcess]:
-        return []
 
 
 def pinned(spec: dict[str, Any], pods: list[str]) -> dict[str, Any]:
@@ -97,9 +72,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     for folder in ("stack", "serving"):
         (workdir / folder).mkdir()
     stack = GatewayStack(workdir / "stack", envoy_binary())
-    serving = GatewayStack(
-        workdir / "serving", envoy_binary(), upstreams=ServedPicker(pods_list, free_port())
-    )
+    served = pinned(default_spec(0, 0), pods_list)  # the gateway serves the picker, plaintext as `picked`'s
+    served["envoy_picker"] = {"host": "127.0.0.1", "port": free_port(), "tls": False, "serve": True}
+    serving = GatewayStack(workdir / "serving", envoy_binary(), upstreams=Running(served))
     try:
         serve = [sys.executable, "-m", "bench.epp_cost", "--serve-pods", str(port)]
         processes.append(start_process("pods", serve, workdir))

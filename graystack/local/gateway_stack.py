@@ -134,6 +134,28 @@ class StandIns:
         return list(self.running.values())
 
 
+class Running:
+    """Upstreams the caller started and stops: nothing to start here; the gateway starts on `spec` and
+    measures nothing more."""
+
+    port_names: tuple[str, ...] = ()
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+
+    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
+        return self.spec
+
+    def gateway_args(self, envoy_admin: str) -> list[str]:
+        return []
+
+    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
+        return {}
+
+    def processes(self) -> list[ManagedProcess]:
+        return []
+
+
 class GatewayStack:
     node_id = "graystack-envoy"
     fault_injection = True  # the gateway takes `graystack fault`, as `graystack up` starts it

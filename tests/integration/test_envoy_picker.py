@@ -13,8 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -23,7 +22,7 @@ import pytest
 from gateway.epp.conformance import SELECTION
 from gateway.epp.picker import Picker
 from gateway.epp.wanted import Wanted
-from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack, default_spec
+from graystack.local.gateway_stack import INFERENCE_PATH, GatewayStack, Running, default_spec
 from graystack.local.processes import free_port, wait_until
 from tests.support.gie_data_plane import DataPlane, PickerAddress
 from tests.support.metered_picker import reading, vllm
@@ -60,28 +59,6 @@ def picked(spec: dict[str, Any], picker: dict[str, Any]) -> dict[str, Any]:
     spec["envoy_picker"] = picker
     spec["retries"]["fallback"] = None  # the aggregate cluster drops the pick (gateway/spec/envoy_picker.py)
     return spec
-
-
-class FourPods:
-    """The `pods` fixture's pods as a stack's upstreams, the gateway started on a spec that has it serve
-    the picker: the socket it binds is fixed at its start (gateway/service.py)."""
-
-    port_names = ()
-
-    def __init__(self, picker: dict[str, Any]) -> None:
-        self.picker = picker
-
-    def start(self, ports: Mapping[str, int], logs: Path) -> dict[str, Any]:
-        return picked(default_spec(0, 0), self.picker)
-
-    def gateway_args(self, envoy_admin: str) -> list[str]:
-        return []
-
-    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        return {}
-
-    def processes(self) -> list:
-        return []
 
 
 def ask_picker(stack: GatewayStack, port: int) -> None:
@@ -156,7 +133,10 @@ def serving_stack(pods, tmp_path, envoy_binary) -> Iterator[GatewayStack]:
         "serve": True,
         "metrics": {"interval": 0.2, "timeout": 0.1},
     }
-    yield from running(GatewayStack(tmp_path, envoy_binary, upstreams=FourPods(picker)))
+    # the `pods` fixture's pods, the gateway started on a spec that has it serve the picker: the socket it
+    # binds is fixed at its start (gateway/service.py)
+    upstreams = Running(picked(default_spec(0, 0), picker))
+    yield from running(GatewayStack(tmp_path, envoy_binary, upstreams=upstreams))
 
 
 def test_the_gateway_serves_its_own_envoys_picker(pods, serving_stack):

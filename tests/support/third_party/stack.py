@@ -8,13 +8,12 @@ the stack (session fixtures), so one stack per test module costs only Envoy's an
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
-from graystack.local.gateway_stack import GatewayStack, measuring_args
-from graystack.local.processes import ManagedProcess
+from graystack.local.gateway_stack import GatewayStack, Running, measuring_args
 from tests.support.third_party.servers import ThirdPartyServer, chat_body, identity_of
 
 HEADER = "X-Client-Type"
@@ -40,27 +39,16 @@ def upstream_spec(servers: dict[str, ThirdPartyServer]) -> dict:
     }
 
 
-class RunningServers:
+class RunningServers(Running):
     """The upstreams, already running: nothing to start or stop. The gateway always reads Envoy's admin
     (`--envoy-admin`): each variant's requests and errors as Envoy saw them."""
 
-    port_names = ()
-
     def __init__(self, spec: dict, gateway_args: Sequence[str]) -> None:
-        self.spec = spec
+        super().__init__(spec)
         self.extra_gateway_args = list(gateway_args)
-
-    def start(self, ports: Mapping[str, int], logs: Path) -> dict:
-        return self.spec
 
     def gateway_args(self, envoy_admin: str) -> list[str]:
         return [*measuring_args(envoy_admin, []), *self.extra_gateway_args]
-
-    def scrape_jobs(self) -> dict[str, tuple[str, str]]:
-        return {}
-
-    def processes(self) -> list[ManagedProcess]:
-        return []
 
 
 class ThirdPartyStack(GatewayStack):

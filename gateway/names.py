@@ -104,6 +104,7 @@ def api_of_route(name: str) -> tuple[str, frozenset[str]] | None:
 # The cluster of the Endpoint Picker graystack's own Envoy asks for a variant's pod (the spec's
 # `envoy_picker`, gateway/envoy/picking.py).
 PICKER_CLUSTER = "graystack-picker"
+PICKER_LOG = "graystack-picks"  # the access log that tells the picker the gateway serves each pick's end
 # GIE's Endpoint Picker protocol (gateway/epp/protocol.py): where the picked endpoints go (a header, and the
 # key in the LB namespace), and the namespace of the gateway's subset hint. Here, for the builders too.
 EPP_DESTINATION = "x-gateway-destination-endpoint"

@@ -1,10 +1,13 @@
 """graystack's own Envoy asking an Endpoint Picker for each request's pod within its variant (the spec's
 `envoy_picker`, issue 37; pure).
 
-    the listener      an ext_proc filter to the picker (`graystack epp`), sent the request's headers and
-                      the answer's, never a body; off on every route but the split's. Envoy closes the
-                      picker's stream after the answer's headers, so the picker counts a request in
-                      flight from its pick to its first byte (a streamed answer's body is not counted)
+    the listener      an ext_proc filter to the picker, never sent a body; off on every route but the
+                      split's. The picker the gateway serves (`serve: true`) is sent the request's
+                      headers alone, one round trip, and an access log of its own tells it each picked
+                      request's end (`build_picker_log`), so it counts a request in flight from its pick
+                      to its answer's last byte. Another picker (`graystack epp`, a user's) is sent the
+                      answer's headers too, as GIE's protocol has it, and Envoy closes its stream after
+                      them: it counts a request to its first byte (a streamed answer's body is not counted)
     each split route  each weighted cluster turns it on for its requests and names its variant to the
                       picker in the stream's gRPC metadata (`x-graystack-routed`): the split's choice,
                       made before any filter runs, which the picker takes as given and never draws again
@@ -21,10 +24,14 @@ cleared route would draw the weighted split again, and its pick could land in an
 Why no body: on Envoy 1.40 a request whose body was streamed to a picker that is down is answered with
 an error, not let through (tests/integration/test_gie_conformance_epp.py shows the same race), so
 fail-open would hold only for requests without one. The price: the scorers that read the prompt
-(`prefix`, `lora`, `prefill`) have nothing to read here, and `in_flight` counts requests until their first
-byte, not their end (streaming the answer's body through the picker would hold the count to the end, at
-a cost per chunk: BENCHMARKS.md, issue 37); `queue`, `kv_cache` and `session` work as behind a GIE
-gateway.
+(`prefix`, `lora`, `prefill`) have nothing to read here; `in_flight`, `queue`, `kv_cache` and `session`
+work as behind a GIE gateway.
+
+Why the served picker's count ends by the access log and not by the answer's headers: each round trip
+through the picker's gRPC costs about 0.7 ms (BENCHMARKS.md, issue 37), and the answer's headers, asked
+only to end the count, were the second; they also ended it at a streamed answer's first byte. The log
+costs no request anything (Envoy sends each entry once the answer is through, off the request's path),
+and ends the count at the answer's true end.
 
 Fail-open: the filter lets a request through when the picker is down, slow or errs
 (`failure_mode_allow`, also on each route's override, which otherwise fails closed), and then, with no
@@ -36,17 +43,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import base_pb2, extension_pb2, grpc_service_pb2, protocol_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2, grpc_service_pb2, protocol_pb2
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.matcher.v3 import metadata_pb2 as metadata_matcher_pb2
+from envoy.type.matcher.v3 import value_pb2
 from envoy.type.metadata.v3 import metadata_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
 from gateway import names
+from gateway.envoy.answer_log import LOGGER
 from gateway.envoy.balancing import policy_extension, policy_of
 from gateway.envoy.common import any_proto, duration, one_host_cluster
 from gateway.spec.envoy_picker import EnvoyPicker
@@ -75,7 +87,8 @@ def picked_balancing(policy: str) -> dict[str, Any]:
 
 def build_picker_filter(picker: EnvoyPicker) -> hcm_pb2.HttpFilter:
     """The ext_proc filter to the picker's cluster: fail-open, the `envoy.lb` namespaces forwarded (the
-    subset hint, where another filter sets one) and received (the pick), the route kept as drawn."""
+    subset hint, where another filter sets one) and received (the pick), the route kept as drawn; the
+    answer's headers sent to a picker the gateway does not serve."""
     config = ext_proc_pb2.ExternalProcessor(
         grpc_service=grpc_service_pb2.GrpcService(
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.PICKER_CLUSTER),
@@ -86,7 +99,7 @@ def build_picker_filter(picker: EnvoyPicker) -> hcm_pb2.HttpFilter:
         message_timeout=duration(picker.timeout),
         processing_mode=_MODE(
             request_header_mode=_MODE.SEND,
-            response_header_mode=_MODE.SEND,
+            response_header_mode=_MODE.SKIP if picker.serve else _MODE.SEND,
             request_body_mode=_MODE.NONE,
             response_body_mode=_MODE.NONE,
             request_trailer_mode=_MODE.SKIP,
@@ -103,6 +116,34 @@ def build_picker_filter(picker: EnvoyPicker) -> hcm_pb2.HttpFilter:
         route_cache_action=ext_proc_pb2.ExternalProcessor.RETAIN,
     )
     return hcm_pb2.HttpFilter(name=EXT_PROC, typed_config=any_proto(config))
+
+
+def build_picker_log() -> accesslog_pb2.AccessLog:
+    """The access log that tells the picker the gateway serves when each request it picked ended (by its
+    `x-request-id`: gateway/epp/held.py), on the picker's cluster: the requests with a pick in their
+    `envoy.lb` metadata, each entry sent as its request ends (no batching: a count that outlasted its
+    answer would rank a pod that just answered as busy)."""
+    picked = accesslog_pb2.AccessLogFilter(
+        metadata_filter=accesslog_pb2.MetadataFilter(
+            matcher=metadata_matcher_pb2.MetadataMatcher(
+                filter=names.EPP_LB_NAMESPACE,
+                path=[metadata_matcher_pb2.MetadataMatcher.PathSegment(key=names.EPP_DESTINATION)],
+                value=value_pb2.ValueMatcher(present_match=True),
+            ),
+            match_if_key_not_found=wrappers_pb2.BoolValue(value=False),
+        )
+    )
+    config = als_pb2.HttpGrpcAccessLogConfig(
+        common_config=als_pb2.CommonGrpcAccessLogConfig(
+            log_name=names.PICKER_LOG,
+            grpc_service=grpc_service_pb2.GrpcService(
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=names.PICKER_CLUSTER)
+            ),
+            transport_api_version=config_source_pb2.V3,
+            buffer_size_bytes=wrappers_pb2.UInt32Value(value=0),
+        )
+    )
+    return accesslog_pb2.AccessLog(name=LOGGER, filter=picked, typed_config=any_proto(config))
 
 
 def picker_off() -> dict[str, any_pb2.Any]:

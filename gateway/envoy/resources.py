@@ -49,7 +49,12 @@ from gateway.envoy.faults import (
     build_unfaulted_cluster,
 )
 from gateway.envoy.local_replies import build_local_reply_config
-from gateway.envoy.picking import build_picker_cluster, build_picker_filter, picked_balancing
+from gateway.envoy.picking import (
+    build_picker_cluster,
+    build_picker_filter,
+    build_picker_log,
+    picked_balancing,
+)
 from gateway.envoy.routes import build_route_config
 from gateway.envoy.shadow import build_shadow_hop_cluster, build_shadow_listener
 from gateway.envoy.variant_header import variant_metadata
@@ -294,6 +299,9 @@ def build_listener(
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
         local_reply_config=build_local_reply_config(),
-        access_log=[build_answer_log(listen.answer_log_cluster)],
+        access_log=[
+            build_answer_log(listen.answer_log_cluster),
+            *([build_picker_log()] if picker is not None and picker.serve else []),
+        ],
     )
     return http_listener(names.LISTENER, manager, socket_address(listen.host, listen.port))

@@ -5,6 +5,9 @@ Kubernetes), asked at every pick with the live spec's split and scorers (gateway
 step or a new pod reaches the next pick at once, and the picker never knows a pod Envoy's cluster lacks.
 
 Envoy names the variant its split chose (gateway/envoy/picking.py); the picker ranks that variant's pods.
+Envoy asks only for the pick, one round trip a request, and tells the picker each picked request's end
+in an access log of its own, by which the picker counts the request in flight to its answer's end,
+a streamed answer's last chunk included (gateway/epp/held.py).
 Each pod's metrics are read in the background as `envoy_picker.metrics` says
 (gateway/epp/metrics_reader.py); a pod whose metrics cannot be read is ranked by its in-flight count and
 listed in the status's fallbacks, as the InferencePool's picker lists them (gateway/kubernetes/pool.py).
@@ -76,7 +79,7 @@ class EnvoysPicker:
         credentials: grpc.ServerCredentials | None = None
         if secure:
             credentials = tls.credentials(*await asyncio.to_thread(tls.self_signed))
-        self._server = await start(self.picker, host, port, None, credentials)
+        self._server = await start(self.picker, host, port, None, credentials, holds=True)
         log.info("picking for graystack's Envoy on %s:%d (%s)", host, port, "TLS" if secure else "plaintext")
 
     async def run(self) -> None:

@@ -1,4 +1,5 @@
-"""The picker's state: requests in flight per pod, counted from the pick to the end of the answer, the
+"""The picker's state: requests in flight per pod, counted from the pick to the end of the answer (its
+stream's end, or the access log's entry where the stream ends at the pick: gateway/epp/held.py), the
 prompt bytes each pod has still to prefill (below), each cohort's last pod, the prompt blocks each pod was
 sent (gateway/epp/prefix.py), the pods' last metrics readings (kept by the reader, never read on a pick's
 path), and the rollout's current wishes read afresh for every request (an injected callable: a flip
@@ -29,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.epp.choice import choose_variant
+from gateway.epp.held import Held
 from gateway.epp.prefix import PrefixIndex, block_hashes, prompt_of, shares_of
 from gateway.epp.readings import Readings
 from gateway.epp.scorers import BODY, Recent, Signals, rank
@@ -115,6 +117,7 @@ class Picker:
         self._sessions = Recent(sessions)
         self._prefixes = PrefixIndex(Prefix().blocks)
         self._turn = 0
+        self._held: Held[Ticket] = Held(self.release, clock)
 
     def pick(
         self,
@@ -252,6 +255,15 @@ class Picker:
         self._in_flight[ticket.counted] -= 1
         ticket.counted = None
         self._on_outcome(Outcome(ticket.variant, ticket.endpoints[0], ticket.served))
+
+    def hold(self, ticket: Ticket, request_id: str) -> None:
+        """The request's stream ends at its pick: it stays in flight until `ended` names `request_id`
+        (gateway/epp/held.py)."""
+        self._held.hold(request_id, ticket)
+
+    def ended(self, request_id: str) -> None:
+        """Envoy's access log says the request `request_id` ended: a request held under it is released."""
+        self._held.ended(request_id)
 
     def in_flight(self) -> dict[str, int]:
         return {endpoint: count for endpoint, count in self._in_flight.items() if count}

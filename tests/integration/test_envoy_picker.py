@@ -5,7 +5,9 @@ every request reaches its variant's idle pod, though the picker's own split woul
 the baseline (it never draws the variant again), and a pick outside the variant would have been served
 by round robin (the busy pod half the time). With the picker stopped, the clusters serve by their own
 round robin (fail-open). The same with the picker the gateway serves itself (`serve: true`), no picker
-started beside it: its pods are those it gives Envoy, its split and metrics read live. And why the
+started beside it: its pods are those it gives Envoy, its split and metrics read live, and it counts a
+streamed answer in flight to its last chunk (Envoy's access log ends the count), where a picker of its
+own process counts it to its first. And why the
 picker is refused beside `retries.fallback`."""
 
 from __future__ import annotations
@@ -121,6 +123,21 @@ def test_the_picker_places_each_request_within_the_variant_envoy_chose(pods, sta
     assert set(down) == set(HOSTS), down
 
 
+def held_to_the_answers_end(stack: GatewayStack, pod: NamedUpstream) -> None:
+    """The picker the gateway serves counts a streamed answer in flight until its last chunk, though Envoy
+    closed the picker's stream at the pick: the access log Envoy sends it ends the count."""
+    pod.stream = threading.Event()
+    url = f"http://127.0.0.1:{stack.ports['listen']}{INFERENCE_PATH}"
+    with httpx.stream("POST", url, json={}, headers=TO_ZERO_LAYER, timeout=10) as answer:
+        assert answer.headers[NAME_HEADER] == pod.name
+        time.sleep(0.5)  # five of the picker log's flushes: a count ended at the pick would be gone
+        assert stack.status()["picker"]["in_flight"] == {ADDRESS[pod.name]: 1}
+        pod.stream.set()
+        answer.read()
+    pod.stream = None
+    wait_until(lambda: not stack.status()["picker"]["in_flight"], 5, "the count released")
+
+
 @pytest.fixture
 def serving_stack(pods, tmp_path, envoy_binary) -> Iterator[GatewayStack]:
     """The stack on the four pods, one of each variant's with a queue, its gateway serving the picker (TLS,
@@ -150,6 +167,8 @@ def test_the_gateway_serves_its_own_envoys_picker(pods, serving_stack):
     assert served(stack, 10, TO_ZERO_LAYER) == {"zl-idle": 10}
     split = served(stack, 30)
     assert set(split) == {"base-idle", "zl-idle"}, split
+    wait_until(lambda: not stack.status()["picker"]["in_flight"], 5, "each answered request's count ended")
+    held_to_the_answers_end(stack, pods["zl-idle"])
 
     spec, generation = stack.spec, stack.status()["generation"]
     spec["routing"]["weights"] = {"baseline": 0, "zero-layer": 100}

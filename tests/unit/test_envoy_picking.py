@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
@@ -66,6 +67,36 @@ def test_the_filter_fails_open_keeps_the_drawn_route_and_sends_no_body():
     assert config.processing_mode.request_body_mode == mode.NONE
     assert config.processing_mode.response_header_mode == mode.SEND  # counted in flight to the first byte
     assert not config.grpc_service.HasField("timeout")  # it would bound the whole stream
+
+
+def access_logs(resources) -> list[str]:
+    """The names of the listener's gRPC access logs."""
+    manager = hcm_pb2.HttpConnectionManager()
+    resources.listeners[0].filter_chains[0].filters[0].typed_config.Unpack(manager)
+    logs = []
+    for log in manager.access_log:
+        config = als_pb2.HttpGrpcAccessLogConfig()
+        log.typed_config.Unpack(config)
+        logs.append(config.common_config.log_name)
+    return logs
+
+
+def test_the_picker_the_gateway_serves_is_asked_once_and_told_each_picks_end_in_a_log():
+    built = build(envoy_picker={**PICKER, "serve": True}, retries={"fallback": None})
+    config = ext_proc_pb2.ExternalProcessor()
+    filters(built)[-2].typed_config.Unpack(config)
+    mode = processing_mode_pb2.ProcessingMode
+    assert config.processing_mode.response_header_mode == mode.SKIP  # the pick is the one round trip
+    assert access_logs(built) == [names.ANSWER_LOG, names.PICKER_LOG]
+    manager = hcm_pb2.HttpConnectionManager()
+    built.listeners[0].filter_chains[0].filters[0].typed_config.Unpack(manager)
+    log = manager.access_log[1]
+    assert log.filter.metadata_filter.matcher.filter == names.EPP_LB_NAMESPACE  # picked requests alone
+    config = als_pb2.HttpGrpcAccessLogConfig()
+    log.typed_config.Unpack(config)
+    assert config.common_config.grpc_service.envoy_grpc.cluster_name == names.PICKER_CLUSTER
+    assert config.common_config.buffer_size_bytes.value == 0  # each entry sent as its request ends
+    assert access_logs(picked()) == [names.ANSWER_LOG]  # another picker is told by the answer's headers
 
 
 def test_only_the_splits_weighted_clusters_ask_naming_their_variant():

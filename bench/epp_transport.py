@@ -1,5 +1,5 @@
 """What each way for Envoy to ask a picker in Python costs a request (issue 37's +1 ms goal): the same
-pick, asked over three transports, against no picker, side by side in alternating blocks.
+pick, asked over four transports, against no picker, side by side in alternating blocks.
 
     bare         Envoy's round robin over the two pods, nothing asked
     ext_proc     ext_proc over gRPC, the request's headers only (one stream a request, one round trip:
@@ -7,12 +7,15 @@ pick, asked over three transports, against no picker, side by side in alternatin
     authz_grpc   ext_authz over gRPC: one unary `Check` a request, the pick in its dynamic metadata
     authz_http   ext_authz over HTTP/1.1 (Envoy's pooled connections) to a raw-asyncio responder: the pick
                  in a header of its answer, turned into dynamic metadata (`dynamic_metadata_from_headers`)
+    lua_http     a Lua filter's `httpCall` to the same responder, the pick set into `envoy.lb` metadata
 
-Each Envoy balances the two pods by `override_host` reading the pick from its filter's metadata namespace
-(`envoy.lb` for ext_proc, `envoy.filters.http.ext_authz` for the other two), round robin without one.
-All three answer from one process and one event loop (as the gateway serves its picker), each with the
-real `Picker` (gateway/epp/picker.py) ranking the same two pods. The pods are bench/epp_cost.py's
-raw-asyncio pods; the client is httpx in this process, open loop, small non-streamed POSTs.
+Each Envoy balances the two pods by `override_host` reading the pick from the metadata namespace its
+filter writes (`envoy.lb` for ext_proc and Lua, `envoy.filters.http.ext_authz` for ext_authz), round
+robin without one. All of them are answered from one process and one event loop (as the gateway serves
+its picker), each with the real `Picker` (gateway/epp/picker.py) ranking the same two pods. Before it
+measures, the run checks that each Envoy serves every request on the pod the picker names. The pods are
+bench/epp_cost.py's raw-asyncio pods; the client is httpx in this process, open loop, small
+non-streamed POSTs.
 
     .venv/bin/python -m bench.epp_transport        # -> bench/results/epp_transport.json
 """
@@ -43,7 +46,7 @@ from gateway.epp.service import ExtProc
 from gateway.epp.wanted import Wanted
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
-TARGETS = ("bare", "ext_proc", "authz_grpc", "authz_http")
+TARGETS = ("bare", "ext_proc", "authz_grpc", "authz_http", "lua_http")
 AUTHZ_NAMESPACE = "envoy.filters.http.ext_authz"
 CHECK_HEADER = conformance.SELECTION  # GIE's test header: the pod a check wants picked
 
@@ -147,6 +150,19 @@ def _cluster(name: str, hosts: list[tuple[str, int]], http2: bool = False) -> di
     return cluster
 
 
+LUA_PICK = f"""
+function envoy_on_request(handle)
+  local asked = {{[":method"] = "POST", [":path"] = "/baseline", [":authority"] = "picker",
+                 ["x-request-id"] = handle:headers():get("x-request-id") or ""}}
+  local check = handle:headers():get("{CHECK_HEADER}")
+  if check then asked["{CHECK_HEADER}"] = check end
+  local answer = handle:httpCall("picker_http", asked, "", 1000)
+  local pod = answer["{names.EPP_DESTINATION}"]
+  if pod then handle:streamInfo():dynamicMetadata():set("{names.EPP_LB_NAMESPACE}", "{names.EPP_DESTINATION}", pod) end
+end
+"""
+
+
 def _picker_filter(target: str) -> dict[str, Any] | None:
     if target == "ext_proc":
         return {
@@ -169,6 +185,14 @@ def _picker_filter(target: str) -> dict[str, Any] | None:
                 },
                 "metadata_options": {"receiving_namespaces": {"untyped": [names.EPP_LB_NAMESPACE]}},
                 "route_cache_action": "RETAIN",
+            },
+        }
+    if target == "lua_http":
+        return {
+            "name": "envoy.filters.http.lua",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                "default_source_code": {"inline_string": LUA_PICK},
             },
         }
     authz: dict[str, Any] = {
@@ -194,7 +218,7 @@ def _picker_filter(target: str) -> dict[str, Any] | None:
 def envoy_config(
     target: str, listen: int, admin: int, pods: list[str], grpc_port: int, http_port: int
 ) -> dict[str, Any]:
-    namespace = names.EPP_LB_NAMESPACE if target == "ext_proc" else AUTHZ_NAMESPACE
+    namespace = names.EPP_LB_NAMESPACE if target in ("ext_proc", "lua_http") else AUTHZ_NAMESPACE
     balancing: dict[str, Any] = {"lb_policy": "ROUND_ROBIN"}
     if target != "bare":
         balancing = {

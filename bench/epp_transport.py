@@ -45,6 +45,7 @@ from gateway.epp.picker import Picker
 from gateway.epp.service import ExtProc
 from gateway.epp.wanted import Wanted
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from tests.support.gie_data_plane import override_host_policy
 
 TARGETS = ("bare", "ext_proc", "authz_grpc", "authz_http", "lua_http")
 AUTHZ_NAMESPACE = "envoy.filters.http.ext_authz"
@@ -221,35 +222,7 @@ def envoy_config(
     namespace = names.EPP_LB_NAMESPACE if target in ("ext_proc", "lua_http") else AUTHZ_NAMESPACE
     balancing: dict[str, Any] = {"lb_policy": "ROUND_ROBIN"}
     if target != "bare":
-        balancing = {
-            "load_balancing_policy": {
-                "policies": [
-                    {
-                        "typed_extension_config": {
-                            "name": "envoy.load_balancing_policies.override_host",
-                            "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
-                                "override_host_sources": [
-                                    {"metadata": {"key": namespace, "path": [{"key": names.EPP_DESTINATION}]}}
-                                ],
-                                "fallback_policy": {
-                                    "policies": [
-                                        {
-                                            "typed_extension_config": {
-                                                "name": "envoy.load_balancing_policies.round_robin",
-                                                "typed_config": {
-                                                    "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
-                                                },
-                                            }
-                                        }
-                                    ]
-                                },
-                            },
-                        }
-                    }
-                ]
-            }
-        }
+        balancing = {"load_balancing_policy": override_host_policy(namespace)}
     hosts = [(pod.rpartition(":")[0], int(pod.rpartition(":")[2])) for pod in pods]
     picker_filter = _picker_filter(target)
     manager = {
@@ -302,7 +275,7 @@ def envoy_config(
     }
 
 
-async def block(url: str, rate: float, n: int, sink: list[float], served: dict[str, int]) -> None:
+async def block(url: str, rate: float, n: int, sink: list[float]) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         await asyncio.gather(*(plain(client, []) for _ in range(20)))  # the connection and the path warm
         await open_loop(rate, n, lambda: plain(client, sink))
@@ -342,7 +315,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         latency: dict[str, list[float]] = {target: [] for target in TARGETS}
         for _ in range(args.blocks):
             for target in TARGETS:
-                await block(urls[target], args.rate, per_block, latency[target], {})
+                await block(urls[target], args.rate, per_block, latency[target])
     finally:
         for process in reversed(processes):
             process.stop()

@@ -223,42 +223,43 @@ def _pool(profile: Profile, pods: list[str], name: str) -> dict[str, Any]:
         "type": "STATIC",
         "connect_timeout": "1s",
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": endpoints}]},
-        "load_balancing_policy": {
-            "policies": [
-                {
-                    "typed_extension_config": {
-                        "name": "envoy.load_balancing_policies.override_host",
-                        "typed_config": {
-                            "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
-                            "override_host_sources": [
+        "load_balancing_policy": override_host_policy(),
+    }
+
+
+def override_host_policy(namespace: str = protocol.LB_NAMESPACE) -> dict[str, Any]:
+    """Envoy's `override_host` balancing: the pod in `namespace`'s metadata (the picker's pick), the pod
+    that served written back into `envoy.lb`, round robin where no pick is given."""
+    return {
+        "policies": [
+            {
+                "typed_extension_config": {
+                    "name": "envoy.load_balancing_policies.override_host",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+                        "override_host_sources": [
+                            {"metadata": {"key": namespace, "path": [{"key": protocol.DESTINATION}]}}
+                        ],
+                        "selected_host_key": {
+                            "key": protocol.LB_NAMESPACE,
+                            "path": [{"key": protocol.SERVED}],
+                        },
+                        "fallback_policy": {
+                            "policies": [
                                 {
-                                    "metadata": {
-                                        "key": protocol.LB_NAMESPACE,
-                                        "path": [{"key": protocol.DESTINATION}],
+                                    "typed_extension_config": {
+                                        "name": "envoy.load_balancing_policies.round_robin",
+                                        "typed_config": {
+                                            "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
+                                        },
                                     }
                                 }
-                            ],
-                            "selected_host_key": {
-                                "key": protocol.LB_NAMESPACE,
-                                "path": [{"key": protocol.SERVED}],
-                            },
-                            "fallback_policy": {
-                                "policies": [
-                                    {
-                                        "typed_extension_config": {
-                                            "name": "envoy.load_balancing_policies.round_robin",
-                                            "typed_config": {
-                                                "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
-                                            },
-                                        }
-                                    }
-                                ]
-                            },
+                            ]
                         },
-                    }
+                    },
                 }
-            ]
-        },
+            }
+        ]
     }
 
 

@@ -26,6 +26,7 @@ from gateway.xds.cache import SnapshotCache
 from gateway.xds.server import AdsServer
 from graystack.local.processes import free_port
 from tests.support.ads_client import node
+from tests.support.clock import FakeClock
 from tests.support.counting_provider import CountingProvider, Traffic
 
 # variants named otherwise than the servers and than graystack's own names
@@ -139,21 +140,13 @@ def test_the_lanes_splits_make_one_and_a_rolled_back_lane_is_withdrawn_alone() -
     assert composed(spec, {}, {"lora-a": RolloutSplit(), "lora-b": RolloutSplit()}) == RolloutSplit()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def live_split(gateway: Gateway) -> dict[str, dict[str, int]]:
     routing = gateway.live.routing
     return {"default": dict(routing.weights), **{rule.value: rule.split() for rule in routing.rules}}
 
 
 async def test_a_failing_candidate_is_rolled_back_alone_and_the_other_goes_on(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     gateway = Gateway(SnapshotCache(), tmp_path / "spec.yaml", clock=clock)
     gateway.load(parse_spec(THREE), "sha-1")
     gateway.on_connect("envoy", node("envoy"))
@@ -213,7 +206,7 @@ def test_the_gateway_refuses_an_edit_that_changes_the_candidates_the_lanes_run(t
 async def test_an_experiment_of_three_holds_its_split_and_reports_each_candidate_at_a_share_of_alpha(
     tmp_path: Path,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     experiment = {"weights": {"control": 34, "lora-a": 33, "lora-b": 33}, "duration": "1h", "alpha": 0.05}
     data = three(strategy={"experiment": experiment})
     data["routing"]["rules"] = []

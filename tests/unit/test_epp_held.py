@@ -6,19 +6,12 @@ from __future__ import annotations
 from gateway.epp.held import Held
 from gateway.epp.picker import Picker
 from gateway.epp.wanted import Wanted
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def test_each_held_request_is_released_once_at_its_entry_oldest_first_for_a_shared_id():
     released: list[str] = []
-    held: Held[str] = Held(released.append, Clock())
+    held: Held[str] = Held(released.append, FakeClock(0.0))
     held.hold("id-1", "first")
     held.hold("id-2", "second")
     held.hold("id-1", "third")  # a client's own x-request-id, kept by Envoy, sent twice
@@ -32,7 +25,7 @@ def test_each_held_request_is_released_once_at_its_entry_oldest_first_for_a_shar
 
 def test_a_request_whose_entry_never_comes_is_released_at_the_bound():
     released: list[str] = []
-    clock = Clock()
+    clock = FakeClock(0.0)
     held: Held[str] = Held(released.append, clock, bound=10.0)
     held.hold("lost", "lost")
     clock.now = 5.0

@@ -16,6 +16,7 @@ from gateway.epp.readings import Adapters, Reading, Readings, parse
 from gateway.epp.scorers import Recent, Signals, kv_cache, queue, rank, session
 from gateway.epp.wanted import Wanted, parse_scorers
 from gateway.spec.endpoint_picker import SCORERS, EndpointPicker, check_endpoint_picker
+from tests.support.clock import FakeClock
 
 PODS = ("a", "b", "c")
 VLLM = """# TYPE vllm:num_requests_waiting gauge
@@ -32,14 +33,6 @@ llamacpp:requests_deferred 4
 # TYPE llamacpp:kv_cache_usage_ratio gauge
 llamacpp:kv_cache_usage_ratio 0.5
 """
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_vllm_and_llama_cpp_metrics_are_read():
@@ -76,7 +69,7 @@ def test_a_cohort_returns_to_its_pod_unless_it_is_clearly_busier():
 
 
 def test_stale_or_unreadable_metrics_fall_back_to_in_flight_counts_and_say_why():
-    clock = Clock()
+    clock = FakeClock(100.0)
     readings = Readings(interval=1.0)
     readings.record("a", Reading(queue=50), clock.now)
     readings.record("b", Reading(queue=0), clock.now)

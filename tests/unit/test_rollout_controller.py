@@ -31,6 +31,7 @@ from gateway.xds.server import AdsServer, Disconnected, start_server
 from gateway.xds.types import CLUSTER
 from graystack.local.processes import free_port
 from tests.support.ads_client import AdsClient, node
+from tests.support.clock import FakeClock
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.unit.test_spec import DESIGN_EXAMPLE
 
@@ -40,14 +41,6 @@ ENVOY_DOWN = (  # what the direct provider says while Envoy's admin refuses conn
     "scrape of http://127.0.0.1:9901/stats/prometheus failed: ConnectError('All connection attempts failed')"
 )
 NAME = "zero-layer"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class SilentProxies:
@@ -161,8 +154,8 @@ def split(gateway) -> dict:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 async def test_a_new_rollout_starts_at_its_first_step_and_saves_it(tmp_path, clock):

@@ -26,9 +26,10 @@ from graystack.console.live_view import rollout_lines
 from graystack.console.status_view import render_status
 from graystack.local.processes import free_port
 from tests.integration.test_kubernetes_mode import LEASE, SPEC_CM, STATE_CM, eventually
+from tests.support.clock import FakeClock
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.kube_api import FakeApiServer
-from tests.unit.test_rollout_controller import HEALTHY, Clock, new_gateway
+from tests.unit.test_rollout_controller import HEALTHY, new_gateway
 
 NS = "llm"
 BASELINE, CANDIDATE = "gs-baseline", "gs-zero-layer"  # the chart's Deployments (and the HPA's name)
@@ -111,7 +112,7 @@ class Rollout:
         for name, replicas in ((BASELINE, 8), (CANDIDATE, 1)):
             server.put(deployment(name, replicas))
         client = api_client(str(server.write_kubeconfig(tmp_path / "kubeconfig", NS)))
-        self.clock = Clock()
+        self.clock = FakeClock()
         self.gateway = new_gateway()
         self.ads = AdsServer(self.gateway.cache)
         self.provider = provider = CountingProvider(HEALTHY)

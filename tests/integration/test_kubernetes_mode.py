@@ -39,10 +39,11 @@ from gateway.rollout.rollout_state import Phase, RolloutState
 from gateway.rollout.state_store import decode_state, encode_state
 from graystack.local.gateway_stack import INFERENCE_PATH, envoy_argv
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from tests.support.clock import FakeClock
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.kube_api import FakeApiServer
 from tests.support.leader_service import LeaderService
-from tests.unit.test_rollout_controller import Clock, candidate_counts, new_controller, new_gateway
+from tests.unit.test_rollout_controller import candidate_counts, new_controller, new_gateway
 
 NS = "llm"
 VARIANTS = ("baseline", "zero-layer")
@@ -584,7 +585,7 @@ async def test_a_new_leader_continues_the_same_evidence_from_the_configmap(api):
     from the old leader's, it does not start over (a new leader is a restart, as far as evidence goes)."""
     server, client = api
     server.put(STATE_CONFIGMAP)
-    clock = Clock()
+    clock = FakeClock()
     provider = CountingProvider({"baseline": Traffic(2000, 2), "zero-layer": Traffic(100, 1)})
     old = new_controller(
         new_gateway(), None, clock, provider, store=ConfigMapStateStore(client, NS, STATE_CM)

@@ -17,14 +17,15 @@ from gateway.errors import GatewayError
 from gateway.xds.server import AdsServer
 from graystack.admin_client import AdminClient, AdminError, dumps
 from graystack.cli.root import main
-from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway
+from tests.support.clock import FakeClock
+from tests.unit.test_rollout_controller import new_controller, new_gateway
 
 
 @pytest.fixture
 def answer(tmp_path) -> dict:
     """A real GET /v1/status answer, of a follower (so the fields only Kubernetes mode has are in it)."""
     gateway = new_gateway()
-    controller = new_controller(gateway, tmp_path, Clock())
+    controller = new_controller(gateway, tmp_path, FakeClock())
     seen = Leadership(leading=False, identity="gateway-b", leader="gateway-a")
     app = create_admin_app(gateway, AdsServer(gateway.cache), controller=controller, leadership=lambda: seen)
     with TestClient(app) as admin:

@@ -14,13 +14,14 @@ from gateway.admin.protocol import Status
 from gateway.rollout.rollout_state import Command
 from gateway.xds.server import AdsServer, Disconnected
 from graystack.console.status_view import render_status
-from tests.unit.test_rollout_controller import Clock, PartitionedFleet, new_controller, new_gateway
+from tests.support.clock import FakeClock
+from tests.unit.test_rollout_controller import PartitionedFleet, new_controller, new_gateway
 
 
 @pytest.fixture
 def admin(tmp_path):
     gateway = new_gateway()
-    controller = new_controller(gateway, tmp_path, Clock())
+    controller = new_controller(gateway, tmp_path, FakeClock())
     with TestClient(create_admin_app(gateway, AdsServer(gateway.cache), controller=controller)) as client:
         yield client
 
@@ -55,7 +56,7 @@ def test_status_has_a_rollout_section_that_graystack_status_renders(admin):
 def follower(tmp_path):
     """A replica that does not lead, as Kubernetes mode's `leadership()` reports it (gateway-a leads)."""
     gateway = new_gateway()
-    controller = new_controller(gateway, tmp_path, Clock())
+    controller = new_controller(gateway, tmp_path, FakeClock())
     seen = Leadership(leading=False, identity="gateway-b", leader="gateway-a")
     app = create_admin_app(gateway, AdsServer(gateway.cache), controller=controller, leadership=lambda: seen)
     with TestClient(app) as client:
@@ -99,7 +100,7 @@ def test_a_replica_that_stepped_down_does_not_name_itself_the_leader():
 async def test_graystack_status_says_a_stage_is_extending_with_the_requests_it_has_and_needs(tmp_path):
     from tests.support.counting_provider import CountingProvider, Traffic
 
-    clock = Clock()
+    clock = FakeClock()
     provider = CountingProvider({"baseline": Traffic(190), "zero-layer": Traffic(10)})
     gateway = new_gateway()
     controller = new_controller(gateway, tmp_path, clock, provider)
@@ -119,7 +120,7 @@ async def test_graystack_status_says_a_stage_is_extending_with_the_requests_it_h
 async def test_status_names_the_proxy_a_rollback_is_pending_on_and_when_it_was_last_heard(tmp_path):
     gateway = new_gateway()
     fleet = PartitionedFleet()
-    controller = new_controller(gateway, tmp_path, Clock(), proxies=fleet)
+    controller = new_controller(gateway, tmp_path, FakeClock(), proxies=fleet)
     controller.ack_deadline = 0.05
     ads = AdsServer(gateway.cache)
     now = time.time()  # what the ADS server keeps of a proxy whose stream ended:

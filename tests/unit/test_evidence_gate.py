@@ -13,8 +13,9 @@ from gateway.rollout.plan import NOT_WORSE, plan_for
 from gateway.spec.model import SpecError, validate_spec
 from gateway.xds.server import AdsServer
 from graystack.console.status_view import render_status
+from tests.support.clock import FakeClock
 from tests.support.counting_provider import CountingProvider, Traffic
-from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway, spec_data
+from tests.unit.test_rollout_controller import new_controller, new_gateway, spec_data
 from tests.unit.test_rollout_gates import gated, past_the_hold
 
 GRID = tuple(0.05 * 1.25**i for i in range(8))  # TTFT seconds, 1.25x apart: no value ties a scaled one
@@ -30,8 +31,8 @@ def provider(slowdown: float) -> CountingProvider:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 async def test_an_evidence_gate_approves_a_healthy_candidate_by_itself(tmp_path, clock):

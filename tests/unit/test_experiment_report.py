@@ -24,8 +24,9 @@ from gateway.rollout.views import experiment_status
 from gateway.xds.server import AdsServer
 from graystack.cli.root import main
 from graystack.console.status_view import experiment_lines, render_status
+from tests.support.clock import FakeClock
 from tests.unit.test_experiment_strategy import EXPERIMENT_5050, make_spec
-from tests.unit.test_rollout_controller import Clock, new_controller, new_gateway, spec_data
+from tests.unit.test_rollout_controller import new_controller, new_gateway, spec_data
 
 EXPERIMENT = {"experiment": {"weights": {"baseline": 50, "zero-layer": 50}, "duration": "2h"}}
 
@@ -34,7 +35,7 @@ def _admin(tmp_path, strategy):
     data = spec_data(strategy=strategy)
     data["routing"].pop("rules", None)  # the error counts compare only where no header rule splits segments
     gateway = new_gateway(data)
-    clock = Clock()
+    clock = FakeClock()
     controller = new_controller(gateway, tmp_path, clock)
     for _ in range(3):
         asyncio.run(controller.tick())

@@ -22,13 +22,13 @@ from gateway.spec.yaml12 import load_yaml
 from gateway.xds.server import AdsServer
 from graystack.admin_client import AdminClient
 from graystack.console.status_view import render_status
+from tests.support.clock import FakeClock
 from tests.support.counting_provider import CountingProvider, Traffic
 from tests.support.webhook_receiver import Recorder, blackhole, recording
 from tests.unit.test_rollout_controller import (
     FAILING,
     HEALTHY,
     NAME,
-    Clock,
     PartitionedFleet,
     metric,
     new_controller,
@@ -72,7 +72,7 @@ def documents(recorder: Recorder) -> list[dict]:
 
 
 async def test_a_scripted_rollout_sends_one_signed_message_per_event(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     secret = tmp_path / "hook-secret"
     secret.write_bytes(SECRET + b"\n")
     with recording() as (hooks, port), recording() as (slack, slack_port):
@@ -178,12 +178,12 @@ async def test_a_blackholed_receiver_delays_no_look_and_its_failures_show(tmp_pa
         await controller.tick()
         return [(t.at, t.source, t.target) for t in controller.status().history]
 
-    alone = Clock()
+    alone = FakeClock()
     unwatched = CountingProvider(FAST)
     without = await scripted(
         new_controller(new_gateway(spec_with([])), tmp_path / "alone", alone, unwatched), unwatched, alone
     )
-    clock = Clock()
+    clock = FakeClock()
     with blackhole() as port:
         data = spec_with([{"url": f"http://127.0.0.1:{port}/hook"}])
         provider = CountingProvider(FAST)
@@ -220,7 +220,7 @@ async def test_a_blackholed_receiver_delays_no_look_and_its_failures_show(tmp_pa
 
 
 async def test_a_rollback_pending_on_a_proxy_cut_off_is_told_then_its_late_confirmation(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     clock.now = 100.0
     fleet = PartitionedFleet()
     with recording() as (hooks, port):
@@ -242,7 +242,7 @@ async def test_a_rollback_pending_on_a_proxy_cut_off_is_told_then_its_late_confi
 
 
 async def test_a_message_answered_503_is_sent_again_and_counted_once_delivered(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     with recording(fail_first=1) as (hooks, port):
         data = spec_data(notifications=[{"url": f"http://127.0.0.1:{port}/"}])
         _, controller, notifier = notified(data, tmp_path, clock, CountingProvider(HEALTHY))

@@ -21,15 +21,8 @@ from gateway.rollout.story import RolloutEvent, storyteller
 from gateway.spec.model import SpecError, validate_spec
 from gateway.xds.server import AdsServer
 from graystack.console.status_view import render_status
-from tests.unit.test_rollout_controller import (
-    NAME,
-    Clock,
-    metric,
-    new_controller,
-    new_gateway,
-    saved,
-    spec_data,
-)
+from tests.support.clock import FakeClock
+from tests.unit.test_rollout_controller import NAME, metric, new_controller, new_gateway, saved, spec_data
 
 STEP_HOLD = 600  # the first step's hold in spec_data(): 10m
 
@@ -81,8 +74,8 @@ def hook() -> Iterator[Hook]:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 def gated(**step1) -> dict:
@@ -92,7 +85,7 @@ def gated(**step1) -> dict:
     return data
 
 
-async def past_the_hold(controller, clock: Clock) -> None:
+async def past_the_hold(controller, clock: FakeClock) -> None:
     """Two looks: the first sets where the counters start, the second comes after the step's hold."""
     await controller.tick()
     clock.now += STEP_HOLD + 1

@@ -308,7 +308,13 @@ class GatewayProcess:
             self.options.xds_host,
             self.options.xds_port,
             also=[
-                AnswerReceiver(self.answers, self._leading, self._digests_only, self._placement()).register
+                AnswerReceiver(
+                    self.answers,
+                    self._leading,
+                    self._digests_only,
+                    self._placement(),
+                    self.envoys_picker.picker.ended if self.envoys_picker is not None else None,
+                ).register
             ],
         )
         background = [*self.driver.background(), *([self.user_gateway.run()] if self.user_gateway else [])]

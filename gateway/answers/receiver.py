@@ -2,9 +2,11 @@
 in the store. It is served on the xDS gRPC server (gateway/app.py), where the proxies' access log points
 (gateway/envoy/answer_log.py).
 
-An entry that cannot be read is counted and logged, and the stream goes on; a stream from another log
-(another name than `names.ANSWER_LOG`, or `names.SHADOW_LOG` for mirrored copies) is read to its end
-and ignored. Nothing here answers Envoy but the
+An entry that cannot be read is counted and logged, and the stream goes on. The picker log
+(`names.PICKER_LOG`: the requests the picker this gateway serves for its own Envoy picked, an entry as
+each ends, gateway/envoy/picker_checks.py) is not an answer: each entry's `x-request-id` goes to
+`picks_ended`. A stream from another log (another name than these, or `names.SHADOW_LOG` for mirrored
+copies) is read to its end and ignored. Nothing here answers Envoy but the
 stream's close: Envoy never waits on it.
 
 Only the replica that leads keeps answers: the leader alone judges the rollout. A follower refuses a
@@ -41,12 +43,16 @@ class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
         leading: Callable[[], bool] = lambda: True,
         digests_only: Callable[[], bool] = lambda: False,
         placement: Placement | None = None,
+        picks_ended: Callable[[str], None] | None = None,
     ) -> None:
-        """`placement`: the answers come from the user's own gateway (issue 36), placed by it."""
+        """`placement`: the answers come from the user's own gateway (issue 36), placed by it.
+        `picks_ended`: told the `x-request-id` of each entry of the picker log (`names.PICKER_LOG`), the
+        requests the picker this gateway serves picked, as each ends (gateway/epp/held.py)."""
         self.store = store
         self.leading = leading
         self.digests_only = digests_only  # `analysis.quality.keep: digest`: no captured text is kept
         self.placement = placement
+        self.picks_ended = picks_ended
 
     def register(self, server: grpc.aio.Server) -> None:
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self, server)
@@ -64,7 +70,11 @@ class AnswerReceiver(als_pb2_grpc.AccessLogServiceServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, FOLLOWING)
             if message.HasField("identifier"):
                 log_name = message.identifier.log_name
-            if log_name in (names.ANSWER_LOG, names.SHADOW_LOG):
+            if log_name == names.PICKER_LOG and self.picks_ended is not None:
+                for entry in message.http_logs.log_entry:
+                    if entry.request.request_id:
+                        self.picks_ended(entry.request.request_id)
+            elif log_name in (names.ANSWER_LOG, names.SHADOW_LOG):
                 for entry in message.http_logs.log_entry:
                     self.take(entry, shadow=log_name == names.SHADOW_LOG)
         return als_pb2.StreamAccessLogsResponse()

@@ -49,15 +49,12 @@ from gateway.envoy.faults import (
     build_unfaulted_cluster,
 )
 from gateway.envoy.local_replies import build_local_reply_config
-from gateway.envoy.picking import (
-    build_picker_cluster,
-    build_picker_filter,
-    build_picker_log,
-    picked_balancing,
-)
+from gateway.envoy.picker_checks import build_picker_log
+from gateway.envoy.picking import build_picker_cluster, build_picker_filter, picked_balancing
 from gateway.envoy.routes import build_route_config
 from gateway.envoy.shadow import build_shadow_hop_cluster, build_shadow_listener
 from gateway.envoy.variant_header import variant_metadata
+from gateway.spec.affinity import cohort_header
 from gateway.spec.envoy_picker import EnvoyPicker
 from gateway.spec.model import RolloutSpec, Routing
 from gateway.spec.quality import Quality
@@ -175,7 +172,11 @@ def build_variant_cluster(spec: RolloutSpec, variant: str) -> cluster_pb2.Cluste
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ads_config_source()),
         connect_timeout=duration(1.0),
-        **(picked_balancing(policy) if spec.envoy_picker is not None else load_balancing(policy)),
+        **(
+            picked_balancing(policy, spec.envoy_picker)
+            if spec.envoy_picker is not None
+            else load_balancing(policy)
+        ),
         health_checks=_health_checks(spec, variant),
         circuit_breakers=circuit_breakers(),
         metadata=variant_metadata(variant),
@@ -282,7 +283,7 @@ def build_listener(
 ) -> listener_pb2.Listener:
     """The ingress: the affinity filters first where the spec's `routing` wants them
     (gateway/envoy/affinity_filter.py), the request-side capture where it has `analysis.quality`
-    (gateway/envoy/capture.py), the answer filter (capturing then too), the picker's ext_proc where the
+    (gateway/envoy/capture.py), the answer filter (capturing then too), the picker's filter where the
     spec has an `envoy_picker` (gateway/envoy/picking.py), the router."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=names.HCM_STAT_PREFIX,
@@ -295,13 +296,17 @@ def build_listener(
             *(build_affinity_filters(routing) if routing is not None else []),
             *build_request_filter(quality),
             build_answer_filter(capture=quality is not None),
-            *([build_picker_filter(picker)] if picker is not None else []),
+            *(
+                [build_picker_filter(picker, cohort_header(routing.affinity) if routing else None)]
+                if picker is not None
+                else []
+            ),
             hcm_pb2.HttpFilter(name="envoy.filters.http.router", typed_config=any_proto(router_pb2.Router())),
         ],
         local_reply_config=build_local_reply_config(),
         access_log=[
             build_answer_log(listen.answer_log_cluster),
-            *([build_picker_log()] if picker is not None and picker.serve else []),
+            *([build_picker_log(listen.answer_log_cluster)] if picker is not None and picker.serve else []),
         ],
     )
     return http_listener(names.LISTENER, manager, socket_address(listen.host, listen.port))

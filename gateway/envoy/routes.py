@@ -102,7 +102,9 @@ def _route_action(spec: RolloutSpec, split: Mapping[str, int]) -> route_componen
                     request_headers_to_remove=[names.MIRROR_HEADER]
                     if mirror is not None and variant == mirror.variant
                     else [],
-                    typed_per_filter_config=picker_for(variant) if spec.envoy_picker is not None else {},
+                    typed_per_filter_config=picker_for(spec.envoy_picker, variant)
+                    if spec.envoy_picker
+                    else {},
                 )
                 for variant, weight in nested_order(split, baseline_variant(spec), _slots(spec))
             ],
@@ -204,7 +206,7 @@ def build_route_config(spec: RolloutSpec) -> route_pb2.RouteConfiguration:
                 routes=routes,
                 response_headers_to_add=served_headers(),
                 # the picker only where a weighted cluster names the variant (gateway/envoy/picking.py)
-                typed_per_filter_config=picker_off() if spec.envoy_picker is not None else {},
+                typed_per_filter_config=picker_off(spec.envoy_picker) if spec.envoy_picker else {},
             )
         ],
     )

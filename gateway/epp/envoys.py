@@ -5,13 +5,15 @@ Kubernetes), asked at every pick with the live spec's split and scorers (gateway
 step or a new pod reaches the next pick at once, and the picker never knows a pod Envoy's cluster lacks.
 
 Envoy names the variant its split chose (gateway/envoy/picking.py); the picker ranks that variant's pods.
-Envoy asks only for the pick, one round trip a request, and tells the picker each picked request's end
-in an access log of its own, by which the picker counts the request in flight to its answer's end,
-a streamed answer's last chunk included (gateway/epp/held.py).
+Envoy asks for the pick alone, by ext_authz over HTTP/1.1 (gateway/epp/checks.py: a gRPC stream a request
+through grpc.aio cost more than the goal of +1 ms allows), and tells the gateway each picked request's
+end in an access log of its own (gateway/answers/receiver.py hands it to `ended`), by which the picker
+counts the request in flight to its answer's end, a streamed answer's last chunk included
+(gateway/epp/held.py).
 Each pod's metrics are read in the background as `envoy_picker.metrics` says
 (gateway/epp/metrics_reader.py); a pod whose metrics cannot be read is ranked by its in-flight count and
 listed in the status's fallbacks, as the InferencePool's picker lists them (gateway/kubernetes/pool.py).
-No gRPC health server: Envoy asks none, and serves without a pick while the picker is down."""
+No health server: Envoy asks none, and serves without a pick while the picker is down."""
 
 from __future__ import annotations
 
@@ -19,15 +21,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import grpc
-
 from gateway.envoy.resources import EndpointMap
 from gateway.epp import tls
 from gateway.epp.feed import wanted_from
 from gateway.epp.metrics_reader import MetricsReader, Scrape
 from gateway.epp.picker import Picker
 from gateway.epp.readings import Readings
-from gateway.epp.server import EppServer, start
+from gateway.epp.served import serve, server_context
 from gateway.epp.status import PickerStatus
 from gateway.epp.wanted import Wanted
 from gateway.spec.envoy_picker import served
@@ -51,7 +51,7 @@ class EnvoysPicker:
         readings = Readings()
         self.picker = Picker(self.wanted, readings=readings)
         self.metrics = MetricsReader(readings, self.endpoints, self.scrape)
-        self._server: EppServer | None = None
+        self._server: asyncio.Server | None = None
 
     def pods(self) -> dict[str, tuple[str, ...]]:
         return pods_of(self._endpoints())
@@ -76,10 +76,8 @@ class EnvoysPicker:
         if bound is None:
             raise ValueError("envoy_picker: the spec has the gateway serve no picker")
         port, secure = bound
-        credentials: grpc.ServerCredentials | None = None
-        if secure:
-            credentials = tls.credentials(*await asyncio.to_thread(tls.self_signed))
-        self._server = await start(self.picker, host, port, None, credentials, holds=True)
+        context = server_context(*await asyncio.to_thread(tls.self_signed)) if secure else None
+        self._server = await serve(self.picker, host, port, context)
         log.info("picking for graystack's Envoy on %s:%d (%s)", host, port, "TLS" if secure else "plaintext")
 
     async def run(self) -> None:
@@ -88,7 +86,7 @@ class EnvoysPicker:
 
     async def stop(self) -> None:
         if self._server is not None:
-            await self._server.stop()
+            self._server.close()  # Envoy's pooled connections are left to close with the process
 
     def status(self) -> PickerStatus:
         """The picker's part of the admin API's status (and so of `graystack status`)."""

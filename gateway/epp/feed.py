@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gateway.epp.wanted import Wanted
+from gateway.spec.affinity import cohort_header
 from gateway.spec.endpoint_picker import SCORERS, EndpointPicker, Prefix
 from gateway.spec.model import RolloutSpec
 
@@ -56,7 +57,7 @@ def wanted_from(spec: RolloutSpec, pods: Mapping[str, tuple[str, ...]], baseline
     routing = spec.routing
     models = dict(spec.endpoint_picker.models) if spec.endpoint_picker else {}
     present = {variant: pods.get(variant, ()) for variant in spec.variants if variant not in models}
-    cohort = next((source.header for source in routing.affinity if source.header), None)
+    cohort = cohort_header(routing.affinity)
     scoring = spec.endpoint_picker or spec.envoy_picker  # the spec refuses both at once
     return Wanted(
         pods=present,

@@ -1,12 +1,12 @@
-"""Requests whose picker stream ends at the pick, held in flight until their answer ends.
+"""Requests picked by a check that ends at the pick, held in flight until their answer ends.
 
-The picker the gateway serves for its own Envoy is asked one thing per request, the pick (one round
-trip: gateway/envoy/picking.py), so Envoy closes its stream right after. The answer's end comes instead
-in Envoy's access log, which that Envoy sends the picker too (gateway/epp/answer_ends.py): each entry
-names its request by `x-request-id`, and ends the request held under it. A request whose entry never
-comes (an entry Envoy dropped, a log stream that broke) is released `bound` seconds after its pick, so a
-lost entry never holds a pod's count for good. Envoy keeps a client's `x-request-id` on an internal
-request, so one id may name several requests: they end oldest first."""
+The picker the gateway serves for its own Envoy is asked one thing per request, the pick (a check:
+gateway/epp/checks.py), and learns nothing more from it. The answer's end comes instead in Envoy's log
+of the picks (gateway/envoy/picker_checks.py, received by gateway/answers/receiver.py): each entry names
+its request by `x-request-id`, and ends the request held under it. A request whose entry never comes (an
+entry Envoy dropped, a log stream that broke) is released `bound` seconds after its pick, so a lost
+entry never holds a pod's count for good. Envoy keeps a client's `x-request-id` on an internal request,
+so one id may name several requests: they end oldest first."""
 
 from __future__ import annotations
 

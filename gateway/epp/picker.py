@@ -1,5 +1,5 @@
 """The picker's state: requests in flight per pod, counted from the pick to the end of the answer (its
-stream's end, or the access log's entry where the stream ends at the pick: gateway/epp/held.py), the
+stream's end, or Envoy's log of the picks where a check ends at the pick: gateway/epp/held.py), the
 prompt bytes each pod has still to prefill (below), each cohort's last pod, the prompt blocks each pod was
 sent (gateway/epp/prefix.py), the pods' last metrics readings (kept by the reader, never read on a pick's
 path), and the rollout's current wishes read afresh for every request (an injected callable: a flip

@@ -1,7 +1,6 @@
 """The picker's two gRPC servers: ext_proc on its port (TLS unless told otherwise) and health on its own,
 in plaintext, as kubelet's gRPC probes and GIE's reference picker have it. The picker the gateway serves
-for its own Envoy has no health server (Envoy asks none, and fails open: gateway/envoy/picking.py), and
-serves on its ext_proc port the access log that tells it when each request ended (gateway/epp/held.py)."""
+for its own Envoy has no health server: Envoy asks none, and fails open (gateway/envoy/picking.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
-from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 
 from gateway.epp import rewrite
-from gateway.epp.answer_ends import AnswerEnds
 from gateway.epp.health import health_handler
 from gateway.epp.picker import Picker
 from gateway.epp.service import ExtProc
@@ -45,16 +42,12 @@ async def start(
     ready: Callable[[], bool] = lambda: True,
     bound: int = rewrite.BOUND,
     test_headers: bool = False,
-    holds: bool = False,
 ) -> EppServer:
     """Serve `picker` on `host:port` (TLS with `tls`, plaintext with None) and health on `host:health_port`
-    (None: no health server); `fallbacks`, `bound`, `test_headers`, `holds`: gateway/epp/service.py's
-    ExtProc; with `holds`, the access log that ends the held requests on the same port."""
+    (None: no health server); `fallbacks`, `bound`, `test_headers`: gateway/epp/service.py's ExtProc."""
     ext_proc = grpc.aio.server()
-    service = ExtProc(picker, fallbacks, bound, test_headers, holds)
+    service = ExtProc(picker, fallbacks, bound, test_headers)
     external_processor_pb2_grpc.add_ExternalProcessorServicer_to_server(service, ext_proc)
-    if holds:
-        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AnswerEnds(picker), ext_proc)
     address = f"{host}:{port}"
     port_bound = (
         ext_proc.add_secure_port(address, tls) if tls is not None else ext_proc.add_insecure_port(address)

@@ -47,21 +47,13 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
     while an override_host gateway takes the list and retries down it. `bound`: the most bytes of a body
     held before the pick. `unchanged`: the model variants' requests sent as they came, by reason;
     `unread`: the requests picked without the body a scorer wanted, by reason. `test_headers`: GIE's
-    conformance test headers honoured (gateway/epp/conformance.py), off by default. `holds`: the gateway
-    asks only for the pick and tells each request's end in its access log (graystack's own Envoy asking
-    the picker its gateway serves, gateway/envoy/picking.py), so a request's count is held past its
-    stream, until its entry comes (gateway/epp/held.py)."""
+    conformance test headers honoured (gateway/epp/conformance.py), off by default."""
 
     def __init__(
-        self,
-        picker: Picker,
-        fallbacks: int = 0,
-        bound: int = rewrite.BOUND,
-        test_headers: bool = False,
-        holds: bool = False,
+        self, picker: Picker, fallbacks: int = 0, bound: int = rewrite.BOUND, test_headers: bool = False
     ) -> None:
         self._picker, self._fallbacks, self._bound = picker, fallbacks, bound
-        self._test_headers, self._holds = test_headers, holds
+        self._test_headers = test_headers
         self.unchanged: Counter[str] = Counter()
         self.unread: Counter[str] = Counter()
 
@@ -96,11 +88,7 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
                     ticket = self._picker.place(draft, None)
                     if ticket.model is not None:
                         self._unchanged(ticket, "no body")
-                    answer = self._route(ticket)
-                    if self._holds and (request_id := headers.get("x-request-id")):
-                        self._picker.hold(ticket, request_id)  # its end comes in the access log
-                        ticket = None
-                    yield answer
+                    yield self._route(ticket)
                     continue
                 if held is not None and draft is not None:
                     answers: list[ext_proc.ProcessingResponse] = []

@@ -87,3 +87,9 @@ class AffinitySource(SpecModel):
     def label(self) -> str:
         """`header:x-user-id`, `cookie:session`, `body:metadata.user_id`: how logs and status name it."""
         return f"{self.kind}:{self.name}"
+
+
+def cohort_header(sources: list[AffinitySource]) -> str | None:
+    """The first header source's name: what a picker reads a request's cohort by (a cookie or body source
+    it does not read)."""
+    return next((source.header for source in sources if source.header), None)

@@ -1,6 +1,7 @@
 """The chart's picker for graystack's own Envoy (`envoyPicker`): the spec's envoy_picker with `serve: true`,
-every gateway replica binding it on all addresses, Envoy dialing the same epp Service, container port and
-network rule endpointPicker uses; the combinations that cannot work refused naming the values."""
+every gateway replica binding it on all addresses, Envoy dialing the epp Service (the leader's alone), the
+container port and network rule endpointPicker uses; the combinations that cannot work refused naming
+the values."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def test_the_rendered_spec_has_the_gateway_serve_envoys_picker_and_parses_with_g
     assert spec.endpoint_picker is None
 
 
-def test_every_replica_binds_the_picker_on_all_addresses_behind_the_epp_service() -> None:
+def test_every_replica_binds_the_picker_and_the_epp_service_reaches_the_leader_alone() -> None:
+    """Every replica binds it (any may come to lead); the Service reaches the leader, where Envoy's log of
+    the picks' ends goes too (the answer log's Service)."""
     chart = render(sets=(*ON, "envoyPicker.port=9012"))
     gateway = _gateway(chart)
     assert gateway["args"] == ["kube-gateway", "--picker-host", "0.0.0.0"]
@@ -54,14 +57,15 @@ def test_every_replica_binds_the_picker_on_all_addresses_behind_the_epp_service(
     epp = chart.named("Service", "-epp")
     assert epp["spec"]["ports"] == [
         {
-            "name": "grpc-ext-proc",
+            "name": "http-checks",
             "port": 9012,
             "targetPort": "epp",
             "protocol": "TCP",
-            "appProtocol": "http2",
+            "appProtocol": "http",
         }
     ]
-    assert epp["spec"]["selector"] == chart.named("Service", "-gateway")["spec"]["selector"]
+    assert epp["spec"]["selector"] == chart.named("Service", "-gateway-admin")["spec"]["selector"]
+    assert epp["spec"]["selector"]["graystack.dev/role"] == "leader"
     assert validate_spec(_spec_data(chart)).envoy_picker.port == 9012
     assert not [r for r in chart.of_kind("Role") if r["metadata"]["name"].endswith("-epp")]  # no pool to read
 

@@ -106,6 +106,18 @@ def with_inline_routes(listener, route_config):
             },
             {"zero-layer": Fault(error_rate=0.5, status=500, latency_ms=100)},
         ),
+        # the picker the gateway serves: ext_authz over HTTP/1.1 (TLS, a DNS name), its log of the picks' ends
+        (
+            {
+                "envoy_picker": {"host": "graystack-epp.serving", "port": 9002, "serve": True},
+                "retries": {"fallback": None},
+                "routing": {
+                    "weights": {"baseline": 90, "zero-layer": 10},
+                    "affinity": [{"header": "x-user"}],
+                },
+            },
+            None,
+        ),
         (  # cohorts from every kind of source, rules on the body's model, pod affinity
             {
                 "routing": {

@@ -7,12 +7,15 @@ from __future__ import annotations
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from gateway import names
+from gateway.envoy import picker_checks
 from gateway.envoy.picking import EXT_PROC, OVERRIDE_HOST
 from tests.unit.test_envoy_builders import build, routes_of
 
@@ -69,34 +72,54 @@ def test_the_filter_fails_open_keeps_the_drawn_route_and_sends_no_body():
     assert not config.grpc_service.HasField("timeout")  # it would bound the whole stream
 
 
-def access_logs(resources) -> list[str]:
-    """The names of the listener's gRPC access logs."""
+def listener_manager(resources) -> hcm_pb2.HttpConnectionManager:
     manager = hcm_pb2.HttpConnectionManager()
     resources.listeners[0].filter_chains[0].filters[0].typed_config.Unpack(manager)
-    logs = []
-    for log in manager.access_log:
-        config = als_pb2.HttpGrpcAccessLogConfig()
-        log.typed_config.Unpack(config)
-        logs.append(config.common_config.log_name)
-    return logs
+    return manager
 
 
-def test_the_picker_the_gateway_serves_is_asked_once_and_told_each_picks_end_in_a_log():
-    built = build(envoy_picker={**PICKER, "serve": True}, retries={"fallback": None})
-    config = ext_proc_pb2.ExternalProcessor()
+def test_the_picker_the_gateway_serves_is_checked_over_http_and_told_each_picks_end_in_a_log():
+    served = {**PICKER, "serve": True}
+    built = build(
+        envoy_picker=served,
+        retries={"fallback": None},
+        routing={"weights": {"baseline": 100}, "affinity": [{"header": "X-User"}]},
+    )
+    config = ext_authz_pb2.ExtAuthz()
     filters(built)[-2].typed_config.Unpack(config)
-    mode = processing_mode_pb2.ProcessingMode
-    assert config.processing_mode.response_header_mode == mode.SKIP  # the pick is the one round trip
-    assert access_logs(built) == [names.ANSWER_LOG, names.PICKER_LOG]
-    manager = hcm_pb2.HttpConnectionManager()
-    built.listeners[0].filter_chains[0].filters[0].typed_config.Unpack(manager)
-    log = manager.access_log[1]
-    assert log.filter.metadata_filter.matcher.filter == names.EPP_LB_NAMESPACE  # picked requests alone
-    config = als_pb2.HttpGrpcAccessLogConfig()
-    log.typed_config.Unpack(config)
-    assert config.common_config.grpc_service.envoy_grpc.cluster_name == names.PICKER_CLUSTER
-    assert config.common_config.buffer_size_bytes.value == 0  # each entry sent as its request ends
-    assert access_logs(picked()) == [names.ANSWER_LOG]  # another picker is told by the answer's headers
+    assert filters(built)[-2].name == picker_checks.EXT_AUTHZ
+    assert config.failure_mode_allow
+    assert [m.exact for m in config.allowed_headers.patterns] == ["x-request-id", "x-user"]
+    assert config.http_service.server_uri.cluster == names.PICKER_CLUSTER
+    answer = config.http_service.authorization_response.dynamic_metadata_from_headers.patterns
+    assert [m.exact for m in answer] == [names.EPP_DESTINATION]
+    (host,) = built.routes[0].virtual_hosts
+    off = ext_authz_pb2.ExtAuthzPerRoute()
+    host.typed_per_filter_config[picker_checks.EXT_AUTHZ].Unpack(off)
+    assert off.disabled
+    for route in routes_of(built):
+        for weighted in route.route.weighted_clusters.clusters:
+            on = ext_authz_pb2.ExtAuthzPerRoute()
+            weighted.typed_per_filter_config[picker_checks.EXT_AUTHZ].Unpack(on)
+            assert on.check_settings.http_service.path_prefix == f"/{weighted.name}"
+    override = override_host_pb2.OverrideHost()
+    (chosen,) = cluster(built, "baseline").load_balancing_policy.policies
+    chosen.typed_extension_config.typed_config.Unpack(override)
+    assert override.override_host_sources[0].metadata.key == picker_checks.NAMESPACE
+    dialled = cluster(built, names.PICKER_CLUSTER)
+    options = http_protocol_options_pb2.HttpProtocolOptions()
+    dialled.typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].Unpack(
+        options
+    )
+    assert options.explicit_http_config.HasField("http_protocol_options")  # HTTP/1.1, not gRPC
+    (_, log) = listener_manager(built).access_log
+    assert log.filter.metadata_filter.matcher.filter == picker_checks.NAMESPACE  # picked requests alone
+    picks = als_pb2.HttpGrpcAccessLogConfig()
+    log.typed_config.Unpack(picks)
+    assert picks.common_config.log_name == names.PICKER_LOG
+    assert picks.common_config.grpc_service.envoy_grpc.cluster_name == names.XDS_CLUSTER  # the answer log's
+    assert picks.common_config.buffer_size_bytes.value == 0  # each entry sent as its request ends
+    assert len(listener_manager(picked()).access_log) == 1  # a user's picker is told by the answer's headers
 
 
 def test_only_the_splits_weighted_clusters_ask_naming_their_variant():

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.admin.protocol import FaultResult
 from graystack.admin_client import AdminClient
+from graystack.local import loopback
 from graystack.local.processes import ManagedProcess, free_port, start_process, stop_together, wait_until
 from graystack.local.prometheus import start_prometheus
 
@@ -83,7 +84,7 @@ def measuring_args(envoy_admin: str, targets: list[str]) -> list[str]:
 
 
 def answers(port: int, path: str) -> bool:
-    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200
+    return loopback.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200
 
 
 class UpstreamServers(Protocol):
@@ -310,7 +311,7 @@ class GatewayStack:
         tmp.replace(self.spec_path)
 
     def status(self) -> dict[str, Any]:
-        return httpx.get(f"{self.admin_url}/v1/status", timeout=5).json()
+        return loopback.get(f"{self.admin_url}/v1/status", timeout=5).json()
 
     def wait_converged(self, generation_above: int = -1, timeout: float = 15) -> dict[str, Any]:
         """Every proxy has ACKed the current config (routes included: the gateway counts a proxy
@@ -334,7 +335,7 @@ class GatewayStack:
 
     def metric(self, url: str, name: str, labels: dict[str, str]) -> float:
         """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""
-        text = httpx.get(url, timeout=5).text
+        text = loopback.get(url, timeout=5).text
         return sum(
             sample.value
             for family in text_string_to_metric_families(text)

@@ -119,13 +119,50 @@ def first_answers(
     """Per client once: (runs, looks) clients whose first answer came in each look, and failed ones
     (from look `onset` on, with probability `extra` on top of the client's own). `first`: each
     client's first request's time in the stage (s), shared by a shadow copy and its original."""
-    runs = len(first)
+    row, at, failed = _first_seen(rng, people, side, first, looks, extra, onset)
+    return _per_look(row, at, failed, len(first), looks)
+
+
+def observed_first_answers(
+    rng: np.random.Generator,
+    people: Population,
+    sides: tuple[np.ndarray, np.ndarray],
+    first: np.ndarray,
+    looks: int,
+) -> tuple[np.ndarray, ...]:
+    """`first_answers` of the candidate's and the baseline's side (the same draws, in that order),
+    kept only at the looks where some run's either side has a first answer: the rest change no test
+    (E2 takes no step without data), and in a stage of days they are most of its looks."""
+    seen = [_first_seen(rng, people, side, first, looks) for side in sides]
+    kept = np.unique(np.concatenate([at for _, at, _ in seen]))
+    counts: list[np.ndarray] = []
+    for row, at, failed in seen:
+        counts += _per_look(row, np.searchsorted(kept, at), failed, len(first), len(kept))
+    return tuple(counts)
+
+
+def _first_seen(
+    rng: np.random.Generator,
+    people: Population,
+    side: np.ndarray,
+    first: np.ndarray,
+    looks: int,
+    extra: float = 0.0,
+    onset: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each first answer in the stage on `side`: its run, its look, whether it failed."""
     look = (first // LOOK_SECONDS).astype(np.int64)
-    seen = side & (look < looks)
-    row, column = np.nonzero(seen)
+    row, column = np.nonzero(side & (look < looks))
     at = look[row, column]
     p = people.errors[row, column]
     failed = rng.random(len(at)) < np.where(at >= onset, 1 - (1 - p) * (1 - extra), p)
+    return row, at, failed
+
+
+def _per_look(
+    row: np.ndarray, at: np.ndarray, failed: np.ndarray, runs: int, looks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """First answers and failed ones counted per run and look (runs, looks)."""
     flat = row * looks + at
     n = np.bincount(flat, minlength=runs * looks).reshape(runs, looks)
     x = np.bincount(flat, weights=failed, minlength=runs * looks).reshape(runs, looks).astype(np.int64)
@@ -133,12 +170,10 @@ def first_answers(
 
 
 def _fires(tests: ErrorTests, counts: tuple[np.ndarray, ...]) -> np.ndarray:
-    """Which runs' tests fire at some look, fed CHUNK looks at a time. Looks where no run observed
-    anything are skipped: they change no test (E2 takes no step without data)."""
-    kept = [c[:, (counts[0] + counts[2]).any(axis=0)] for c in counts]
+    """Which runs' tests fire at some look, fed CHUNK looks at a time."""
     fired = np.zeros(len(counts[0]), dtype=bool)
-    for i in range(0, kept[0].shape[1], CHUNK):
-        fired |= tests.looks(*(c[:, i : i + CHUNK] for c in kept)).any(axis=1)
+    for i in range(0, counts[0].shape[1], CHUNK):
+        fired |= tests.looks(*(c[:, i : i + CHUNK] for c in counts)).any(axis=1)
     return fired
 
 
@@ -156,10 +191,7 @@ def false_rollbacks(total_rps: float, trials: int, seed: int) -> list[dict[str, 
         for share, shadowing, looks in _stages():
             cand, base = _sides(people, share, shadowing)
             first = rng.exponential(1.0 / people.rate)
-            unit_counts = (
-                *first_answers(rng, people, cand, first, looks),
-                *first_answers(rng, people, base, first, looks),
-            )
+            unit_counts = observed_first_answers(rng, people, (cand, base), first, looks)
             block["clients"] |= _fires(tests["clients"], unit_counts)
             (cand_rate, cand_errors), (base_rate, base_errors) = (
                 side_rates(people, cand),

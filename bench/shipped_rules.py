@@ -103,14 +103,21 @@ class ThresholdRuns:
         kernel's increments; E2's recursion runs over the batch in closed form
         (`shiryaev_roberts_looks`, tested equal to the controller's look-by-look step)."""
         plan = self.plan
+        carried = n > 0
+        if not carried.any():  # no step for any run: each stays as it is over these looks
+            return _each_look(self.fired(), n.shape[1])
         inc = threshold_increments(plan.max_error_rate, self.alternatives, n, x)
         log_lr = self.log_lr[:, None, :] + inc.cumsum(axis=1)
-        carried = n > 0
         log_sr = shiryaev_roberts_looks(self.log_sr, self.started, carried, inc)
         started = self.started[:, None] | np.logical_or.accumulate(carried, axis=1)
         self.log_sr = np.where(started[:, -1, None], log_sr[:, -1], self.log_sr)
         self.log_lr, self.started = log_lr[:, -1], started[:, -1]
         return _reaches(log_lr, plan.log_bound) | (started & _reaches(log_sr, plan.log_detector_bound))
+
+    def fired(self) -> np.ndarray:
+        """Which runs' E1 or E2 has fired as they stand."""
+        detected = self.started & _reaches(self.log_sr, self.plan.log_detector_bound)
+        return _reaches(self.log_lr, self.plan.log_bound) | detected
 
 
 @dataclass
@@ -137,6 +144,8 @@ class RatioRuns:
         # R1's factor is exactly 1 (log 0) at a look without errors or without one side's requests,
         # so the kernel runs on the other looks only
         compared = (cand_n > 0) & (base_n > 0)
+        if not compared.any():  # a factor of 1 and no SR step for every run: each stays as it is
+            return _each_look(self.fired(), cand_n.shape[1])
         counted = (cand_x + base_x > 0) & compared
         steps = np.zeros((*cand_n.shape, len(self.ratios)))
         steps[counted] = ratio_look(
@@ -154,6 +163,13 @@ class RatioRuns:
         self.log_sr = np.where(started[:, -1, None], log_sr[:, -1], self.log_sr)
         self.started = started[:, -1]
         return fired | (started & _reaches(log_sr, self.plan.log_detector_bound))
+
+    def fired(self) -> np.ndarray:
+        """Which runs' R1 (or its detector) has fired as they stand."""
+        fired = _reaches(self.log_lr, self.plan.log_bound)
+        if not self.detector:
+            return fired
+        return fired | (self.started & _reaches(self.log_sr, self.plan.log_detector_bound))
 
 
 class Judged(NamedTuple):
@@ -280,6 +296,12 @@ class LatencyTests:
             0.05, self.slo, self.slo_lr, self.slo_sr, started, total, slow
         )
         return shifted | _reaches(self.slo_lr, self.plan.log_bound)
+
+
+def _each_look(fired: np.ndarray, looks: int) -> np.ndarray:
+    """`fired` (runs,) at each of `looks` looks in which no test moved (runs, looks): the kernels' cost
+    there is skipped (a whole stage at 100 % gives the baseline's tests no look with data)."""
+    return np.repeat(fired[:, None], looks, axis=1)
 
 
 def _reaches(log_values: np.ndarray, bound: float) -> np.ndarray:

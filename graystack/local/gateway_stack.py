@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.admin.protocol import FaultResult
 from graystack.admin_client import AdminClient
-from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
+from graystack.local import loopback
+from graystack.local.processes import ManagedProcess, free_port, start_process, stop_together, wait_until
 from graystack.local.prometheus import start_prometheus
 
 VARIANTS = ("baseline", "zero-layer")
@@ -83,7 +84,7 @@ def measuring_args(envoy_admin: str, targets: list[str]) -> list[str]:
 
 
 def answers(port: int, path: str) -> bool:
-    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200
+    return loopback.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200
 
 
 class UpstreamServers(Protocol):
@@ -193,7 +194,7 @@ class GatewayStack:
         self.write_spec(self._spec)
         self.start_gateway()
         bootstrap = self.workdir / "envoy.yaml"
-        bootstrap.write_text(self.cli("envoy-bootstrap", *self.bootstrap_args()))
+        bootstrap.write_text(self.bootstrap_yaml())
         self.envoy = start_process("envoy", envoy_argv(self.envoy_binary, bootstrap), self.logs)
         self.envoy.wait_healthy(self.serving, 30, "the first request through Envoy")
         if self.prometheus_binary:
@@ -229,6 +230,21 @@ class GatewayStack:
             self.node_id,
         ]
 
+    def bootstrap_yaml(self) -> str:
+        """What `graystack envoy-bootstrap` prints with `bootstrap_args()`, rendered in this process: a
+        CLI process per stack start cost half a second of CPU (the command's own tests run it)."""
+        from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
+        from gateway.envoy.resources import ListenerAddress
+
+        return bootstrap_yaml(
+            BootstrapOptions(
+                node_id=self.node_id,
+                xds_port=self.ports["xds"],
+                listen=ListenerAddress("127.0.0.1", self.ports["listen"]),
+                admin_port=self.ports["envoy_admin"],
+            )
+        )
+
     def gateway_argv(self) -> list[str]:
         """`graystack gateway` on this stack's spec and ports: fault injection (`graystack fault`) as `up`
         has it, and what the upstreams' guard measures."""
@@ -257,10 +273,13 @@ class GatewayStack:
         return [self.prometheus, self.envoy, self.gateway, *self.upstreams.processes()]
 
     def stop(self) -> None:
+        """Envoy and the gateway one after the other, as they were stopped before (nothing judges an
+        upstream's absence meanwhile); then the upstreams, which no longer serve anyone, all at once."""
         self.client.close()
-        for process in self.processes():
+        for process in (self.prometheus, self.envoy, self.gateway):
             if process is not None:
                 process.stop()
+        stop_together(self.upstreams.processes())
 
     # -- driving it -------------------------------------------------------------------------------
 
@@ -292,7 +311,7 @@ class GatewayStack:
         tmp.replace(self.spec_path)
 
     def status(self) -> dict[str, Any]:
-        return httpx.get(f"{self.admin_url}/v1/status", timeout=5).json()
+        return loopback.get(f"{self.admin_url}/v1/status", timeout=5).json()
 
     def wait_converged(self, generation_above: int = -1, timeout: float = 15) -> dict[str, Any]:
         """Every proxy has ACKed the current config (routes included: the gateway counts a proxy
@@ -316,7 +335,7 @@ class GatewayStack:
 
     def metric(self, url: str, name: str, labels: dict[str, str]) -> float:
         """The sum of `name`'s samples at `url` whose labels include `labels` (0 if none)."""
-        text = httpx.get(url, timeout=5).text
+        text = loopback.get(url, timeout=5).text
         return sum(
             sample.value
             for family in text_string_to_metric_families(text)

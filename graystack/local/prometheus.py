@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
+from graystack.local import loopback
 from graystack.local.processes import ManagedProcess, start_process
 
 ALERT_RULES = (
@@ -62,5 +62,5 @@ def start_prometheus(
     ]
     process = start_process("prometheus", argv, workdir / "logs")
     url = f"http://127.0.0.1:{port}/-/ready"
-    process.wait_healthy(lambda: httpx.get(url, timeout=2).status_code == 200, 30, "Prometheus")
+    process.wait_healthy(lambda: loopback.get(url, timeout=2).status_code == 200, 30, "Prometheus")
     return process

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from graystack.local import loopback
 from graystack.local.gateway_stack import (
     VARIANTS,
     GatewayStack,
@@ -133,7 +134,7 @@ class ModelServers:
     def set_fault(self, error_rate: float, latency_ms: int = 0, variant: str = "zero-layer") -> None:
         """`variant`'s server fails `error_rate` of its requests and waits `latency_ms` before each."""
         change = {"error_rate": error_rate, "added_latency_ms": latency_ms}
-        httpx.post(f"{self.server_url(variant)}/admin/faults", json=change, timeout=5).raise_for_status()
+        loopback.post(f"{self.server_url(variant)}/admin/faults", json=change, timeout=5).raise_for_status()
 
 
 class RolloutStack(GatewayStack):

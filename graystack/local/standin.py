@@ -160,7 +160,16 @@ def main() -> None:
     parser.add_argument("--pod", help=f"name this pod in every answer's {POD_HEADER} header")
     args = parser.parse_args()
     app = StandInUpstream(args.name, args.mode, pod=args.pod)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    # A stalled answer is given a second on SIGTERM, not waited out: a stack's stop would wait for it
+    # until its grace (5 s) ran out and it was killed.
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=1,
+    )
 
 
 if __name__ == "__main__":

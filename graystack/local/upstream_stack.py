@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from graystack.local import loopback
 from graystack.local.gateway_stack import GatewayStack, graystack_argv, measuring_args
 from graystack.local.processes import ManagedProcess, StartupError, start_process, wait_until
 
@@ -224,5 +225,7 @@ class UpstreamStack(GatewayStack):
     def serving(self) -> bool:
         """Envoy is live and holds the gateway's config: requests reach the servers (a request of our
         own would need a model name each server accepts)."""
-        ready = httpx.get(f"http://127.0.0.1:{self.ports['envoy_admin']}/ready", timeout=2).status_code == 200
+        ready = (
+            loopback.get(f"http://127.0.0.1:{self.ports['envoy_admin']}/ready", timeout=2).status_code == 200
+        )
         return ready and bool(self.status()["xds"]["converged"])

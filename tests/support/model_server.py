@@ -11,6 +11,7 @@ import httpx
 from click.testing import CliRunner
 
 from graystack.cli import main
+from graystack.local import loopback
 from graystack.local.processes import ManagedProcess, free_port, start_process
 
 
@@ -60,7 +61,7 @@ def wait_ready(server: ModelServer, timeout: float = 90.0) -> None:
         if not server.process.alive():
             raise RuntimeError(f"{server.process.name} exited:\n{server.process.log()}")
         try:
-            if httpx.get(f"{server.url}/readyz", timeout=2).status_code == 200:
+            if loopback.get(f"{server.url}/readyz", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass  # not listening yet

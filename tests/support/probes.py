@@ -10,9 +10,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from graystack.local import loopback
 from graystack.local.processes import ManagedProcess, free_port, start_process, wait_until
 
 INTERVAL = 0.5
@@ -20,7 +20,7 @@ INTERVAL = 0.5
 
 def scrape(port: int) -> dict:
     """(sample name, sorted labels) -> value, parsed by Prometheus' own text parser."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    text = loopback.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -66,7 +66,7 @@ def probe_until_ok(
 
     try:
         samples = wait_until(succeeded, 30, f"{count} successful probes of {target}")
-        return ProbeReport(samples, httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json())
+        return ProbeReport(samples, loopback.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json())
     except TimeoutError as error:  # the probe logs each failure with its reason
         raise AssertionError(f"{error}\n{process.log_tail()}") from None
     finally:

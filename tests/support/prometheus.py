@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from graystack.local import loopback
 from graystack.local import prometheus as local_prometheus
 from graystack.local.processes import ManagedProcess, free_port
 
@@ -24,11 +23,11 @@ class PrometheusServer:
         return f"http://127.0.0.1:{self.port}"
 
     def ready(self) -> bool:
-        return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+        return loopback.get(f"{self.url}/-/ready", timeout=2).status_code == 200
 
     def query(self, promql: str) -> dict:
         """The API's whole answer (status included) to an instant query."""
-        return httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5).json()
+        return loopback.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5).json()
 
     def stop(self) -> None:
         self.process.stop()

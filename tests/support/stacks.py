@@ -8,11 +8,11 @@ from copy import deepcopy
 from functools import partial
 from typing import Any, TypeVar
 
-import httpx
 import yaml
 
 from gateway.names import ROUTE_CONFIG
 from graystack.admin_client import AdminClient
+from graystack.local import loopback
 from graystack.local.gateway_stack import VARIANTS, GatewayStack
 from graystack.local.processes import wait_until
 
@@ -47,17 +47,19 @@ def set_upstream(
     """`variant`'s stand-in answers in `mode` from now; `anonymous`: its answers carry no
     `x-graystack-variant`, as a server not graystack's."""
     body = {"mode": mode, "stall_seconds": stall_seconds, "reset": True, "anonymous": anonymous}
-    httpx.post(f"http://127.0.0.1:{stack.ports[variant]}/_control", json=body, timeout=5).raise_for_status()
+    loopback.post(
+        f"http://127.0.0.1:{stack.ports[variant]}/_control", json=body, timeout=5
+    ).raise_for_status()
 
 
 def upstream_answers(stack: GatewayStack, variant: str) -> dict[str, int]:
     """What `variant`'s stand-in answered, by kind."""
-    return httpx.get(f"http://127.0.0.1:{stack.ports[variant]}/_stats", timeout=5).json()
+    return loopback.get(f"http://127.0.0.1:{stack.ports[variant]}/_stats", timeout=5).json()
 
 
 def envoy_stats(stack: GatewayStack) -> dict[str, int]:
     """Envoy's counters and gauges by name."""
-    text = httpx.get(f"http://127.0.0.1:{stack.ports['envoy_admin']}/stats", timeout=5).text
+    text = loopback.get(f"http://127.0.0.1:{stack.ports['envoy_admin']}/stats", timeout=5).text
     stats = {}
     for line in text.splitlines():
         name, _, value = line.partition(": ")
@@ -68,7 +70,7 @@ def envoy_stats(stack: GatewayStack) -> dict[str, int]:
 
 def envoy_route_version(stack: GatewayStack) -> str:
     """The version of the main route config Envoy holds (not a fault hop's)."""
-    dump = httpx.get(
+    dump = loopback.get(
         f"http://127.0.0.1:{stack.ports['envoy_admin']}/config_dump",
         params={"resource": "dynamic_route_configs"},
         timeout=5,
@@ -92,7 +94,7 @@ def gateway_metric(stack: GatewayStack, name: str, labels: dict) -> float:
 def envoy_hosts_healthy(stack: GatewayStack) -> bool:
     """Whether Envoy holds every host of every cluster healthy: none failing a health check, none ejected
     by outlier detection, none waiting for its first check."""
-    clusters = httpx.get(
+    clusters = loopback.get(
         f"http://127.0.0.1:{stack.ports['envoy_admin']}/clusters", params={"format": "json"}, timeout=5
     ).json()
     return all(

@@ -7,8 +7,9 @@ baseline's; the split sends everything there. `graystack epp --insecure` runs as
 knowing those pods. Blocks alternate between two specs, written and converged between blocks: `bare`
 (no `envoy_picker`: the cluster's round robin) and `picked` (`envoy_picker`: ext_proc with the request's
 and the answer's headers, gateway/envoy/picking.py). A third target, `served`, is a second stack alike
-whose gateway serves the picker itself (`envoy_picker.serve`, gateway/epp/envoys.py; its socket is bound
-as the gateway starts, so it has its own stack), in the same rotation. Each block opens its own
+whose gateway serves the picker itself (`envoy_picker.serve`, gateway/epp/envoys.py: asked by ext_authz
+over HTTP/1.1, gateway/envoy/picker_checks.py; its socket is bound as the gateway starts, so it has its
+own stack), in the same rotation. Each block opens its own
 connection, since one opened before a listener change keeps the old filters until it drains. A request is
 bench/epp_cost.py's small non-streamed POST, sent at a fixed open-loop rate; the client (httpx) runs in
 this process."""

@@ -57,14 +57,14 @@ demo: install weights  ## the whole stack on trained weights: traffic, shadow ->
 up: install weights  ## the whole stack on trained weights until Ctrl-C; `graystack status|weight|...` find it
 	$(BIN)/graystack up --weights-dir $(WEIGHTS)
 
-# Three phases (issue 35): most tests wait (for processes, holds, looks), so they run side by side on three
+# Three phases (issue 35): most tests wait (for processes, holds, looks), so they run side by side on four
 # workers; the ones paced by model servers under load (tests/conftest.py PACED) run after them, two at a
 # time, each about half the two cores; the one that loads the machine to its limit on purpose (ALONE) runs
 # last, alone. Each phase runs whatever the one before gave; the status fails if any failed.
 SUITE := $(BIN)/pytest -q --durations=15
 test: install helm third-party  ## everything CI runs (the chart tests need Helm, the third-party tests their servers)
 	@status=0; \
-	$(SUITE) -n 3 --dist loadgroup -m "not vllm and not paced and not alone" || status=$$?; \
+	$(SUITE) -n 4 --dist loadgroup -m "not vllm and not paced and not alone" || status=$$?; \
 	$(SUITE) -n 2 --dist loadgroup -m "not vllm and paced" || status=$$?; \
 	$(SUITE) -m "not vllm and alone" || status=$$?; \
 	exit $$status

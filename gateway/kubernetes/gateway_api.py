@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 from kubernetes import client
 
-from gateway import names
+from gateway import names, outbound
 from gateway.answers.entries import segment_of
 from gateway.answers.store import AnswerStore
 from gateway.gatewayapi.attribution import address, pool_addresses, variants_by_address
@@ -201,7 +201,7 @@ class GatewayApiDataPlane:
             for variant, (hosts, port) in self._endpoints.items()
             for host in hosts
         }
-        with httpx.Client(timeout=SCRAPE_TIMEOUT) as client:
+        with httpx.Client(timeout=SCRAPE_TIMEOUT, verify=outbound.tls()) as client:
             readings = {}
             for url in urls:
                 response = client.get(url)

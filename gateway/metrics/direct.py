@@ -79,7 +79,7 @@ from collections.abc import Mapping, Sequence
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import names
+from gateway import names, outbound
 from gateway.errors import Unreachable
 from gateway.families import (
     ENVOY_UPSTREAM_RQ,
@@ -216,7 +216,7 @@ class DirectProvider:
     async def observe(self) -> Observations:
         envoy = [(None, self.envoy_url, {"filter": ENVOY_FILTER})] if self.envoy_url else []
         targets = [*envoy, *((v, url, {}) for v, url in self.pods)]
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
+        async with httpx.AsyncClient(timeout=self.timeout, verify=outbound.tls()) as client:
             scrapes = await asyncio.gather(
                 *(self._scrape(client, url, params, variant) for variant, url, params in targets),
                 return_exceptions=True,

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from gateway import outbound
 from gateway.errors import Unreachable
 from gateway.metrics.observations import CounterKey, Observations
 from gateway.metrics.queries import BUCKETS, SIGNALS, render
@@ -87,7 +88,7 @@ class PrometheusProvider:
     async def observe(self) -> Observations:
         at = self.clock()
         asked = [(v, name) for v in self.variants for name in self.queries if self.asks(name, v)]
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
+        async with httpx.AsyncClient(timeout=self.timeout, verify=outbound.tls()) as client:
             answers = await asyncio.gather(
                 *(self._query(client, name, variant, at) for variant, name in asked), return_exceptions=True
             )

@@ -1,21 +1,21 @@
 """HTTP requests to a local stack's processes, each on a connection of its own as httpx's top-level
-`get` and `post` make it, but sharing one TLS context. httpx builds a context for every such call (the CA
-bundle loaded again, whatever the URL's scheme): about 20 ms of CPU a call, against under 1 ms for the
-rest, and a test polling a stack's status every 50 ms spent a third of a core on it."""
+`get` and `post` make it, but sharing the gateway's one TLS context (gateway/outbound.py). httpx builds a
+context for every such call (the CA bundle loaded again, whatever the URL's scheme): about 20 ms of CPU a
+call, against under 1 ms for the rest, and a test polling a stack's status every 50 ms spent a third of a
+core on it."""
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
 import httpx
 
-_TLS = ssl.create_default_context()  # the context httpx would build itself (verify=True)
+from gateway import outbound
 
 
 def get(url: str, **options: Any) -> httpx.Response:
-    return httpx.get(url, verify=_TLS, **options)
+    return httpx.get(url, verify=outbound.tls(), **options)
 
 
 def post(url: str, **options: Any) -> httpx.Response:
-    return httpx.post(url, verify=_TLS, **options)
+    return httpx.post(url, verify=outbound.tls(), **options)

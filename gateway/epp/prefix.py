@@ -65,7 +65,8 @@ def block_hashes(prompt: bytes, model: str, block_bytes: int, most: int) -> tupl
 
 
 def shares_of(found: Mapping[str, int], blocks: int) -> dict[str, float]:
-    """Each endpoint's found blocks (`PrefixIndex.found`) as a share of the prompt's `blocks`."""
+    """Each endpoint's found blocks (`PrefixIndex.found`) as a share of the prompt's `blocks` (0 for all
+    when there are none: a prompt shorter than a block matches nothing)."""
     return {endpoint: count / blocks if blocks else 0.0 for endpoint, count in found.items()}
 
 
@@ -88,11 +89,6 @@ class PrefixIndex:
             for endpoint in alive:
                 found[endpoint] = count + 1
         return found
-
-    def shares(self, hashes: Sequence[int], endpoints: Iterable[str]) -> dict[str, float]:
-        """Each endpoint's share of `hashes` found on it contiguously from the first (0 for all when there
-        are no hashes: a prompt shorter than a block matches nothing)."""
-        return shares_of(self.found(hashes, endpoints), len(hashes))
 
     def record(self, hashes: Sequence[int], endpoint: str) -> tuple[int, ...]:
         """`endpoint` now holds `hashes`; the ones it did not hold before, so that `forget` can take back

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from gateway.epp.picker import Picker
-from gateway.epp.prefix import PrefixIndex, block_hashes, prompt_of
+from gateway.epp.prefix import PrefixIndex, block_hashes, prompt_of, shares_of
 from gateway.epp.readings import Adapters, Reading, Readings, parse
 from gateway.epp.scorers import Signals, lora
 from gateway.epp.wanted import Wanted
@@ -51,8 +51,9 @@ def test_a_pods_share_is_its_leading_blocks_found_contiguously_from_the_first():
     index.record(blocks[:2], "a")
     index.record(blocks[:1] + blocks[2:], "b")  # blocks 0, 2 and 3, not 1
     index.record(blocks[1:], "c")  # all but the first
-    assert index.shares(blocks, PODS) == {"a": 0.5, "b": 0.25, "c": 0.0}
-    assert index.shares((), PODS) == {"a": 0.0, "b": 0.0, "c": 0.0}
+    assert index.found(blocks, PODS) == {"a": 2, "b": 1, "c": 0}
+    assert shares_of(index.found(blocks, PODS), len(blocks)) == {"a": 0.5, "b": 0.25, "c": 0.0}
+    assert shares_of(index.found((), PODS), 0) == {"a": 0.0, "b": 0.0, "c": 0.0}
 
 
 def test_the_index_is_bounded_and_forgets_the_least_recently_sent_block_first():
@@ -64,7 +65,7 @@ def test_the_index_is_bounded_and_forgets_the_least_recently_sent_block_first():
     index.record(old, "c")  # sent again: now the most recent
     index.record(block_hashes(b"more", "m", 4, 100), "c")
     assert len(index) == 4
-    assert index.shares(old, PODS) == {"a": 1.0, "b": 0.0, "c": 1.0}
+    assert index.found(old, PODS) == {"a": len(old), "b": 0, "c": len(old)}
     index.size = 2  # the spec's bound lowered: the next record trims
     index.record(old, "a")
     assert len(index) == 2
@@ -77,7 +78,7 @@ def test_what_a_request_recorded_is_taken_back_alone():
     fresh = index.record(own, "a")
     assert fresh == own[2:]  # a held the first two already
     index.forget(fresh, "a")
-    assert index.shares(own, ["a"]) == {"a": 2 / 3}
+    assert index.found(own, ["a"]) == {"a": 2}  # of three
 
 
 def conversation(who: int, turns: int, system: str | None = None) -> dict[str, object]:

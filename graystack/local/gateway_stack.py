@@ -218,21 +218,10 @@ class GatewayStack:
     def start_upstreams(self) -> None:
         self._spec = self.upstreams.start(self.ports, self.logs)
 
-    def bootstrap_args(self) -> list[str]:
-        return [
-            "--xds-port",
-            str(self.ports["xds"]),
-            "--listen-port",
-            str(self.ports["listen"]),
-            "--admin-port",
-            str(self.ports["envoy_admin"]),
-            "--node-id",
-            self.node_id,
-        ]
-
     def bootstrap_yaml(self) -> str:
-        """What `graystack envoy-bootstrap` prints with `bootstrap_args()`, rendered in this process: a
-        CLI process per stack start cost half a second of CPU (the command's own tests run it)."""
+        """What `graystack envoy-bootstrap` prints for this stack's ports, rendered in this process: a CLI
+        process per stack start cost half a second of CPU (tests/integration/test_envoy_validate.py runs
+        the command itself)."""
         from gateway.envoy.bootstrap import BootstrapOptions, bootstrap_yaml
         from gateway.envoy.resources import ListenerAddress
 

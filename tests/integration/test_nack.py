@@ -50,7 +50,7 @@ async def test_a_rejected_route_leaves_the_last_acked_one_serving(tmp_path, envo
     )
     await gateway.start()
     bootstrap = tmp_path / "envoy.yaml"
-    bootstrap.write_text(stack.cli("envoy-bootstrap", *stack.bootstrap_args()))
+    bootstrap.write_text(stack.bootstrap_yaml())
     stack.envoy = start_process(
         "envoy", [envoy_binary, "-c", str(bootstrap), "--disable-hot-restart"], stack.logs
     )

@@ -36,6 +36,22 @@ BUFFER_BYTES = 65_536
 LOGGER = "envoy.access_loggers.http_grpc"
 
 
+def grpc_log(
+    cluster: str, log_name: str, buffer_bytes: int, flush: float | None = None
+) -> als_pb2.CommonGrpcAccessLogConfig:
+    """A gRPC access log named `log_name` on `cluster`, buffered up to `buffer_bytes` (0: an entry is sent
+    as it comes) and `flush` seconds (None: Envoy's default)."""
+    return als_pb2.CommonGrpcAccessLogConfig(
+        log_name=log_name,
+        grpc_service=grpc_service_pb2.GrpcService(
+            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster)
+        ),
+        transport_api_version=config_source_pb2.V3,
+        buffer_flush_interval=duration(flush) if flush is not None else None,
+        buffer_size_bytes=wrappers_pb2.UInt32Value(value=buffer_bytes),
+    )
+
+
 def build_answer_log(
     cluster: str = names.XDS_CLUSTER, log_name: str = names.ANSWER_LOG
 ) -> accesslog_pb2.AccessLog:
@@ -48,15 +64,7 @@ def build_answer_log(
         )
     )
     config = als_pb2.HttpGrpcAccessLogConfig(
-        common_config=als_pb2.CommonGrpcAccessLogConfig(
-            log_name=log_name,
-            grpc_service=grpc_service_pb2.GrpcService(
-                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster)
-            ),
-            transport_api_version=config_source_pb2.V3,
-            buffer_flush_interval=duration(FLUSH_S),
-            buffer_size_bytes=wrappers_pb2.UInt32Value(value=BUFFER_BYTES),
-        ),
+        common_config=grpc_log(cluster, log_name, BUFFER_BYTES, FLUSH_S),
         additional_request_headers_to_log=[names.SEGMENT_HEADER, names.AFFINITY_HEADER, names.ROUTED_HEADER],
         additional_response_headers_to_log=[names.VARIANT_HEADER, names.SERVER_VARIANT_HEADER],
     )

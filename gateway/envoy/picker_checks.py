@@ -25,7 +25,7 @@ and a route's own headers are added after the filters run."""
 from __future__ import annotations
 
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import config_source_pb2, grpc_service_pb2, http_uri_pb2
+from envoy.config.core.v3 import http_uri_pb2
 from envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
@@ -34,7 +34,7 @@ from envoy.type.matcher.v3 import string_pb2, value_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
 from gateway import names
-from gateway.envoy.answer_log import LOGGER
+from gateway.envoy.answer_log import LOGGER, grpc_log
 from gateway.envoy.common import any_proto, duration
 from gateway.spec.envoy_picker import EnvoyPicker
 
@@ -100,14 +100,5 @@ def build_picker_log(cluster: str) -> accesslog_pb2.AccessLog:
             match_if_key_not_found=wrappers_pb2.BoolValue(value=False),
         )
     )
-    config = als_pb2.HttpGrpcAccessLogConfig(
-        common_config=als_pb2.CommonGrpcAccessLogConfig(
-            log_name=names.PICKER_LOG,
-            grpc_service=grpc_service_pb2.GrpcService(
-                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster)
-            ),
-            transport_api_version=config_source_pb2.V3,
-            buffer_size_bytes=wrappers_pb2.UInt32Value(value=0),
-        )
-    )
+    config = als_pb2.HttpGrpcAccessLogConfig(common_config=grpc_log(cluster, names.PICKER_LOG, 0))
     return accesslog_pb2.AccessLog(name=LOGGER, filter=picked, typed_config=any_proto(config))

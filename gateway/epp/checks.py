@@ -43,8 +43,7 @@ def answer(picker: Picker, variant: str, headers: dict[str, str]) -> str | None:
         log.warning("variant %s: no pod of it known here; the request goes unpicked", variant)
         return None
     ticket = picker.place(draft, None)
-    telemetry.PICKS.labels(ticket.variant).inc()
-    telemetry.FALLBACK_SCORES.inc(ticket.unmetered)
+    telemetry.picked(ticket.variant, ticket.unmetered)
     request_id = headers.get(REQUEST_ID)
     if request_id:
         picker.hold(ticket, request_id)

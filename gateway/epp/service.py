@@ -128,8 +128,7 @@ class ExtProc(external_processor_pb2_grpc.ExternalProcessorServicer):
 
     def _route(self, ticket: Ticket, length: int | None = None) -> ext_proc.ProcessingResponse:
         """The headers' answer, once per routed request: counted by the variant it is served as."""
-        telemetry.PICKS.labels(ticket.variant).inc()
-        telemetry.FALLBACK_SCORES.inc(ticket.unmetered)
+        telemetry.picked(ticket.variant, ticket.unmetered)
         return protocol.route_to(ticket.endpoints[: 1 + self._fallbacks], ticket.variant, length)
 
     def _placed(

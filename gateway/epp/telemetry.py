@@ -30,3 +30,9 @@ FALLBACK_SCORES = Counter(
     "Pods ranked on the picker's own in-flight count in place of metrics it has no fresh reading of "
     "(never read, unreadable, stale), once per pick that ranked them",
 )
+
+
+def picked(variant: str, unmetered: int) -> None:
+    """One routed request, counted as `variant`'s, with the pods ranked without fresh metrics for it."""
+    PICKS.labels(variant).inc()
+    FALLBACK_SCORES.inc(unmetered)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from graystack.local.port_claims import claim
+
 T = TypeVar("T")
 
 
@@ -39,7 +41,8 @@ def free_port() -> int:
     kernel may offer the same unbound port twice, which two processes of one stack then fight over.
     Drawn below the kernel's ephemeral range: a port it offers for bind(0) is one it also gives outgoing
     connections as their source port, so any client connecting between the pick and the bind could take
-    it (CI once saw Envoy exit `Address already in use` so, on a listener port picked a moment before)."""
+    it (CI once saw Envoy exit `Address already in use` so, on a listener port picked a moment before).
+    Claimed machine-wide (port_claims): another process picking before this one's binds skips it."""
     below = ephemeral_ports().start
     while True:
         if below - LOWEST_PORT >= 1000:
@@ -48,7 +51,7 @@ def free_port() -> int:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
-        if port not in _HANDED_OUT and not port_in_use(port):
+        if port not in _HANDED_OUT and not port_in_use(port) and claim(port):
             _HANDED_OUT.append(port)
             return port
 

@@ -21,7 +21,8 @@ SHARED_SCOPES = {"module", "package", "class"}
 # Modules paced by model servers under load, waiting for evidence within bounds set for a machine half as
 # fast: beside the whole suite their servers' rate falls again, and side-by-side runs lost each of these
 # (BENCHMARKS.md, issue 35). Marked `paced`: `make test` runs them after the rest, two at a time (each
-# takes about half of the two cores), a module on one worker.
+# takes about half of the two cores); grouped only as any module is, so that the A/A module's two runs
+# can go to two workers and no worker is left alone with a long test at the end.
 PACED = frozenset(
     f"tests/integration/{name}.py"
     for name in (
@@ -54,5 +55,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.alone)
         if module in PACED:
             item.add_marker(pytest.mark.paced)
-        if item.get_closest_marker("xdist_group") is None and (module in PACED or shares_a_fixture(item)):
+        if item.get_closest_marker("xdist_group") is None and shares_a_fixture(item):
             item.add_marker(pytest.mark.xdist_group(module))

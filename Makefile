@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 WEIGHTS := runs/weights
 
-.PHONY: install prometheus nftables demo up test test-weights unit integration lint bench clean soak helm chart-test images
+.PHONY: install prometheus nftables demo up test unit integration lint bench clean soak helm chart-test images
 
 install: $(STAMP)
 
@@ -62,19 +62,12 @@ up: install weights  ## the whole stack on trained weights until Ctrl-C; `grayst
 # time, each about half the two cores; the one that loads the machine to its limit on purpose (ALONE) runs
 # last, alone. Each phase runs whatever the one before gave; the status fails if any failed.
 SUITE := $(BIN)/pytest -q --durations=15
-test: install helm third-party test-weights  ## everything CI runs (the chart tests need Helm, the third-party tests their servers)
-	@status=0; export GRAYSTACK_TEST_WEIGHTS=$(CURDIR)/$(TEST_WEIGHTS); \
+test: install helm third-party  ## everything CI runs (the chart tests need Helm, the third-party tests their servers)
+	@status=0; \
 	$(SUITE) -n 4 --dist loadgroup -m "not vllm and not paced and not alone" || status=$$?; \
 	$(SUITE) -n 2 --dist loadgroup -m "not vllm and paced" || status=$$?; \
 	$(SUITE) -m "not vllm and alone" || status=$$?; \
 	exit $$status
-
-# The trained weights the paced phase's tests serve (tests/support/trained.py), made before the suite and
-# again only when the code that trains them changes; `.ci/run` makes them beside lint.
-TEST_WEIGHTS := .tools/test-weights
-test-weights: $(TEST_WEIGHTS)/.done  ## the tests' trained weights (about 25 s on two cores)
-$(TEST_WEIGHTS)/.done: $(STAMP) tests/support/trained.py $(shell find inference -name '*.py')
-	$(BIN)/python -m tests.support.trained $(@D)
 
 unit: install
 	$(BIN)/pytest -q tests/unit

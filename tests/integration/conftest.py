@@ -19,7 +19,7 @@ from tests.support.third_party.servers import (
     start_vllm,
 )
 from tests.support.third_party.stack import ThirdPartyStack
-from tests.support.trained import made_before, train_pipeline
+from tests.support.trained import train_pipeline
 
 
 @pytest.fixture(scope="session")
@@ -29,10 +29,9 @@ def envoy_binary() -> str:
 
 @pytest.fixture(scope="session")
 def trained_weights(tmp_path_factory):
-    """A `make weights` directory, CI-sized (tests/support/trained.py): the one `make test` made before the
-    run, or else trained once per run (under xdist, by the first worker that needs it:
-    tests/support/shared.py)."""
-    return made_before() or once_per_run(tmp_path_factory, "weights", train_pipeline)
+    """A `make weights` directory, CI-sized (tests/support/trained.py); trained once per run (under
+    xdist, by the first worker that needs it: tests/support/shared.py)."""
+    return once_per_run(tmp_path_factory, "weights", train_pipeline)
 
 
 @pytest.fixture

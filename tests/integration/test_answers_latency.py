@@ -62,9 +62,9 @@ async def test_a_first_token_300ms_slower_is_rolled_back_on_servers_with_no_hist
     with served_scripted_upstream() as good, served_scripted_upstream(slower) as slow:
         variants = {"baseline": good, "candidate": slow}
         async with measured_gateway(tmp_path, envoy_binary, variants, {}, ROLLOUT) as measured:
-            # 16 clients: about 25 answers a second. With 4 (about 5 a second) the load gate
-            # (checks/latency.py MAX_LOAD_RATIO) needs a minute or so of requests to say the candidate's
-            # pod was not busier (its 30-look window, before, left a run's looks out for a minute and more).
+            # 16 clients: about 25 answers a second. With 4 (about 5 a second) the candidate's share of
+            # requests per pod is too uncertain for the load gate (checks/latency.py MAX_LOAD_RATIO) to
+            # say its pod was not busier, and a run could go on for a minute with its looks left out.
             state = await until_rolled_back(measured, CHAT, workers=16)
     rolled_back_on_latency(state)
 

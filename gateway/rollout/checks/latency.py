@@ -3,13 +3,13 @@ baseline's, in distribution. Pure. Two rows of one kind, one per signal, each wi
 
 Both variants' histograms per randomised stratum (or with `latency_source: answers` each answer's exact
 value), in looks where the candidate's pods were, with confidence, not busier than the baseline's
-(MAX_LOAD_RATIO, on the candidate's share of the recent requests, gateway/rollout/load_share.py, since a
-look holds too few long streams to say, and bounded from above, since a rollout's first looks hold a
-handful): a split of 70/30 over one pod each loads the candidate's pod 2.3 times as much, and its queues,
-not its code, would make it slower. Which looks count depends on request counts alone, never on the
-latencies, so the tests stay valid; a lightly loaded candidate that is still slower is all the more
-evidence. Where the servers export no TTFT histogram (llama.cpp, `transformers serve`), TTFT is compared
-on the probes' synthetic requests (the same one to every pod) instead. Inter-token latency is each request's
+(MAX_LOAD_RATIO, on request counts per pod summed over about LOAD_LOOKS looks, since a look holds too
+few long streams to say, and bounded from above, since a rollout's first looks hold a handful): a split
+of 70/30 over one pod each loads the candidate's pod 2.3 times as much, and its queues, not its code,
+would make it slower. Which looks count depends on request counts alone, never on the latencies, so
+the tests stay valid; a lightly loaded candidate that is still slower is all the more evidence. Where
+the servers export no TTFT histogram (llama.cpp, `transformers serve`), TTFT is compared on the
+probes' synthetic requests (the same one to every pod) instead. Inter-token latency is each request's
 mean gap, observed once per request: the tests' validity rests on each observation's variant being
 chosen at random, which holds for a request, not for its tokens, whose gaps share one server moment
 (counted per token, a healthy candidate's 173 gaps once passed for strong evidence in CI and rolled it
@@ -18,11 +18,10 @@ back; bench/itl_units.py measures both units).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal
-
-from pydantic import BeforeValidator
+from typing import Any, Literal
 
 from gateway.metrics.observations import ITL, ITL_SUM, TTFT, TTFT_SUM
 from gateway.rollout.checks.base import Moment, Off, Plan
@@ -36,7 +35,6 @@ from gateway.rollout.checks.common import (
     randomised,
 )
 from gateway.rollout.increments import Histogram, VariantLook
-from gateway.rollout.load_share import Window, odds, saved_window
 from gateway.rollout.sequential import ExactShiftTest, ShiftTest, by_stratum
 from gateway.rollout.verdicts import Check, Verdict
 from gateway.spec.model import RolloutSpec
@@ -44,16 +42,8 @@ from gateway.spec.model import RolloutSpec
 TTFT_VS_BASELINE = "ttft_vs_baseline"
 ITL_VS_BASELINE = "itl_vs_baseline"
 MAX_LOAD_RATIO = 1.25  # candidate requests per pod over the baseline's, above which latency is not compared
-# The load gate's two windows. The long one, in requests (each request's weight decays by 1 - 1/LOAD_REQUESTS
-# with every later request), opens the gate: it compares a look only where its bound, LOAD_Z sigmas up, is
-# under MAX_LOAD_RATIO, which on an even split at steady state (about 1,800 requests' worth) holds in
-# nearly every look; 30 looks hold too few requests for that below some 10 requests a second
-# (bench/load_gate.py). The short one, in looks, closes the gate within seconds where its estimate is over
-# MAX_LOAD_RATIO (a stage's higher weight), and where even its bound, LOAD_Z sigmas down, is over, the long
-# one starts again: what it remembers of a lighter share would otherwise reopen the gate for minutes.
-LOAD_REQUESTS = 900
-RECENT_LOOKS = 30
-LOAD_Z = 2.0
+LOAD_LOOKS = 30  # the request counts' smoothing, in looks
+LOAD_Z = 2.0  # latency is compared only where the load ratio's bound, this many sigmas up, is below the max
 
 
 @dataclass(frozen=True)
@@ -68,8 +58,7 @@ class LatencyTests:
     seen: int = 0  # candidate observations compared, randomised strata
     probed: int = 0  # of those, the probes' (TTFT from servers with no TTFT histogram)
     busier_looks: int = 0  # looks with candidate requests left out (its pods were busier)
-    load: Annotated[Window, BeforeValidator(saved_window)] = Window()  # requests, the long window
-    recent: Window = Window()  # requests, the short window
+    load: tuple[float, float] = (0.0, 0.0)  # candidate's and baseline's requests, decayed sums
     answered: int = 0  # candidate answers the gateway measured (latency_source: answers)
     sent: int = 0  # ... and its requests as Envoy counted them
     kind: Literal["latency"] = "latency"
@@ -117,9 +106,8 @@ class LatencyComparison:
             tests = replace(
                 tests, answered=tests.answered + answered(ours.ttft_values), sent=tests.sent + ours.requests
             )
-        load, recent = counted(tests.load, tests.recent, ours, theirs)
-        tests = replace(tests, load=load, recent=recent)
-        if busier(load, recent, ours, theirs):
+        tests = replace(tests, load=smoothed_load(tests.load, ours, theirs))
+        if load_ratio_bound(tests.load, ours, theirs) > MAX_LOAD_RATIO:
             return replace(tests, busier_looks=tests.busier_looks + (ours.requests > 0))
         if plan.exact_latency:
             theirs_values = theirs.ttft_values if self.signal == TTFT else theirs.itl_values
@@ -189,30 +177,23 @@ class LatencyComparison:
         return [Check(self.name, verdict, ratio, tests.seen, None, threshold, reason, shown, bound)]
 
 
-def counted(load: Window, recent: Window, ours: VariantLook, theirs: VariantLook) -> tuple[Window, Window]:
-    """The load gate's two windows with one look's requests added. Where the short one shows the candidate
-    busier, the long one starts again from this look: what it remembers of a lighter share before (a
-    stage's lower weight) must not open the gate, which takes this share's own requests to open again."""
-    recent = recent.add(ours.requests, theirs.requests, 1 - 1 / RECENT_LOOKS)
-    if odds(recent.share(LOAD_Z)[0]) * per_pod(ours, theirs) > MAX_LOAD_RATIO:
-        load = Window()
-    decay = (1 - 1 / LOAD_REQUESTS) ** (ours.requests + theirs.requests)
-    return load.add(ours.requests, theirs.requests, decay), recent
+def smoothed_load(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> tuple[float, float]:
+    """The candidate's and the baseline's request counts, summed with a decay of about LOAD_LOOKS looks."""
+    decay = 1 - 1 / LOAD_LOOKS
+    mine, others = load
+    return decay * mine + ours.requests, decay * others + theirs.requests
 
 
-def busier(load: Window, recent: Window, ours: VariantLook, theirs: VariantLook) -> bool:
-    """Whether the candidate's pods may have been busier than the baseline's: requests per pod over
-    MAX_LOAD_RATIO not ruled out by the long window, or over it in the short one's estimate. A handful
-    of requests, as in a rollout's first looks or a stage's first after the short window saw the
-    candidate busier, rules out nothing."""
-    _, upper = load.share(LOAD_Z)
-    return max(odds(upper), odds(recent.estimate())) * per_pod(ours, theirs) > MAX_LOAD_RATIO
-
-
-def per_pod(ours: VariantLook, theirs: VariantLook) -> float:
-    """What turns the odds of the candidate's share into its requests per pod over the baseline's: the
-    baseline's pods over its own (pods unknown count as one)."""
-    return max(theirs.pods, 1) / max(ours.pods, 1)
+def load_ratio_bound(load: tuple[float, float], ours: VariantLook, theirs: VariantLook) -> float:
+    """An upper bound on the candidate's requests per pod over the baseline's (pods unknown count as
+    one): the ratio of the decayed sums, LOAD_Z sigmas up on the log scale. A decayed sum of Poisson
+    counts has the spread of a count twice its size, so a handful of requests, as in a rollout's
+    first looks, bounds nothing (infinity where either variant has had none)."""
+    mine, theirs_ = load
+    if mine <= 0 or theirs_ <= 0:
+        return math.inf
+    ratio = (mine / max(ours.pods, 1)) / (theirs_ / max(theirs.pods, 1))
+    return ratio * math.exp(LOAD_Z * math.sqrt(1 / (2 * mine) + 1 / (2 * theirs_)))
 
 
 def _shift(

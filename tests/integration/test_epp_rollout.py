@@ -78,7 +78,10 @@ async def test_the_picker_in_the_gateway_serves_each_step_at_once_and_keeps_coho
     # Bodies that are not JSON or have no `model`: routed like any other, never refused, and each one an
     # answer in the gateway's answer log (its access log), placed on the variant whose pod served it.
     sent = 300 + 30 + 30 + 20 + 20 + 20
-    await eventually(lambda: gateway_process.answers.routed == sent, 10, "every answer so far in the log")
+    try:
+        await eventually(lambda: gateway_process.answers.routed == sent, 10, "every answer so far in the log")
+    except AssertionError as error:  # say how many came: fewer (lost) or more (counted twice)
+        raise AssertionError(f"{error}: {gateway_process.answers.routed} of {sent}") from None
     stable = gateway_process.answers.answered["stable"]
     async with httpx.AsyncClient(base_url=plane.url, timeout=10) as client:
         for body in (b"not json", bytes(range(256)), b'{"prompt": "no model"}', b""):
